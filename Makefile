@@ -1,0 +1,39 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run    creates .venv, installs gradpick, starts the Streamlit explorer
+#   make test   the same set-up plus Debian's chromium, then lint, types and the test suite
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+# The shared CIFAR-10 copy beside the checkout, when present, saves the download.
+SHARED_CIFAR10 := $(abspath ../shared/data/cifar10-jpg)
+export GRADPICK_CIFAR10_DIR ?= $(if $(wildcard $(SHARED_CIFAR10)/test),$(SHARED_CIFAR10),)
+
+.PHONY: run test lint browser bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+run: $(BIN)/.installed
+	$(BIN)/streamlit run app.py
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy src/
+
+test: $(BIN)/.installed browser lint
+	$(BIN)/python -m pytest
+
+bench: $(BIN)/.installed
+	$(BIN)/gradpick bench --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+import sys
+
+from gradpick.cli import main
+
+sys.exit(main())

@@ -1,0 +1,83 @@
+"""Choosing the compute device: cuda, then mps, then cpu, with a reason for every missing one."""
+
+from __future__ import annotations
+
+import torch
+
+from gradpick.errors import DeviceUnavailableError
+
+DEVICE_CHOICES = ("auto", "cuda", "mps", "cpu")
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def device_availability() -> dict[str, str | None]:
+    """Map each concrete device kind to None when usable, or to the reason it is not."""
+    cuda_reason = None if torch.cuda.is_available() else "no CUDA GPU visible to PyTorch"
+    mps_reason = None if _mps_available() else "no Apple Metal (MPS) backend on this machine"
+    return {"cuda": cuda_reason, "mps": mps_reason, "cpu": None}
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """Turn 'auto'/None into the best available device and check an explicit one exists."""
+    if device is None or (isinstance(device, str) and device == "auto"):
+        availability = device_availability()
+        for kind in ("cuda", "mps"):
+            if availability[kind] is None:
+                return torch.device(kind)
+        return torch.device("cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise DeviceUnavailableError(
+            f"'{device}' is not a device name; use one of {', '.join(DEVICE_CHOICES)}."
+        ) from error
+    reason = device_availability().get(resolved.type, "unknown device type")
+    if reason is not None:
+        raise DeviceUnavailableError(
+            f"Device '{device}' is not available: {reason}. Use 'auto' or 'cpu' instead."
+        )
+    if resolved.type == "cuda" and resolved.index is not None:
+        count = torch.cuda.device_count()
+        if resolved.index >= count:
+            raise DeviceUnavailableError(
+                f"Device '{device}' is not available: only {count} CUDA device(s) visible."
+            )
+    return resolved
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels so a clock read afterwards measures finished work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device a model's parameters (or buffers) live on; cpu for a stateless model."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def device_for(model: torch.nn.Module, device: str | torch.device | None) -> torch.device:
+    """The device to run on: the model's own unless one is named, which must then match it.
+
+    gradpick never moves a caller's model (that would mutate it under other sessions), so a
+    mismatch is an error that says how to load the model where it is wanted.
+    """
+    current = model_device(model)
+    if device is None:
+        return current
+    wanted = resolve_device(device)
+    has_state = any(True for _ in (*model.parameters(), *model.buffers()))
+    if has_state and (wanted.type, wanted.index or 0) != (current.type, current.index or 0):
+        raise DeviceUnavailableError(
+            f"The model lives on {current} but device '{device}' was asked for; load the model "
+            f"on that device (gradpick.models.load(..., device='{device}')) or pass device=None."
+        )
+    return wanted

@@ -1,0 +1,117 @@
+"""Batched inference, run once per batch: logits, probabilities, predictions and losses.
+
+Runs under ``torch.inference_mode()`` so no graph is built or kept; the gradient step later
+recomputes only the images a user picks (see ``gradpick.gradients``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gradpick.devices import device_for
+from gradpick.errors import InputError
+from gradpick.measure import Stopwatch
+
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class InferenceResult:
+    """Per-image outputs on the CPU, plus how long the pass took."""
+
+    logits: torch.Tensor
+    probabilities: torch.Tensor
+    predictions: torch.Tensor
+    confidences: torch.Tensor
+    labels: torch.Tensor | None
+    losses: torch.Tensor | None
+    device: str
+    milliseconds: float
+
+    def __len__(self) -> int:
+        return int(self.logits.shape[0])
+
+    @property
+    def images_per_second(self) -> float:
+        return len(self) / max(self.milliseconds / 1000.0, 1e-9)
+
+    @property
+    def correct(self) -> torch.Tensor | None:
+        return None if self.labels is None else self.predictions == self.labels
+
+    @property
+    def accuracy(self) -> float | None:
+        correct = self.correct
+        return None if correct is None else float(correct.float().mean())
+
+
+def as_model_input(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """uint8 images become floats in [0, 1]; float images pass through unchanged."""
+    if images.dtype == torch.uint8:
+        return images.to(dtype) / 255.0
+    if not images.is_floating_point():
+        raise InputError(f"Images must be uint8 or floating point, not {images.dtype}.")
+    return images
+
+
+def check_images(images: torch.Tensor) -> None:
+    """Reject what no image model can take, with a message that says what was expected."""
+    if not isinstance(images, torch.Tensor):
+        raise InputError(f"Images must be a torch.Tensor, not {type(images).__name__}.")
+    if images.dim() != 4:
+        raise InputError(
+            f"Images must have shape [N, C, H, W]; got {tuple(images.shape)}. "
+            "Add a batch dimension with images.unsqueeze(0) for a single image."
+        )
+    if images.shape[0] == 0:
+        raise InputError("The batch holds no images.")
+    if images.is_floating_point() and not torch.isfinite(images).all():
+        raise InputError("Images contain NaN or infinite values.")
+
+
+def infer(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    batch_size: int = 500,
+    device: str | torch.device | None = None,
+    progress: ProgressCallback | None = None,
+) -> InferenceResult:
+    """Run ``model`` over all images in batches without building a graph.
+
+    ``images`` may be uint8 (converted per batch, so 50,000 images never exist as floats at once)
+    or float in [0, 1]. Outputs come back on the CPU in float32.
+    """
+    check_images(images)
+    if labels is not None and labels.shape != (images.shape[0],):
+        raise InputError(f"Expected {images.shape[0]} labels, got shape {tuple(labels.shape)}.")
+    run_device = device_for(model, device)
+    total = int(images.shape[0])
+    chunks: list[torch.Tensor] = []
+    with Stopwatch(run_device) as watch, torch.inference_mode():
+        for start in range(0, total, batch_size):
+            batch = images[start : start + batch_size].to(run_device, non_blocking=True)
+            chunks.append(model(as_model_input(batch)).float().cpu())
+            if progress is not None:
+                progress(min(start + batch_size, total), total)
+    logits = torch.cat(chunks)
+    probabilities = logits.softmax(dim=1)
+    confidences, predictions = probabilities.max(dim=1)
+    losses = None
+    if labels is not None:
+        losses = F.cross_entropy(logits, labels.to(torch.long), reduction="none")
+    return InferenceResult(
+        logits=logits,
+        probabilities=probabilities,
+        predictions=predictions,
+        confidences=confidences,
+        labels=labels,
+        losses=losses,
+        device=str(run_device),
+        milliseconds=watch.milliseconds,
+    )
