@@ -356,7 +356,11 @@ def _torchvision_mirror() -> Cifar10Mirror:
     return Cifar10Mirror(
         url=CIFAR10.url,
         archive_md5=CIFAR10.tgz_md5,
-        file_md5=dict(CIFAR10.train_list + CIFAR10.test_list + [[CIFAR10.meta["filename"], ""]]),
+        file_md5=dict(
+            CIFAR10.train_list
+            + CIFAR10.test_list
+            + [[CIFAR10.meta["filename"], CIFAR10.meta["md5"]]]
+        ),
     )
 
 
@@ -370,6 +374,7 @@ def _streaming_cifar10_class(mirror: Cifar10Mirror, progress: ProgressCallback |
         tgz_md5 = mirror.archive_md5
         train_list = [[n, mirror.file_md5[n]] for n, _ in CIFAR10.train_list]
         test_list = [[n, mirror.file_md5[n]] for n, _ in CIFAR10.test_list]
+        meta = {**CIFAR10.meta, "md5": mirror.file_md5[CIFAR10.meta["filename"]]}
 
         def download(self) -> None:
             if self._check_integrity():
@@ -482,6 +487,8 @@ def load_batch(
     progress: ProgressCallback | None = None,
 ) -> ImageBatch:
     """Read a slice (or seeded sample) of a source in chunks, reporting progress per chunk."""
+    if chunk_size < 1:
+        raise InputError(f"chunk_size must be at least 1; got {chunk_size}.")
     positions = batch_positions(len(source), start, size, seed)
     images = torch.empty(len(positions), 3, IMAGE_SIZE, IMAGE_SIZE, dtype=torch.uint8)
     for offset in range(0, len(positions), chunk_size):
@@ -536,3 +543,15 @@ def decoded_cache(source: ImageSource, progress: ProgressCallback | None = None)
     )
     temporary.replace(path)
     return batch
+
+
+def read_class_names(path: str | Path) -> tuple[str, ...]:
+    """Class names from a text file, one per line in output order (blank lines ignored)."""
+    path = Path(path).expanduser()
+    try:
+        names = tuple(line.strip() for line in path.read_text().splitlines() if line.strip())
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: cannot read class names ({error}).") from None
+    if not names:
+        raise DataError(f"{path}: no class names found; write one name per line.")
+    return names

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from gradpick.errors import DeviceUnavailableError
@@ -57,11 +59,15 @@ def synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
+def first_tensor(model: torch.nn.Module) -> torch.Tensor | None:
+    """The model's first parameter or buffer (None for a stateless model), found lazily."""
+    return next(itertools.chain(model.parameters(), model.buffers()), None)
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device a model's parameters (or buffers) live on; cpu for a stateless model."""
-    for tensor in (*model.parameters(), *model.buffers()):
-        return tensor.device
-    return torch.device("cpu")
+    tensor = first_tensor(model)
+    return torch.device("cpu") if tensor is None else tensor.device
 
 
 def device_for(model: torch.nn.Module, device: str | torch.device | None) -> torch.device:
@@ -74,8 +80,10 @@ def device_for(model: torch.nn.Module, device: str | torch.device | None) -> tor
     if device is None:
         return current
     wanted = resolve_device(device)
-    has_state = any(True for _ in (*model.parameters(), *model.buffers()))
-    if has_state and (wanted.type, wanted.index or 0) != (current.type, current.index or 0):
+    if first_tensor(model) is not None and (wanted.type, wanted.index or 0) != (
+        current.type,
+        current.index or 0,
+    ):
         raise DeviceUnavailableError(
             f"The model lives on {current} but device '{device}' was asked for; load the model "
             f"on that device (gradpick.models.load(..., device='{device}')) or pass device=None."

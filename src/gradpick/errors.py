@@ -35,3 +35,7 @@ class DeviceUnavailableError(GradpickError, RuntimeError):
 
 class SampleCouplingError(GradpickError, RuntimeError):
     """A model whose outputs mix samples of a batch, so per-index gradients are not separable."""
+
+
+class DeviceMemoryError(GradpickError, RuntimeError):
+    """The device ran out of memory even after the work was split into the smallest chunks."""

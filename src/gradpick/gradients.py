@@ -20,6 +20,7 @@ one model can serve several threads (Streamlit sessions) at once.
 from __future__ import annotations
 
 import copy
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,8 +32,8 @@ from torch import nn
 
 from gradpick import measure
 from gradpick.devices import device_for
-from gradpick.errors import InputError, SampleCouplingError, SelectionError
-from gradpick.infer import check_images
+from gradpick.errors import DeviceMemoryError, InputError, SampleCouplingError, SelectionError
+from gradpick.infer import call_model, check_images
 from gradpick.measure import MemoryReport, SavedTensorCounter, Stopwatch
 
 Strategy = Literal["recompute", "summed", "retain_graph", "vmap"]
@@ -84,13 +85,37 @@ class _Request:
         return int(self.indices.numel())
 
 
+def _training_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every (name, module) in training mode, in one pass over the model."""
+    return [
+        (name or type(module).__name__, module)
+        for name, module in model.named_modules()
+        if module.training
+    ]
+
+
+def _coupling(training: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    return [(name, module) for name, module in training if isinstance(module, COUPLING_MODULES)]
+
+
 def coupling_modules(model: nn.Module) -> list[str]:
     """Names of modules that mix samples across the batch in the model's current mode."""
-    return [
-        name or type(module).__name__
-        for name, module in model.named_modules()
-        if isinstance(module, COUPLING_MODULES) and module.training
-    ]
+    return [name for name, _ in _coupling(_training_modules(model))]
+
+
+def _is_integral(tensor: torch.Tensor) -> bool:
+    return not (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool)
+
+
+def _class_tensor(values: Sequence[int] | torch.Tensor | int, what: str) -> torch.Tensor:
+    """Labels or classes as a flat long tensor on the CPU; fractions are refused, not truncated."""
+    try:
+        tensor = torch.as_tensor(values)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise InputError(f"{what} must be whole numbers; got {values!r} ({error}).") from None
+    if not _is_integral(tensor):
+        raise InputError(f"{what} must be whole numbers (class indices), not {tensor.dtype}.")
+    return tensor.reshape(-1).to(torch.long).cpu()
 
 
 def _as_index_tensor(indices: Sequence[int] | torch.Tensor, size: int) -> torch.Tensor:
@@ -100,11 +125,12 @@ def _as_index_tensor(indices: Sequence[int] | torch.Tensor, size: int) -> torch.
         raise SelectionError(f"Indices must be whole numbers; got {indices!r} ({error}).") from None
     if tensor.numel() == 0:
         raise SelectionError("No images selected: pick at least one index.")
-    if tensor.is_floating_point() or tensor.dtype == torch.bool:
+    if not _is_integral(tensor):
         raise SelectionError(f"Indices must be whole numbers, not {tensor.dtype}.")
     tensor = tensor.reshape(-1).to(torch.long).cpu()
-    bad = tensor[(tensor < 0) | (tensor >= size)]
-    if bad.numel():
+    low, high = (int(bound) for bound in torch.aminmax(tensor))
+    if low < 0 or high >= size:
+        bad = tensor[(tensor < 0) | (tensor >= size)]
         raise SelectionError(
             f"Index {int(bad[0])} is out of range: the batch holds {size} images "
             f"(valid indices 0 to {size - 1})."
@@ -122,7 +148,7 @@ def _validate(
     reduction: str,
     device: str | torch.device | None,
 ) -> _Request:
-    check_images(images)
+    check_images(images, check_values=False)
     if not images.is_floating_point():
         raise InputError(
             f"Images must be floating point to take gradients, not {images.dtype}; "
@@ -142,9 +168,16 @@ def _validate(
     if run_device.type == "mps" and images.dtype == torch.float64:
         raise InputError("The MPS device has no float64; use float32 or the CPU.")
     index_tensor = _as_index_tensor(indices, int(images.shape[0]))
+    picked = images[index_tensor.to(images.device)]
+    if not bool(torch.isfinite(picked).all()):
+        bad = ~torch.isfinite(picked.flatten(1)).all(dim=1)
+        raise InputError(
+            f"Image {int(index_tensor[bad.cpu()][0])} contains NaN or infinite values; "
+            "its gradient would be meaningless."
+        )
     label_tensor = None
     if labels is not None:
-        label_tensor = torch.as_tensor(labels).reshape(-1).to(torch.long).cpu()
+        label_tensor = _class_tensor(labels, "Labels")
         if label_tensor.numel() != images.shape[0]:
             raise InputError(
                 f"Got {label_tensor.numel()} labels for {images.shape[0]} images; "
@@ -157,7 +190,7 @@ def _validate(
         )
     class_tensor = None
     if classes is not None:
-        class_tensor = torch.as_tensor(classes).reshape(-1).to(torch.long).cpu()
+        class_tensor = _class_tensor(classes, "Classes")
         if class_tensor.numel() == 1:
             class_tensor = class_tensor.expand(index_tensor.numel())
         elif class_tensor.numel() != index_tensor.numel():
@@ -167,7 +200,7 @@ def _validate(
             )
     return _Request(
         model=model,
-        images=images,
+        images=images.detach(),  # an alias: gradpick never flips the caller's requires_grad
         indices=index_tensor,
         labels=label_tensor,
         classes=class_tensor,
@@ -200,8 +233,9 @@ def _picked_targets(
         classes = request.classes[order].to(logits.device)
     else:
         classes = logits.detach().argmax(dim=1)
-    outside = classes[(classes < 0) | (classes >= num_classes)]
-    if outside.numel():
+    low, high = (int(bound) for bound in torch.aminmax(classes))
+    if low < 0 or high >= num_classes:
+        outside = classes[(classes < 0) | (classes >= num_classes)]
         raise InputError(
             f"Class {int(outside[0])} is out of range for a model with {num_classes} outputs "
             f"(valid classes 0 to {num_classes - 1})."
@@ -225,7 +259,7 @@ _StepOutput = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 def _recompute(request: _Request, order: torch.Tensor) -> _StepOutput:
     picked = request.images[request.indices[order]].to(request.device).requires_grad_(True)
-    values, classes = _picked_targets(request, request.model(picked), order)
+    values, classes = _picked_targets(request, call_model(request.model, picked), order)
     (gradients,) = torch.autograd.grad(values.sum() * _scale(request), picked)
     return gradients, values.detach(), classes
 
@@ -240,10 +274,14 @@ def _vmap(request: _Request, order: torch.Tensor) -> _StepOutput:
         given = request.labels[request.indices[order]]
     elif request.classes is not None:
         given = request.classes[order]
-        with torch.no_grad():
-            _picked_targets(request, request.model(picked[:1]).expand(len(order), -1), order)
     else:
         given = torch.full((len(order),), -1)  # -1: use the predicted class
+    if request.target == "loss" or request.classes is not None:
+        # Out-of-range classes must fail with a clear message here, not as an indexing error
+        # deep inside vmap: one image's logits give the number of classes.
+        with torch.no_grad():
+            logits = call_model(request.model, picked[:1])
+        _picked_targets(request, logits.expand(len(order), -1), order)
     scale = _scale(request)
 
     def target_of_one(
@@ -269,29 +307,47 @@ def _vmap(request: _Request, order: torch.Tensor) -> _StepOutput:
 
 
 def _summed(request: _Request, order: torch.Tensor) -> _StepOutput:
-    """One forward of all N, one backward of the picked targets, each distinct index once."""
+    """One forward of all N, one backward of the summed picked targets, each distinct one once.
+
+    Two targets of one image (an index picked with two classes) would add up in that image's
+    gradient, so backward pass r takes the r-th distinct target of each image: a single pass
+    in the usual case of one target per image. A repeated target reuses its gradient.
+    """
     everything = request.images.to(request.device).requires_grad_(True)
-    unique, inverse = torch.unique(request.indices[order], return_inverse=True)
-    logits = request.model(everything)
+    logits = call_model(request.model, everything)
     _check_logits(logits, int(everything.shape[0]))
-    first = torch.zeros(unique.numel(), dtype=torch.long)
-    first.scatter_(0, inverse, torch.arange(order.numel()))
-    unique_values, unique_classes = _picked_targets(
-        request, logits[unique.to(logits.device)], order[first]
+    rows = request.indices[order]
+    values, classes = _picked_targets(request, logits[rows.to(logits.device)], order)
+    targets = list(zip(rows.tolist(), classes.tolist(), strict=True))  # (image, class)
+    pass_of_target: dict[tuple[int, int], int] = {}
+    targets_of_image: dict[int, int] = {}
+    passes: list[list[int]] = []  # positions of the targets each backward pass sums
+    for position, target in enumerate(targets):
+        if target not in pass_of_target:
+            pass_index = targets_of_image.get(target[0], 0)
+            targets_of_image[target[0]] = pass_index + 1
+            pass_of_target[target] = pass_index
+            if pass_index == len(passes):
+                passes.append([])
+            passes[pass_index].append(position)
+    pass_of_row = torch.tensor([pass_of_target[target] for target in targets])
+    gradients = torch.empty(
+        (len(rows), *everything.shape[1:]), dtype=everything.dtype, device=everything.device
     )
-    (gradients,) = torch.autograd.grad(unique_values.sum() * _scale(request), everything)
-    rows = inverse.to(request.device)
-    return (
-        gradients[unique.to(request.device)][rows],
-        unique_values.detach()[rows],
-        unique_classes[rows],
-    )
+    for pass_index, positions in enumerate(passes):
+        summed = values[torch.tensor(positions, device=values.device)].sum() * _scale(request)
+        (gradient,) = torch.autograd.grad(
+            summed, everything, retain_graph=pass_index < len(passes) - 1
+        )
+        filled = (pass_of_row == pass_index).nonzero().flatten()
+        gradients[filled.to(gradients.device)] = gradient[rows[filled].to(gradient.device)]
+    return gradients, values.detach(), classes
 
 
 def _retain_graph(request: _Request, order: torch.Tensor) -> _StepOutput:
     """The question's loop: one backward per picked index through the whole batch's graph."""
     everything = request.images.to(request.device).requires_grad_(True)
-    logits = request.model(everything)
+    logits = call_model(request.model, everything)
     _check_logits(logits, int(everything.shape[0]))
     rows = request.indices[order].to(request.device)
     values, classes = _picked_targets(request, logits[rows], order)
@@ -318,27 +374,32 @@ _CHUNKED = frozenset({"recompute", "vmap"})
 _SAVED_BYTES_PER_IMAGE: weakref.WeakKeyDictionary[nn.Module, dict[tuple, int]] = (
     weakref.WeakKeyDictionary()
 )
+_SAVED_BYTES_LOCK = threading.Lock()
+"""Guards the cache above: several threads may probe one shared model at once."""
 
 
 def saved_bytes_per_image(model: nn.Module, image: torch.Tensor) -> int:
     """Bytes autograd saves for one image of this shape, measured once per model and shape."""
     key = (tuple(image.shape), image.dtype, str(image.device))
-    per_model = _SAVED_BYTES_PER_IMAGE.setdefault(model, {})
-    if key not in per_model:
+    with _SAVED_BYTES_LOCK:
+        known = _SAVED_BYTES_PER_IMAGE.get(model, {}).get(key)
+    if known is None:
         counter = SavedTensorCounter()
         probe = image.detach().unsqueeze(0).requires_grad_(True)
-        with counter.track():
-            model(probe)
-        per_model[key] = max(counter.bytes, probe.numel() * probe.element_size())
-    return per_model[key]
+        with torch.enable_grad(), counter.track():
+            call_model(model, probe)
+        known = max(counter.bytes, probe.numel() * probe.element_size())
+        with _SAVED_BYTES_LOCK:
+            _SAVED_BYTES_PER_IMAGE.setdefault(model, {})[key] = known
+    return known
 
 
 def _chunk_size(request: _Request, strategy: str, budget: int, chunk_size: int | None) -> int:
+    if chunk_size is not None and chunk_size < 1:
+        raise InputError(f"chunk_size must be at least 1; got {chunk_size}.")
     if strategy not in _CHUNKED:
         return request.count
     if chunk_size is not None:
-        if chunk_size < 1:
-            raise InputError(f"chunk_size must be at least 1; got {chunk_size}.")
         return chunk_size
     first = request.images[int(request.indices[0])].to(request.device)
     return max(1, min(request.count, budget // saved_bytes_per_image(request.model, first)))
@@ -354,29 +415,36 @@ def _run_chunks(request: _Request, strategy: str, chunk: int) -> tuple[list[_Ste
                 for start in range(0, request.count, chunk)
             ]
             return outputs, chunk
-        except torch.cuda.OutOfMemoryError:
+        except torch.cuda.OutOfMemoryError as error:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
             if chunk == 1 or strategy not in _CHUNKED:
-                raise
-            torch.cuda.empty_cache()
+                smallest = "one image at a time" if chunk == 1 else f"strategy '{strategy}'"
+                raise DeviceMemoryError(
+                    f"{request.device} ran out of memory with {smallest} ({str(error)[:120]}). "
+                    "Pick fewer images, use strategy='recompute', or run on the CPU."
+                ) from None
             chunk = max(1, chunk // 2)
 
 
 def _serving_model(request: _Request, allow_coupled: bool) -> tuple[_Request, bool]:
     """The model to run: the caller's own, or a private copy when training mode would mutate it."""
-    coupled = coupling_modules(request.model)
+    training = _training_modules(request.model)
+    if not training:
+        return request, False
+    coupled = _coupling(training)
     if coupled and not allow_coupled:
+        name, module = coupled[0]
         raise SampleCouplingError(
-            f"The model is in training mode and '{coupled[0]}' "
-            f"({type(request.model.get_submodule(coupled[0])).__name__}) mixes samples across "
-            "the batch, so one image's gradient depends on the others. Call model.eval() "
-            "first, or pass allow_coupled=True to compute coupled gradients on purpose."
+            f"'{name}' ({type(module).__name__}) is in training mode, where it mixes samples "
+            "across the batch, so one image's gradient depends on the others. Call "
+            "model.eval() first, or pass allow_coupled=True to compute coupled gradients on "
+            "purpose."
         )
-    if request.model.training:
-        # Training-mode forwards update running statistics; work on a copy so the caller's
-        # model, and every other thread using it, never sees a change.
-        copied = copy.deepcopy(request.model)
-        return _Request(**{**request.__dict__, "model": copied}), bool(coupled)
-    return request, False
+    # Training-mode forwards update running statistics; work on a copy so the caller's model,
+    # and every other thread using it, never sees a change.
+    copied = copy.deepcopy(request.model)
+    return _Request(**{**request.__dict__, "model": copied}), bool(coupled)
 
 
 def input_gradients(
@@ -407,12 +475,14 @@ def input_gradients(
         raise InputError(f"Unknown strategy '{strategy}'; use one of {', '.join(STRATEGIES)}.")
     request = _validate(model, images, indices, labels, target, classes, reduction, device)
     request, coupled = _serving_model(request, allow_coupled)
-    chunk = _chunk_size(request, strategy, memory_budget, chunk_size)
     memory = measure.measure_memory(
         request.device, enabled=measure_memory, count_saved=strategy != "vmap"
     )
-    with memory as reports, Stopwatch(request.device) as watch:
-        outputs, chunk = _run_chunks(request, strategy, chunk)
+    # Gradients are the point of the call, so a caller's no_grad() block must not switch them off.
+    with torch.enable_grad():
+        chunk = _chunk_size(request, strategy, memory_budget, chunk_size)
+        with memory as reports, Stopwatch(request.device) as watch:
+            outputs, chunk = _run_chunks(request, strategy, chunk)
     gradients = torch.cat([output[0] for output in outputs]).to(images.device)
     return GradientResult(
         gradients=gradients.detach(),
@@ -447,17 +517,18 @@ def naive_loop_error(
     """
     request = _validate(model, images, indices, labels, target, classes, "sum", None)
     request, _ = _serving_model(request, allow_coupled=True)
-    everything = request.images.to(request.device).requires_grad_(True)
-    logits = request.model(everything)
-    _check_logits(logits, int(everything.shape[0]))
-    values, _ = _picked_targets(
-        request, logits[request.indices.to(request.device)], torch.arange(request.count)
-    )
-    try:
-        for value in values:
-            torch.autograd.grad(value, everything)
-    except RuntimeError as error:
-        return error
+    with torch.enable_grad():
+        everything = request.images.to(request.device).requires_grad_(True)
+        logits = call_model(request.model, everything)
+        _check_logits(logits, int(everything.shape[0]))
+        values, _ = _picked_targets(
+            request, logits[request.indices.to(request.device)], torch.arange(request.count)
+        )
+        try:
+            for value in values:
+                torch.autograd.grad(value, everything)
+        except RuntimeError as error:
+            return error
     return None
 
 
@@ -490,15 +561,28 @@ def cross_sample_leakage(
     unique = torch.unique(request.indices)
     if unique.numel() < 2:
         raise SelectionError("Leakage needs at least two different images.")
-    request = _Request(**{**request.__dict__, "indices": unique})
+    classes = request.classes
+    if classes is not None:  # each image keeps the class given at its first occurrence
+        first: dict[int, int] = {}
+        for position, index in enumerate(request.indices.tolist()):
+            first.setdefault(index, position)
+        classes = classes[[first[index] for index in unique.tolist()]]
+    request = _Request(**{**request.__dict__, "indices": unique, "classes": classes})
     request, _ = _serving_model(request, allow_coupled=True)
-    batch = request.images[unique].to(request.device).requires_grad_(True)
-    values, _ = _picked_targets(request, request.model(batch), torch.arange(unique.numel()))
+    with torch.enable_grad():
+        batch = request.images[unique].to(request.device).requires_grad_(True)
+        logits = call_model(request.model, batch)
+        values, _ = _picked_targets(request, logits, torch.arange(unique.numel()))
+        magnitudes = [
+            torch.autograd.grad(values[position], batch, retain_graph=True)[0]
+            .abs()
+            .flatten(1)
+            .amax(dim=1)
+            for position in range(unique.numel())
+        ]
     ratios: list[float] = []
     max_cross = max_self = 0.0
-    for position in range(unique.numel()):
-        (gradient,) = torch.autograd.grad(values[position], batch, retain_graph=True)
-        magnitude = gradient.detach().abs().flatten(1).amax(dim=1)
+    for position, magnitude in enumerate(magnitudes):
         own = float(magnitude[position])
         others = float(torch.cat([magnitude[:position], magnitude[position + 1 :]]).max())
         max_cross, max_self = max(max_cross, others), max(max_self, own)

@@ -59,8 +59,12 @@ def as_model_input(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
     return images
 
 
-def check_images(images: torch.Tensor) -> None:
-    """Reject what no image model can take, with a message that says what was expected."""
+def check_images(images: torch.Tensor, check_values: bool = True) -> None:
+    """Reject what no image model can take, with a message that says what was expected.
+
+    ``check_values=False`` skips the NaN scan, which reads every pixel: the gradient step checks
+    only the images it picks, so its cost stays independent of the batch size.
+    """
     if not isinstance(images, torch.Tensor):
         raise InputError(f"Images must be a torch.Tensor, not {type(images).__name__}.")
     if images.dim() != 4:
@@ -70,8 +74,28 @@ def check_images(images: torch.Tensor) -> None:
         )
     if images.shape[0] == 0:
         raise InputError("The batch holds no images.")
-    if images.is_floating_point() and not torch.isfinite(images).all():
+    if check_values and images.is_floating_point() and not torch.isfinite(images).all():
         raise InputError("Images contain NaN or infinite values.")
+
+
+def call_model(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Call the model, turning its complaint about the images into an error a user can act on."""
+    try:
+        return model(batch)
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except RuntimeError as error:
+        raise InputError(
+            f"The model could not process images of shape {tuple(batch.shape[1:])} "
+            f"({str(error)[:200]}); give images of the size and channel count it expects."
+        ) from None
+
+
+def _model_dtype(model: nn.Module) -> torch.dtype:
+    for parameter in model.parameters():
+        if parameter.is_floating_point():
+            return parameter.dtype
+    return torch.float32
 
 
 def infer(
@@ -85,21 +109,36 @@ def infer(
     """Run ``model`` over all images in batches without building a graph.
 
     ``images`` may be uint8 (converted per batch, so 50,000 images never exist as floats at once)
-    or float in [0, 1]. Outputs come back on the CPU in float32.
+    or float in [0, 1], and are given to the model in its own dtype. Outputs come back on the
+    CPU in float32.
     """
     check_images(images)
     if labels is not None and labels.shape != (images.shape[0],):
         raise InputError(f"Expected {images.shape[0]} labels, got shape {tuple(labels.shape)}.")
+    if batch_size < 1:
+        raise InputError(f"batch_size must be at least 1; got {batch_size}.")
     run_device = device_for(model, device)
+    dtype = _model_dtype(model)
     total = int(images.shape[0])
     chunks: list[torch.Tensor] = []
     with Stopwatch(run_device) as watch, torch.inference_mode():
         for start in range(0, total, batch_size):
             batch = images[start : start + batch_size].to(run_device, non_blocking=True)
-            chunks.append(model(as_model_input(batch)).float().cpu())
+            chunks.append(call_model(model, as_model_input(batch, dtype).to(dtype)).float().cpu())
             if progress is not None:
                 progress(min(start + batch_size, total), total)
     logits = torch.cat(chunks)
+    if logits.dim() != 2:
+        raise InputError(
+            f"The model must map [N, C, H, W] to [N, classes]; it returned {tuple(logits.shape)}."
+        )
+    if labels is not None:
+        lowest, highest = int(labels.min()), int(labels.max())
+        if lowest < 0 or highest >= logits.shape[1]:
+            raise InputError(
+                f"Labels must be classes 0 to {logits.shape[1] - 1} of this model; got "
+                f"{lowest} to {highest}."
+            )
     probabilities = logits.softmax(dim=1)
     confidences, predictions = probabilities.max(dim=1)
     losses = None

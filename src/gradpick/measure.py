@@ -112,11 +112,15 @@ class SavedTensorCounter:
 
 
 def _cpu_peak_bytes(profile: torch.profiler.profile) -> int:
-    """Peak of the running sum of allocations and frees recorded by the profiler."""
+    """Peak of the running sum of allocations and frees recorded by the profiler.
+
+    Each op's own (self) bytes only: an op's total includes its children's, which would count
+    every nested allocation once per enclosing op.
+    """
     events = [
-        (event.time_range.start, event.cpu_memory_usage)
+        (event.time_range.start, event.self_cpu_memory_usage)
         for event in profile.events()
-        if event.cpu_memory_usage != 0
+        if event.self_cpu_memory_usage != 0
     ]
     live = peak = 0
     for _, change in sorted(events, key=lambda item: item[0]):

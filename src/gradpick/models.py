@@ -8,10 +8,10 @@ never trains or mutates it.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import pickle
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -168,6 +168,23 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def _refused_global(error: pickle.UnpicklingError) -> str | None:
+    """The weights-only unpickler's line naming a refused Python global, if that was the cause."""
+    for line in str(error).splitlines():
+        if "GLOBAL" in line:
+            return line.strip()[:200]
+    return None
+
+
+def _unreadable(label: str, error: Exception) -> ModelError:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+    detail = next((line for line in lines if "Unsupported" in line), lines[0])
+    return ModelError(
+        f"{label}: not a readable PyTorch weights file; it is corrupt, truncated or not made by "
+        f"torch.save ({type(error).__name__}: {detail[:160]})."
+    )
+
+
 def read_state_dict(source: str | Path | bytes) -> dict[str, torch.Tensor]:
     """Read a weights file with ``weights_only=True``: a file that carries code is refused unrun."""
     label = "uploaded weights" if isinstance(source, bytes) else str(source)
@@ -181,14 +198,15 @@ def read_state_dict(source: str | Path | bytes) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(handle, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        raise ModelError(
-            f"{label}: refused, the file holds Python objects other than tensors (it could run "
-            f"code when loaded). Save a plain state_dict instead. Detail: {str(error)[:200]}"
-        ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as error:
-        raise ModelError(
-            f"{label}: not a readable PyTorch weights file ({str(error)[:200]})."
-        ) from None
+        refused = _refused_global(error)
+        if refused is not None:
+            raise ModelError(
+                f"{label}: refused, the file holds Python objects other than tensors (it could "
+                f"run code when loaded). Save a plain state_dict instead. Detail: {refused}"
+            ) from None
+        raise _unreadable(label, error) from None
+    except Exception as error:  # arbitrary bytes make torch.load raise almost any type
+        raise _unreadable(label, error) from None
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]
     if not isinstance(state, dict) or not all(
@@ -253,4 +271,34 @@ def load(
             )
         weights = path
     apply_state_dict(model, read_state_dict(weights), name)
+    return freeze(model).to(resolve_device(device))
+
+
+def from_factory(
+    spec: str,
+    weights: str | Path | bytes | None = None,
+    device: str | torch.device | None = None,
+) -> nn.Module:
+    """A user's own model from ``package.module:factory`` (a callable returning an nn.Module).
+
+    The factory's code runs with the user's rights, so only local, non-hosted runs offer this.
+    Weights, when given, are read with ``weights_only=True`` like every other weights file.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ModelError(f"'{spec}' is not of the form package.module:factory.")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ModelError(
+            f"Cannot import '{spec}': {error}. Is its package on PYTHONPATH?"
+        ) from None
+    try:
+        model = factory()
+    except Exception as error:  # the user's code: report whatever it raised, in one line
+        raise ModelError(f"'{spec}' raised {type(error).__name__}: {error}") from None
+    if not isinstance(model, nn.Module):
+        raise ModelError(f"'{spec}' returned {type(model).__name__}, not a torch.nn.Module.")
+    if weights is not None:
+        apply_state_dict(model, read_state_dict(weights), spec)
     return freeze(model).to(resolve_device(device))

@@ -23,12 +23,22 @@ from PIL import Image
 from torch import nn
 
 from gradpick import models
-from gradpick.data import IMAGE_SIZE, FolderSource, ImageBatch, ImageSource, decoded_cache
+from gradpick.data import (
+    IMAGE_SIZE,
+    FolderSource,
+    ImageBatch,
+    ImageSource,
+    batch_positions,
+    decoded_cache,
+)
 from gradpick.devices import resolve_device
 from gradpick.errors import DataError, ModelError
 from gradpick.infer import infer
 
 NUM_CLASSES = 10
+CHECK_SLICE = {"size": 1000, "seed": 0}
+"""A fixed, seeded 1,000-image sample of the test split whose accuracy the card records, so a
+test can re-check the shipped weights quickly (the split is ordered by class, so no plain slice)."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +260,8 @@ class Evaluation:
     per_class: dict[str, float]
     confusion: list[list[int]]
     images: int
+    correct: torch.Tensor
+    """Per-image correctness, in the batch's order."""
 
     def table(self) -> str:
         names = list(self.per_class)
@@ -284,6 +296,7 @@ def evaluate(
         per_class=dict(zip(batch.class_names, per_class, strict=True)),
         confusion=confusion.tolist(),
         images=len(batch),
+        correct=result.predictions == batch.labels,
     )
 
 
@@ -297,6 +310,8 @@ def write_model_card(
 ) -> Path:
     """The JSON card beside the weights: what it is, how good, how made, and its checksum."""
     model = models.build(config.model)
+    check_positions = batch_positions(evaluation.images, **CHECK_SLICE)
+    check_accuracy = float(evaluation.correct[check_positions].float().mean())
     card = {
         "name": config.model,
         "architecture": type(model).__name__,
@@ -307,6 +322,7 @@ def write_model_card(
         "per_class_accuracy": {
             name: round(value, 4) for name, value in evaluation.per_class.items()
         },
+        "check_slice": {**CHECK_SLICE, "accuracy": round(check_accuracy, 4)},
         "recipe": {
             **asdict(config),
             "optimizer": "SGD, Nesterov momentum",

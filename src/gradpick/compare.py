@@ -1,0 +1,239 @@
+"""Every gradient strategy side by side: cost, memory, and agreement with a hand-written floor.
+
+The floor is the least work the question allows: one forward and one backward of exactly the k
+picked images, written out by hand with nothing around it. Each strategy's row says how far it
+is from that floor in wall time and how far its gradients are from the floor's.
+
+Timings are medians of runs with memory measurement off, interleaved across strategies so that a
+busy machine slows all of them alike; memory comes from one extra run with measurement on, so
+the profiler's overhead never reaches a timing.
+"""
+
+from __future__ import annotations
+
+import statistics
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gradpick import measure
+from gradpick.devices import device_for
+from gradpick.errors import InputError
+from gradpick.gradients import STRATEGIES, input_gradients
+from gradpick.measure import MemoryReport, Stopwatch
+
+FLOOR = "floor"
+CAPTUM = "captum"
+NOT_MEASURED = "not measured"
+
+Indices = Sequence[int] | torch.Tensor
+Classes = int | Sequence[int] | torch.Tensor | None
+Runner = Callable[[bool], tuple[torch.Tensor, MemoryReport | None]]
+"""Runs one row once; the flag turns memory measurement on. Returns (gradients, memory)."""
+
+
+@dataclass(frozen=True)
+class StrategyRun:
+    """One row of a comparison."""
+
+    name: str
+    milliseconds: float
+    saved_bytes: int | None
+    peak_bytes: int | None
+    peak_counts: str
+    max_abs_difference: float
+
+
+def _index_tensor(indices: Indices, device: torch.device) -> torch.Tensor:
+    return torch.as_tensor(indices, dtype=torch.long).reshape(-1).to(device)
+
+
+def floor_gradients(
+    model: nn.Module,
+    images: torch.Tensor,
+    indices: Indices,
+    labels: Sequence[int] | torch.Tensor | None = None,
+    target: str = "loss",
+    classes: Classes = None,
+) -> torch.Tensor:
+    """The yardstick: d target_j / d image_j by one plain forward+backward of the picked images.
+
+    No validation, chunking or bookkeeping, on purpose: this is what a careful user would write
+    by hand, so it is the cost every strategy is compared with.
+    """
+    rows = _index_tensor(indices, images.device)
+    picked = images[rows].detach().requires_grad_(True)
+    logits = model(picked)
+    if target == "loss":
+        if labels is None:
+            raise InputError("target='loss' needs labels; pass labels=... or use target='logit'.")
+        wanted = torch.as_tensor(labels, dtype=torch.long).to(logits.device)[rows]
+        total = F.cross_entropy(logits, wanted, reduction="sum")
+    else:
+        if classes is None:
+            chosen = logits.detach().argmax(dim=1)
+        else:
+            chosen = torch.as_tensor(classes, dtype=torch.long).reshape(-1).to(logits.device)
+            chosen = chosen.expand(rows.numel())
+        total = logits.gather(1, chosen.unsqueeze(1)).sum()
+    (gradients,) = torch.autograd.grad(total, picked)
+    return gradients
+
+
+def captum_unavailable_reason(target: str) -> str | None:
+    """Why a captum Saliency row cannot be offered, or None when it can.
+
+    Saliency attributes a model output (a logit), so it has no counterpart of the loss target;
+    captum itself is a test/benchmark extra, not a runtime dependency.
+    """
+    if target != "logit":
+        return "captum's Saliency attributes logits, so it is offered for target='logit' only"
+    try:
+        import captum.attr  # noqa: F401
+    except ImportError:
+        return "captum is not installed (pip install 'gradpick[test]')"
+    return None
+
+
+def interleaved_medians(
+    calls: dict[str, Callable[[], object]], device: torch.device, repeats: int
+) -> dict[str, float]:
+    """Median wall time (ms, device synchronised) of each call over ``repeats`` rounds.
+
+    Each round runs every call once, so a machine that gets busier or quieter part-way
+    through shifts all of them alike instead of favouring whichever ran first.
+    """
+    if repeats < 1:
+        raise InputError(f"repeats must be at least 1; got {repeats}.")
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            with Stopwatch(device) as watch:
+                call()
+            times[name].append(watch.milliseconds)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _measured(function: Callable[[], torch.Tensor], device: torch.device) -> Runner:
+    """A runner for a plain function, measured with the same instruments as input_gradients."""
+
+    def run(measure_memory: bool) -> tuple[torch.Tensor, MemoryReport | None]:
+        with measure.measure_memory(device, enabled=measure_memory) as reports:
+            gradients = function()
+        return gradients, reports[0] if reports else None
+
+    return run
+
+
+def _strategy_runner(
+    strategy: str,
+    model: nn.Module,
+    images: torch.Tensor,
+    indices: Indices,
+    labels: Sequence[int] | torch.Tensor | None,
+    target: str,
+    classes: Classes,
+) -> Runner:
+    def run(measure_memory: bool) -> tuple[torch.Tensor, MemoryReport | None]:
+        result = input_gradients(
+            model,
+            images,
+            indices,
+            labels=labels,
+            target=target,
+            classes=classes,
+            strategy=strategy,
+            measure_memory=measure_memory,
+        )
+        return result.gradients, result.memory
+
+    return run
+
+
+def _captum_saliency(
+    model: nn.Module, images: torch.Tensor, indices: Indices, classes: torch.Tensor
+) -> Callable[[], torch.Tensor]:
+    from captum.attr import Saliency
+
+    rows = _index_tensor(indices, images.device)
+    targets = classes.to(images.device)
+
+    def attribute() -> torch.Tensor:
+        picked = images[rows].detach().requires_grad_(True)
+        gradients: torch.Tensor = Saliency(model).attribute(picked, target=targets, abs=False)
+        return gradients
+
+    return attribute
+
+
+def compare_strategies(
+    model: nn.Module,
+    images: torch.Tensor,
+    indices: Indices,
+    labels: Sequence[int] | torch.Tensor | None = None,
+    target: str = "loss",
+    classes: Classes = None,
+    strategies: Sequence[str] = STRATEGIES,
+    repeats: int = 3,
+    measure_memory: bool = True,
+    include_floor: bool = True,
+    include_captum: bool = False,
+    device: str | torch.device | None = None,
+) -> list[StrategyRun]:
+    """Time each strategy (and the floor, and captum's Saliency) on the same picked images.
+
+    Rows come in the order: floor, the strategies as given, captum. ``milliseconds`` is the
+    median over ``repeats`` of the whole call's wall time; the memory columns come from one
+    extra run with measurement on (None when ``measure_memory`` is False). The captum row is
+    left out, with a warning, when ``captum_unavailable_reason(target)`` gives a reason.
+    """
+    run_device = device_for(model, device)
+    images = images.to(run_device)
+    # Validates every argument with gradpick's own errors, warms the model up, and resolves
+    # the classes (the predicted ones when none are given) for captum's explicit targets.
+    reference = input_gradients(model, images, indices, labels, target, classes)
+
+    runners: dict[str, Runner] = {}
+    if include_floor:
+        runners[FLOOR] = _measured(
+            lambda: floor_gradients(model, images, indices, labels, target, classes), run_device
+        )
+    for strategy in strategies:
+        runners[strategy] = _strategy_runner(
+            strategy, model, images, indices, labels, target, classes
+        )
+    if include_captum:
+        reason = captum_unavailable_reason(target)
+        if reason is None:
+            saliency = _captum_saliency(model, images, indices, reference.classes)
+            runners[CAPTUM] = _measured(saliency, run_device)
+        else:
+            warnings.warn(f"captum row skipped: {reason}", stacklevel=2)
+
+    floor = floor_gradients(model, images, indices, labels, target, classes)
+    differences = {
+        name: float((run(False)[0] - floor).abs().max()) for name, run in runners.items()
+    }
+    medians = interleaved_medians(
+        {name: partial(run, False) for name, run in runners.items()}, run_device, repeats
+    )
+
+    rows = []
+    for name, run in runners.items():
+        memory = run(True)[1] if measure_memory else None
+        rows.append(
+            StrategyRun(
+                name=name,
+                milliseconds=medians[name],
+                saved_bytes=None if memory is None else memory.saved_for_backward.bytes,
+                peak_bytes=None if memory is None else memory.peak.bytes,
+                peak_counts=NOT_MEASURED if memory is None else memory.peak.counts,
+                max_abs_difference=differences[name],
+            )
+        )
+    return rows

@@ -1,0 +1,133 @@
+"""Streamlit caches around the service layer: each heavy step runs once per distinct input.
+
+Models and image sources are shared objects (``st.cache_resource``): models are frozen and only
+read, sources only read. Batches, inference outputs, thumbnail sheets and gradients are data
+(``st.cache_data``), keyed by the string identities ``gradpick.ui.service`` builds, so a click on
+an already-inferred batch recomputes nothing but the gradients of the new pick. Arguments with a
+leading underscore are not hashed; the key arguments before them identify them.
+
+A progress bar drawn inside a cached function is replayed on every cache hit, so each one is
+emptied before the function returns: a hit replays "draw, then remove", which shows nothing.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+import torch
+from streamlit.delta_generator import DeltaGenerator
+from torch import nn
+
+from gradpick.attribution import Attribution
+from gradpick.data import ImageBatch, ImageSource
+from gradpick.infer import InferenceResult, infer
+from gradpick.measure import MemoryReport
+from gradpick.ui import figures, heatmaps, service
+from gradpick.ui.service import DataChoice, ModelOption
+
+PROGRESS_THRESHOLD = 2000
+"""Batches at least this large get a progress bar; smaller ones finish before it would draw."""
+
+
+class ProgressBar:
+    """A ``progress(done, total)`` callback that draws a bar once the work is large enough."""
+
+    def __init__(self, text: str, threshold: int = PROGRESS_THRESHOLD) -> None:
+        self.text = text
+        self.threshold = threshold
+        self.bar: DeltaGenerator | None = None
+        self.shown = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        if total and total < self.threshold:
+            return
+        fraction = min(done / total, 1.0) if total else 0.0
+        # Redraw once per percent (or per 8 MiB when the total is unknown): every update is
+        # recorded for cache replay, so they must stay few.
+        step = int(fraction * 100) if total else done >> 23
+        if step == self.shown:
+            return
+        self.shown = step
+        label = f"{self.text}: {done:,} of {total:,}" if total else f"{self.text}: {done:,}"
+        if self.bar is None:
+            self.bar = st.progress(fraction, text=label)
+        else:
+            self.bar.progress(fraction, text=label)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.empty()
+
+
+@st.cache_resource(max_entries=4, show_spinner="Opening the image source…")
+def source(source_key: str, _choice: DataChoice) -> ImageSource:
+    """The image source (a CIFAR-10 download shows a progress bar in bytes)."""
+    bar = ProgressBar("Downloading CIFAR-10 (bytes)", threshold=1)
+    try:
+        return service.open_source(_choice, bar)
+    finally:
+        bar.close()
+
+
+@st.cache_data(max_entries=4, show_spinner="Reading images…")
+def batch(batch_key: str, _source: ImageSource, _choice: DataChoice) -> ImageBatch:
+    bar = ProgressBar("Reading images")
+    try:
+        return service.read_batch(_source, _choice, bar)
+    finally:
+        bar.close()
+
+
+@st.cache_resource(max_entries=6, show_spinner="Loading the model…")
+def model(identity: str, device: str, _option: ModelOption) -> nn.Module:
+    """One frozen model per (weights, device), shared by every session and never mutated."""
+    return service.load_model(_option, torch.device(device))
+
+
+@st.cache_data(max_entries=6, show_spinner=False)
+def output_count(identity: str, device: str, _model: nn.Module) -> int:
+    return service.output_count(_model, torch.device(device))
+
+
+@st.cache_data(max_entries=8, show_spinner="Running inference…")
+def inference(
+    batch_key: str, model_identity: str, device: str, _model: nn.Module, _batch: ImageBatch
+) -> InferenceResult:
+    bar = ProgressBar("Inference")
+    try:
+        return infer(_model, _batch.images, _batch.labels, progress=bar)
+    finally:
+        bar.close()
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def thumbnail_sheet(
+    batch_key: str, first: int, last: int, columns: int, _batch: ImageBatch
+) -> bytes:
+    return figures.thumbnail_sheet(_batch.images[first:last].numpy(), columns)
+
+
+@st.cache_data(max_entries=32, show_spinner="Computing gradients…")
+def attribution(
+    batch_key: str,
+    model_identity: str,
+    device: str,
+    indices: tuple[int, ...],
+    request: heatmaps.HeatmapRequest,
+    _model: nn.Module,
+    _batch: ImageBatch,
+) -> Attribution:
+    """Gradients (and the chosen view) of the picked images; cached per pick and settings."""
+    return heatmaps.compute(_model, _batch, indices, request)
+
+
+@st.cache_data(max_entries=32, show_spinner="Measuring memory…")
+def step_memory(
+    batch_key: str,
+    model_identity: str,
+    device: str,
+    indices: tuple[int, ...],
+    request: heatmaps.HeatmapRequest,
+    _model: nn.Module,
+    _batch: ImageBatch,
+) -> MemoryReport | None:
+    return heatmaps.step_memory(_model, _batch, indices, request)

@@ -1,0 +1,209 @@
+"""The Strategies tab's experiments, run on the picked images (no Streamlit).
+
+Each function answers one part of the question with numbers measured on this machine: what
+every strategy costs (and that they agree), how the cost grows with k and with N, why the naive
+loop fails, that ``reduction="mean"`` scales by 1/k, and that training-mode BatchNorm couples
+the samples of a batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from gradpick import compare, gradients
+from gradpick.bench import FORWARD_PASSES
+from gradpick.compare import StrategyRun
+from gradpick.data import ImageBatch
+from gradpick.errors import SelectionError
+from gradpick.gradients import STRATEGIES, LeakageReport
+from gradpick.ui.heatmaps import (
+    WHOLE_BATCH_BUDGET,
+    WHOLE_BATCH_STRATEGIES,
+    HeatmapRequest,
+    whole_batch_bytes,
+)
+
+REPEATS = 3
+TIME_BUDGET_SECONDS = 20.0
+"""A strategy estimated to take longer (all its runs together) is skipped, and says so."""
+MAX_COMPARED = 16
+"""At most this many picked images enter the comparisons (the naive loop's cost grows with k)."""
+SWEEP_BUDGET_SECONDS = 5.0
+SWEEP_K = (1, 4, 16)
+SWEEP_N = (256, 1000)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The common arguments of every experiment: images, labels and target of one batch."""
+
+    images: torch.Tensor
+    labels: torch.Tensor | None
+    indices: list[int]
+    target: str
+    classes: int | None
+    forward_ms_per_image: float
+    """The model's inference time per image here, for estimating what a run will cost."""
+
+    @classmethod
+    def of(
+        cls,
+        batch: ImageBatch,
+        indices: Sequence[int],
+        request: HeatmapRequest,
+        forward_ms_per_image: float,
+    ) -> Setup:
+        if not indices:
+            raise SelectionError("No images picked: pick at least one image to compare on.")
+        target, classes = request.engine_target()
+        picked = list(indices)[:MAX_COMPARED]
+        return cls(
+            batch.float_images(), batch.labels, picked, target, classes, forward_ms_per_image
+        )
+
+    def with_batch(self, size: int, picked: int) -> Setup:
+        """The first ``size`` images with the first ``picked`` of them picked (for sweeps)."""
+        labels = None if self.labels is None else self.labels[:size]
+        return replace(self, images=self.images[:size], labels=labels, indices=list(range(picked)))
+
+
+def affordable_strategies(
+    model: nn.Module,
+    setup: Setup,
+    repeats: int = REPEATS,
+    budget_seconds: float = TIME_BUDGET_SECONDS,
+) -> tuple[list[str], dict[str, str]]:
+    """The strategies that fit the memory and time budgets, and why each other one was skipped.
+
+    Only the whole-batch strategies can exceed them; their time is estimated from the forward
+    time per image with the benchmark's pass counts (``gradpick.bench.FORWARD_PASSES``).
+    """
+    n, k = len(setup.images), len(setup.indices)
+    needed = whole_batch_bytes(model, setup.images)
+    runs = repeats + 2  # compare_strategies also checks against the floor and measures memory
+    skipped = {}
+    for name in WHOLE_BATCH_STRATEGIES:
+        seconds = setup.forward_ms_per_image * FORWARD_PASSES[name](n, k) / 1000
+        if needed > WHOLE_BATCH_BUDGET:
+            skipped[name] = (
+                f"would keep about {needed / 1e9:.1f} GB of activations for {n:,} images"
+            )
+        elif seconds * runs > budget_seconds:
+            skipped[name] = (
+                f"would take about {seconds * runs:.0f} s here ({runs} runs of ~{seconds:.1f} s "
+                f"for k = {k}, N = {n:,}); pick fewer images or a smaller batch to time it"
+            )
+    return [name for name in STRATEGIES if name not in skipped], skipped
+
+
+def compare_all(
+    model: nn.Module,
+    setup: Setup,
+    repeats: int = REPEATS,
+    budget_seconds: float = TIME_BUDGET_SECONDS,
+) -> list[StrategyRun]:
+    """Every affordable strategy and the floor on the picked images, with memory."""
+    strategies, _ = affordable_strategies(model, setup, repeats, budget_seconds)
+    return compare.compare_strategies(
+        model,
+        setup.images,
+        setup.indices,
+        setup.labels,
+        setup.target,
+        setup.classes,
+        strategies=strategies,
+        repeats=repeats,
+    )
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    strategy: str
+    k: int
+    n: int
+    milliseconds: float
+    peak_bytes: int | None
+
+
+def sweep(
+    model: nn.Module,
+    setup: Setup,
+    ks: Sequence[int] = SWEEP_K,
+    ns: Sequence[int] = SWEEP_N,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[SweepPoint]:
+    """Time and peak memory against k (at the largest N) and against N (at the largest k).
+
+    The first k of the first N images are picked, sizes capped at the batch. Each point is one
+    ``compare_strategies`` call with a single timed repeat, and a strategy estimated to take
+    longer than ``SWEEP_BUDGET_SECONDS`` there is left out, so the sweep stays quick.
+    """
+    largest_n = min(max(ns), len(setup.images))
+    n_values = sorted({min(n, len(setup.images)) for n in ns})
+    k_values = [k for k in ks if k <= largest_n]
+    largest_k = max(k_values)
+    grid = [(k, largest_n) for k in k_values] + [(largest_k, n) for n in n_values if n != largest_n]
+    points = []
+    for step, (k, n) in enumerate(grid):
+        runs = compare_all(model, setup.with_batch(n, k), 1, SWEEP_BUDGET_SECONDS)
+        points += [SweepPoint(run.name, k, n, run.milliseconds, run.peak_bytes) for run in runs]
+        if progress is not None:
+            progress(step + 1, len(grid))
+    return points
+
+
+@dataclass(frozen=True)
+class NaiveLoop:
+    """The question's loop: one forward of all N, then a backward per index."""
+
+    error: str | None
+    milliseconds: float
+
+
+def naive_loop(model: nn.Module, setup: Setup) -> NaiveLoop:
+    started = time.perf_counter()
+    error = gradients.naive_loop_error(
+        model, setup.images, setup.indices, setup.labels, setup.target, setup.classes
+    )
+    return NaiveLoop(None if error is None else str(error), (time.perf_counter() - started) * 1e3)
+
+
+@dataclass(frozen=True)
+class MeanScaling:
+    k: int
+    ratio: float
+    """max |mean-reduced gradient| / max |sum-reduced gradient|; 1/k when they agree."""
+    max_deviation: float
+    """max |mean - sum / k|: zero up to rounding."""
+
+
+def mean_scaling(model: nn.Module, setup: Setup) -> MeanScaling:
+    arguments = (model, setup.images, setup.indices, setup.labels, setup.target, setup.classes)
+    summed = gradients.input_gradients(*arguments, reduction="sum").gradients
+    mean = gradients.input_gradients(*arguments, reduction="mean").gradients
+    k = len(setup.indices)
+    return MeanScaling(
+        k=k,
+        ratio=float(mean.abs().max() / summed.abs().max().clamp_min(1e-30)),
+        max_deviation=float((mean - summed / k).abs().max()),
+    )
+
+
+def leakage(model: nn.Module, setup: Setup) -> tuple[LeakageReport, LeakageReport]:
+    """Cross-sample leakage of the model as served (eval) and of a train-mode deep copy.
+
+    The served model is shared by every session, so it is never switched to training mode:
+    the copy is.
+    """
+    if len(set(setup.indices)) < 2:
+        raise SelectionError("The leakage check needs at least two different picked images.")
+    arguments = (setup.images, setup.indices, setup.labels, setup.target, setup.classes)
+    served = gradients.cross_sample_leakage(model, *arguments)
+    training = copy.deepcopy(model).train()
+    return served, gradients.cross_sample_leakage(training, *arguments)

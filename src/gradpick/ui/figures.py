@@ -1,0 +1,528 @@
+"""Plotly figures of the explorer, built from plain arrays (no Streamlit).
+
+Selectable figures put the batch index of every image in its point's ``customdata`` (the
+confusion matrix puts the cell's [true, predicted] pair there), so a click, box or lasso
+selection maps back to images whatever the figure looks like. Colours are mid-tones readable on
+light and dark backgrounds; the page draws figures with Streamlit's theme, which sets text and
+grid colours to match the active theme.
+
+Each figure is written as one dict and validated once: plotly's incremental ``add_*`` and
+``update_*`` calls re-validate on every call and would cost most of a click's time budget.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import plotly.graph_objects as go
+from PIL import Image
+
+from gradpick import render
+from gradpick.compare import FLOOR
+from gradpick.gradients import STRATEGIES
+
+RIGHT = "#2f9e44"
+WRONG = "#e03131"
+PICKED = "#f08c00"
+NEUTRAL = "#868e96"
+CLASS_COLOURS = (
+    "#4c6ef5",
+    "#f76707",
+    "#37b24d",
+    "#e03131",
+    "#ae3ec9",
+    "#a0522d",
+    "#e64980",
+    "#868e96",
+    "#99a000",
+    "#1098ad",
+)
+THUMBNAIL_GAP = 2
+"""Transparent pixels between thumbnails of a sheet, so the page background shows through."""
+WEBGL_ABOVE = 5000
+"""Scatters with more points are drawn with WebGL: thousands of SVG markers make a page slow."""
+SELECT_MODES: tuple[Literal["points", "box", "lasso"], ...] = ("points", "box", "lasso")
+
+Trace = dict[str, Any]
+Series = Mapping[str, tuple[Sequence[int], Sequence[float], Sequence[int | None]]]
+"""Per strategy: (x values, milliseconds, peak bytes)."""
+
+
+def colourscale(table: np.ndarray, stops: int = 17) -> list[list[Any]]:
+    """A plotly colourscale sampled from one of ``gradpick.render``'s lookup tables, so the
+    interactive heatmaps use exactly the colours of the PNG tiles.
+
+    Colours are written as rgb(...) rather than hex: Streamlit's chart theme treats a few hex
+    codes (#000001 to #000010, inferno's black is #000004) as placeholders for theme colours.
+    """
+    positions = np.linspace(0, len(table) - 1, stops).round().astype(int)
+    return [
+        [float(position / (len(table) - 1)), "rgb({},{},{})".format(*table[position])]
+        for position in positions.tolist()
+    ]
+
+
+def strategy_colour(name: str) -> str:
+    """The same colour for a strategy in every chart, whichever strategies a chart shows."""
+    order = (FLOOR, *STRATEGIES)
+    return CLASS_COLOURS[order.index(name)] if name in order else NEUTRAL
+
+
+def _class_colour(index: int) -> str:
+    return CLASS_COLOURS[index % len(CLASS_COLOURS)]
+
+
+def _figure(traces: list[Trace], height: int, select: bool = True, **layout: Any) -> go.Figure:
+    """A figure with the explorer's compact layout.
+
+    Selectable figures leave ``dragmode`` to Streamlit, which then makes a click select a point
+    and offers box and lasso in the mode bar (a preset select dragmode would turn click
+    selection off); the others zoom on drag.
+    """
+    base: dict[str, Any] = {
+        "height": height,
+        "margin": {"l": 10, "r": 10, "t": 30, "b": 10},
+        "legend": {"itemsizing": "constant"},
+    }
+    if not select:
+        base["dragmode"] = "zoom"
+    return go.Figure({"data": traces, "layout": {**base, **layout}})
+
+
+def _side_by_side(
+    titles: Sequence[str], gap: float, widths: Sequence[float] | None = None
+) -> dict[str, Any]:
+    """Layout entries for subplots in a row, titled, without make_subplots.
+
+    ``widths`` are relative panel widths (equal by default); ``gap`` is the paper fraction
+    between neighbours.
+    """
+    count = len(titles)
+    shares = list(widths) if widths is not None else [1.0] * count
+    scale = (1.0 - gap * (count - 1)) / sum(shares)
+    layout: dict[str, Any] = {"annotations": []}
+    left = 0.0
+    for position, (title, share) in enumerate(zip(titles, shares, strict=True)):
+        suffix = "" if position == 0 else str(position + 1)
+        width = share * scale
+        right = min(left + width, 1.0)  # rounding must not push the last panel past 1
+        layout[f"xaxis{suffix}"] = {"domain": [left, right], "anchor": f"y{suffix}"}
+        layout[f"yaxis{suffix}"] = {"anchor": f"x{suffix}"}
+        layout["annotations"].append(
+            {
+                "text": title,
+                "x": left + width / 2,
+                "y": 1.0,
+                "xref": "paper",
+                "yref": "paper",
+                "xanchor": "center",
+                "yanchor": "bottom",
+                "showarrow": False,
+            }
+        )
+        left += width + gap
+    return layout
+
+
+# ----------------------------------------------------------------------------- thumbnails
+
+
+def thumbnail_sheet(images: np.ndarray, columns: int) -> bytes:
+    """A PNG of uint8 [n, 3, H, W] images in rows of ``columns``, transparent between them."""
+    count, _, height, width = images.shape
+    rows = max(1, math.ceil(count / columns))
+    cell_h, cell_w = height + THUMBNAIL_GAP, width + THUMBNAIL_GAP
+    sheet = np.zeros((rows * cell_h, columns * cell_w, 4), dtype=np.uint8)
+    for position, image in enumerate(images):
+        top = (position // columns) * cell_h + THUMBNAIL_GAP // 2
+        left = (position % columns) * cell_w + THUMBNAIL_GAP // 2
+        sheet[top : top + height, left : left + width, :3] = image.transpose(1, 2, 0)
+        sheet[top : top + height, left : left + width, 3] = 255
+    buffer = io.BytesIO()
+    Image.fromarray(sheet, "RGBA").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _outlines(centres: Sequence[tuple[float, float]], inset: float) -> tuple[list, list]:
+    """x and y of closed squares around ``centres`` (half-size 0.5 - inset), None-separated."""
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    half = 0.5 - inset
+    for x, y in centres:
+        xs += [x - half, x + half, x + half, x - half, x - half, None]
+        ys += [y - half, y - half, y + half, y + half, y - half, None]
+    return xs, ys
+
+
+def thumbnail_grid(
+    sheet_png: bytes,
+    indices: Sequence[int],
+    hover: Sequence[str],
+    correct: Sequence[bool] | None,
+    picked: Sequence[int],
+    columns: int,
+) -> go.Figure:
+    """The page of thumbnails ``indices`` (drawn in ``sheet_png``) as a selectable chart.
+
+    One invisible marker sits on each thumbnail's centre and carries its batch index. Outlines
+    are line traces (not selectable): green right, red wrong, grey unlabelled, thick orange
+    picked.
+    """
+    rows = max(1, math.ceil(len(indices) / columns))
+    centres = [(p % columns + 0.5, p // columns + 0.5) for p in range(len(indices))]
+    groups: dict[str, list[tuple[float, float]]] = {RIGHT: [], WRONG: [], NEUTRAL: []}
+    for position, centre in enumerate(centres):
+        colour = NEUTRAL if correct is None else RIGHT if correct[position] else WRONG
+        groups[colour].append(centre)
+    picked_set = set(picked)
+    chosen = [centre for index, centre in zip(indices, centres, strict=True) if index in picked_set]
+    traces: list[Trace] = []
+    for colour, members, inset, width in (
+        *((colour, members, 0.03, 1.5) for colour, members in groups.items()),
+        (PICKED, chosen, 0.05, 4.0),
+    ):
+        if members:
+            xs, ys = _outlines(members, inset)
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": xs,
+                    "y": ys,
+                    "mode": "lines",
+                    "line": {"color": colour, "width": width},
+                    "hoverinfo": "skip",
+                    "showlegend": False,
+                }
+            )
+    traces.append(
+        {
+            "type": "scatter",
+            "x": [x for x, _ in centres],
+            "y": [y for _, y in centres],
+            "mode": "markers",
+            "customdata": list(indices),
+            "hovertext": list(hover),
+            "hoverinfo": "text",
+            "marker": {"size": 24, "color": "rgba(0,0,0,0)", "symbol": "square"},
+            "selected": {"marker": {"color": "rgba(0,0,0,0)"}},
+            "unselected": {"marker": {"opacity": 1}},
+            "showlegend": False,
+            "name": "images",
+        }
+    )
+    image = {
+        "source": data_uri(sheet_png),
+        "xref": "x",
+        "yref": "y",
+        "x": 0,
+        "y": 0,
+        "sizex": columns,
+        "sizey": rows,
+        "xanchor": "left",
+        "yanchor": "top",
+        "sizing": "stretch",
+        "layer": "below",
+    }
+    return _figure(
+        traces,
+        height=max(120, 56 * rows + 20),
+        images=[image],
+        xaxis={"range": [0, columns], "visible": False, "fixedrange": True},
+        yaxis={
+            "range": [rows, 0],
+            "visible": False,
+            "fixedrange": True,
+            "scaleanchor": "x",
+            "scaleratio": 1,
+        },
+    )
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def outputs_scatter(
+    confidences: np.ndarray,
+    values: np.ndarray,
+    value_label: str,
+    predictions: np.ndarray,
+    correct: np.ndarray | None,
+    class_names: Sequence[str],
+    hover: Sequence[str],
+    picked: Sequence[int],
+) -> go.Figure:
+    """Confidence against ``values`` (the loss, or entropy without labels), coloured by
+    predicted class; wrong predictions are crosses and picked images get a ring."""
+    positive = values[values > 0]
+    log_scale = positive.size > 1 and float(positive.max() / positive.min()) > 100
+    if log_scale and positive.size < values.size:
+        values = np.maximum(values, positive.min())  # a log axis has no 0
+        value_label += " (0 drawn lowest)"
+    traces: list[Trace] = []
+    indices = np.arange(len(confidences))
+    kind = "scattergl" if len(indices) > WEBGL_ABOVE else "scatter"
+
+    def overlay(name: str, members: list[int], marker: dict[str, Any]) -> Trace:
+        return {
+            "type": kind,
+            "x": confidences[members],
+            "y": values[members],
+            "mode": "markers",
+            "name": name,
+            "customdata": members,
+            "hovertext": [hover[i] for i in members],
+            "hoverinfo": "text",
+            "marker": marker,
+        }
+
+    right = np.ones(len(indices), dtype=bool) if correct is None else correct
+    for class_index, name in enumerate(class_names):
+        predicted = predictions == class_index
+        shown = False
+        for symbol, members in (("circle", predicted & right), ("x", predicted & ~right)):
+            if members.any():
+                marker = {"color": _class_colour(class_index), "size": 7, "symbol": symbol}
+                trace = overlay(name, indices[members].tolist(), marker)
+                # One legend entry per class toggles its right and wrong points together.
+                trace.update(legendgroup=name, showlegend=not shown)
+                shown = True
+                traces.append(trace)
+    if picked:
+        ring = {"size": 15, "color": "rgba(0,0,0,0)", "line": {"color": PICKED, "width": 2.5}}
+        traces.append(overlay("picked", list(picked), ring))
+    return _figure(
+        traces,
+        height=430,
+        xaxis={"title": {"text": "confidence (top-1 probability)"}, "range": [0, 1.02]},
+        yaxis={"title": {"text": value_label}, "type": "log" if log_scale else "linear"},
+    )
+
+
+def confusion_matrix(
+    labels: np.ndarray, predictions: np.ndarray, class_names: Sequence[str]
+) -> go.Figure:
+    """One marker per non-empty (true, predicted) cell, sized and coloured by its count; its
+    customdata is [true, predicted], so selecting a cell selects every image in it."""
+    classes = len(class_names)
+    counts = np.zeros((classes, classes), dtype=np.int64)
+    np.add.at(counts, (labels, predictions), 1)
+    true_idx, predicted_idx = np.nonzero(counts)
+    cell_counts = counts[true_idx, predicted_idx]
+    largest = max(int(cell_counts.max(initial=1)), 1)
+    names = list(class_names)
+    trace = {
+        "type": "scatter",
+        "x": [names[p] for p in predicted_idx.tolist()],
+        "y": [names[t] for t in true_idx.tolist()],
+        "mode": "markers+text",
+        "text": [str(count) for count in cell_counts.tolist()],
+        "textposition": "middle center",
+        # Counts sit on opaque markers: light text on the dark (large) ones, dark on the rest.
+        "textfont": {
+            "color": ["white" if c > largest / 3 else "#212529" for c in cell_counts.tolist()]
+        },
+        "customdata": np.stack([true_idx, predicted_idx], axis=1).tolist(),
+        "hovertemplate": "true %{y}, predicted %{x}: %{text} image(s)<extra></extra>",
+        "marker": {
+            "size": (14 + 30 * np.sqrt(cell_counts / largest)).tolist(),
+            "color": np.log1p(cell_counts).tolist(),
+            "colorscale": "Blues",
+            "cmin": 0,
+            "line": {
+                "color": [
+                    RIGHT if t == p else WRONG
+                    for t, p in zip(true_idx.tolist(), predicted_idx.tolist(), strict=True)
+                ],
+                "width": 1.5,
+            },
+            "opacity": 0.85,
+        },
+        "showlegend": False,
+    }
+    return _figure(
+        [trace],
+        height=470,
+        xaxis={
+            "title": {"text": "predicted"},
+            "categoryorder": "array",
+            "categoryarray": names,
+            "tickangle": -45,
+        },
+        yaxis={
+            "title": {"text": "true"},
+            "categoryorder": "array",
+            "categoryarray": names,
+            "autorange": "reversed",
+        },
+    )
+
+
+def probability_bars(
+    probabilities: np.ndarray,
+    class_names: Sequence[str],
+    true_class: int | None,
+    target_class: int | None,
+) -> go.Figure:
+    """Class probabilities of one image; customdata is the class index, so a click on a bar
+    can set the target class. The true class is green, the current target orange."""
+    colours = [
+        PICKED if index == target_class else RIGHT if index == true_class else NEUTRAL
+        for index in range(len(class_names))
+    ]
+    trace = {
+        "type": "bar",
+        "x": probabilities.tolist(),
+        "y": list(class_names),
+        "orientation": "h",
+        "customdata": list(range(len(class_names))),
+        "marker": {"color": colours},
+        "hovertemplate": "%{y}: %{x:.1%} (click to explain this class)<extra></extra>",
+    }
+    return _figure(
+        [trace],
+        height=280,
+        select=False,
+        xaxis={"title": {"text": "probability"}, "range": [0, 1], "tickformat": ".0%"},
+        yaxis={"autorange": "reversed"},
+    )
+
+
+# ----------------------------------------------------------------------------- heatmaps
+
+
+def _horizontal_colourbar(title: str, left: float, right: float) -> dict[str, Any]:
+    """A colourbar lying under the panels between ``left`` and ``right`` (paper fractions)."""
+    return {
+        "orientation": "h",
+        "x": (left + right) / 2,
+        "xanchor": "center",
+        "len": right - left,
+        "y": -0.04,
+        "yanchor": "top",
+        "thickness": 10,
+        "title": {"text": title, "side": "bottom"},
+    }
+
+
+def heatmap_panels(
+    saliency_map: np.ndarray,
+    saliency_limit: float,
+    channels: np.ndarray,
+    channel_limit: float,
+    unit: str,
+) -> go.Figure:
+    """The detailed view of one picked image: saliency and the signed R, G, B gradients, with a
+    colourbar under each scale that states its unit (pixel rows run downwards, as in images)."""
+    layout = _side_by_side(("saliency: max |·| over R, G, B", "red", "green", "blue"), gap=0.03)
+    domains = [layout[f"xaxis{s}"]["domain"] for s in ("", "2", "3", "4")]
+    hover = "row %{y}, column %{x}: %{z:.3g}<extra></extra>"
+    traces: list[Trace] = [
+        {
+            "type": "heatmap",
+            "z": saliency_map,
+            "zmin": 0,
+            "zmax": saliency_limit,
+            "colorscale": colourscale(render.lookup_table("inferno")),
+            "colorbar": _horizontal_colourbar(f"|{unit}|", *domains[0]),
+            "hovertemplate": hover,
+        }
+    ]
+    for channel in range(3):
+        traces.append(
+            {
+                "type": "heatmap",
+                "z": channels[channel],
+                "zmin": -channel_limit,
+                "zmax": channel_limit,
+                "zmid": 0,
+                "colorscale": colourscale(render.DIVERGING),
+                "showscale": channel == 0,
+                "colorbar": _horizontal_colourbar(f"{unit} (signed)", domains[1][0], domains[3][1]),
+                "xaxis": f"x{channel + 2}",
+                "yaxis": f"y{channel + 2}",
+                "hovertemplate": hover,
+            }
+        )
+    for suffix in ("", "2", "3", "4"):
+        layout[f"xaxis{suffix}"].update(visible=False, constrain="domain")
+        layout[f"yaxis{suffix}"].update(
+            visible=False, autorange="reversed", scaleanchor=f"x{suffix}", constrain="domain"
+        )
+    figure = _figure(traces, height=330, select=False, **layout)
+    figure.update_layout(margin={"b": 80})
+    return figure
+
+
+# ----------------------------------------------------------------------------- strategies
+
+
+def strategy_bars(
+    names: Sequence[str],
+    milliseconds: Sequence[float],
+    saved_bytes: Sequence[int | None],
+    peak_bytes: Sequence[int | None],
+) -> go.Figure:
+    """Time and memory of each strategy side by side (memory in MB; missing ones left out)."""
+    layout = _side_by_side(("time per call (ms, median)", "memory (MB)"), gap=0.12)
+    traces: list[Trace] = [
+        {
+            "type": "bar",
+            "x": list(names),
+            "y": list(milliseconds),
+            "marker": {"color": NEUTRAL},
+            "name": "time",
+            "showlegend": False,
+        }
+    ]
+    for label, values, colour in (
+        ("saved for backward", saved_bytes, "#4c6ef5"),
+        ("peak during the step", peak_bytes, PICKED),
+    ):
+        traces.append(
+            {
+                "type": "bar",
+                "x": list(names),
+                "y": [None if value is None else value / 1e6 for value in values],
+                "name": label,
+                "marker": {"color": colour},
+                "xaxis": "x2",
+                "yaxis": "y2",
+            }
+        )
+    return _figure(traces, height=360, select=False, barmode="group", **layout)
+
+
+def sweep_lines(series: Series, axis_label: str) -> go.Figure:
+    """Time and peak memory against ``axis_label`` (k or N), one line per strategy."""
+    layout = _side_by_side(
+        (f"time (ms) against {axis_label}", f"peak memory (MB) against {axis_label}"), gap=0.12
+    )
+    traces: list[Trace] = []
+    ticks = sorted({x for xs, _, _ in series.values() for x in xs})
+    for name, (xs, times, peaks) in series.items():
+        line = {"color": strategy_colour(name)}
+        common = {"type": "scatter", "x": list(xs), "mode": "lines+markers", "line": line}
+        traces.append({**common, "y": list(times), "name": name, "legendgroup": name})
+        traces.append(
+            {
+                **common,
+                "y": [None if peak is None else peak / 1e6 for peak in peaks],
+                "name": name,
+                "legendgroup": name,
+                "showlegend": False,
+                "xaxis": "x2",
+                "yaxis": "y2",
+            }
+        )
+    for suffix in ("", "2"):
+        layout[f"xaxis{suffix}"].update(title={"text": axis_label}, type="log", tickvals=ticks)
+    return _figure(traces, height=330, select=False, **layout)

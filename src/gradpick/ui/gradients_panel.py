@@ -1,0 +1,230 @@
+"""Heatmaps of the picked images next to the readouts of the gradient step that made them."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+
+import streamlit as st
+
+from gradpick import render, selection
+from gradpick.attribution import Attribution
+from gradpick.measure import MemoryFigure, MemoryReport
+from gradpick.ui import cache, figures, heatmaps, service, state
+from gradpick.ui.guard import guarded
+from gradpick.ui.heatmaps import HeatmapRequest
+from gradpick.ui.outputs import CHART_CONFIG, Loaded
+from gradpick.ui.sidebar import TARGET_CLASS, TARGET_MODE, Settings
+
+DETAILED_ROWS = 12
+"""Up to this many picks get a full row each (with channel maps); more get a compact grid."""
+DETAIL = "detail_index"
+HEATMAPS_CONTAINER = "heatmaps"
+PANELS_FULL = "image · saliency |gradient| · overlay · red · green · blue (signed)"
+PANELS_COMPACT = "image · saliency |gradient| · overlay"
+
+
+def absorb_target_click() -> None:
+    """A click on a probability bar makes its class the target; runs before the sidebar."""
+    session = st.session_state
+    event = state.fresh_selection(session, state.PROBABILITY_CHART)
+    classes = selection.indices_from_plotly_selection(event)
+    if classes:
+        session[TARGET_MODE] = "class"
+        session[TARGET_CLASS] = classes[-1]
+
+
+def _megabytes(figure: MemoryFigure) -> str:
+    return "not measured" if figure.bytes is None else f"{figure.bytes / 1e6:,.2f} MB"
+
+
+def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
+    """The heatmaps of the picked images; ``started`` is when this rerun began (perf_counter)."""
+    st.subheader("Gradients of the picked images")
+    picked = state.picked(st.session_state)
+    if not picked:
+        st.info(
+            "No images picked yet: click or box-select thumbnails or points above, select "
+            "table rows, type indices, or use a rule."
+        )
+        return
+    request = settings.request
+    keys = (loaded.key, loaded.option.identity, str(loaded.device), tuple(picked))
+    result = cache.attribution(*keys, request, loaded.model, loaded.batch)
+    titles = service.describe_indices(loaded.batch, loaded.result, picked)
+    tiles = heatmaps.tiles(loaded.batch.images[picked], result.maps, settings.shared_scale)
+    unit = heatmaps.unit(request, loaded.batch.class_names)
+
+    main, side = st.columns([3, 1], gap="medium")
+    with side:
+        _step_readouts(loaded, result, request)
+        server_time = st.empty()
+        memory_slot = st.container()
+    with main:
+        _legend(tiles, unit, settings.shared_scale)
+        detailed = len(picked) <= DETAILED_ROWS
+        st.caption(PANELS_FULL if detailed else PANELS_COMPACT)
+        with st.container(key=HEATMAPS_CONTAINER):
+            captions = [
+                title if settings.shared_scale else f"{title} · saliency 0 to {tile.limit:.3g}"
+                for title, tile in zip(titles, tiles, strict=True)
+            ]
+            st.image(
+                [heatmaps.strip(tile, compact=not detailed) for tile in tiles], caption=captions
+            )
+    elapsed = (time.perf_counter() - started) * 1000
+    server_time.metric(
+        "Server time for this update",
+        f"{elapsed:,.0f} ms",
+        help="From the start of this rerun (the click reaching the server) to the heatmaps "
+        "being sent, measured with time.perf_counter on the server.",
+    )
+    memory = None
+    with memory_slot:
+        if settings.measure_memory:
+            with guarded("Measuring memory"):
+                memory = cache.step_memory(*keys, request, loaded.model, loaded.batch)
+                _memory_readouts(memory)
+        else:
+            st.caption("Memory not measured (turn on 'Measure memory' in the sidebar).")
+    _detail(loaded, result, tiles, titles, unit)
+    _downloads(loaded, settings, result, titles, memory)
+
+
+def _step_readouts(loaded: Loaded, result: Attribution, request: HeatmapRequest) -> None:
+    step = result.gradients
+    st.metric("Device", step.device)
+    st.metric("Picked k / batch N", f"{len(step.indices)} / {len(loaded):,}")
+    st.metric("Strategy", step.strategy + (f" · {step.chunks} chunks" if step.chunks > 1 else ""))
+    st.metric(
+        "Gradient step",
+        f"{step.timing:,.1f} ms",
+        help="Wall time of input_gradients' step when these gradients were computed, device "
+        "synchronised before and after. The same pick and settings later reuse them.",
+    )
+    if request.method != "gradient":
+        st.metric(heatmaps.METHOD_LABELS[request.method], f"{result.milliseconds:,.1f} ms")
+
+
+def _memory_readouts(memory: MemoryReport | None) -> None:
+    if memory is None:
+        st.caption("Memory could not be measured.")
+        return
+    for label, figure in (
+        ("Saved for backward", memory.saved_for_backward),
+        ("Peak memory", memory.peak),
+    ):
+        st.metric(label, _megabytes(figure), help=figure.counts)
+        st.caption(figure.counts)
+
+
+def _legend(tiles: list[heatmaps.Tiles], unit: str, shared: bool) -> None:
+    columns = st.columns(2)
+    saliency_range = f"0 to {tiles[0].limit:.3g}" if shared else "0 to each image's limit"
+    channel_range = (
+        f"−{tiles[0].channel_limit:.3g} to +{tiles[0].channel_limit:.3g}"
+        if shared
+        else "± each image's limit"
+    )
+    columns[0].image(heatmaps.colourbar(), caption=f"saliency |{unit}|: {saliency_range}")
+    columns[1].image(heatmaps.colourbar(signed=True), caption=f"channels, {unit}: {channel_range}")
+
+
+def _detail(
+    loaded: Loaded,
+    result: Attribution,
+    tiles: list[heatmaps.Tiles],
+    titles: list[str],
+    unit: str,
+) -> None:
+    picked = state.picked(st.session_state)
+    session = st.session_state
+    if session.get(DETAIL) not in picked:
+        session[DETAIL] = picked[0]
+    index = st.selectbox(
+        "Detailed view of",
+        picked,
+        format_func=lambda i: titles[picked.index(i)],
+        key=DETAIL,
+    )
+    position = picked.index(index)
+    tile = tiles[position]
+    left, right = st.columns([1, 3])
+    left.image(tile.overlay, caption=f"{titles[position]} · overlay")
+    right.plotly_chart(
+        figures.heatmap_panels(
+            tile.saliency,
+            tile.limit,
+            result.maps[position].detach().cpu().numpy(),
+            tile.channel_limit,
+            unit,
+        ),
+        config=CHART_CONFIG,
+        key="detail_heatmaps",
+    )
+    probabilities = loaded.result.probabilities[index].numpy()
+    labels = loaded.result.labels
+    st.caption("Class probabilities: click a bar to explain that class (target: chosen class).")
+    st.plotly_chart(
+        figures.probability_bars(
+            probabilities,
+            loaded.batch.class_names,
+            None if labels is None else int(labels[index]),
+            int(result.gradients.classes[position]),
+        ),
+        key=state.PROBABILITY_CHART,
+        on_select="rerun",
+        selection_mode="points",
+        config=CHART_CONFIG,
+    )
+
+
+def _downloads(
+    loaded: Loaded,
+    settings: Settings,
+    result: Attribution,
+    titles: list[str],
+    memory: MemoryReport | None,
+) -> None:
+    picked = state.picked(st.session_state)
+    context = {
+        "data": {"source": loaded.batch.source, "batch": loaded.key, "N": len(loaded)},
+        "model": {
+            "name": loaded.option.name,
+            "weights": loaded.option.identity,
+            "card": loaded.option.card,
+        },
+        "inference_ms": loaded.result.milliseconds,
+        "colour_scale": "shared" if settings.shared_scale else "per image",
+    }
+
+    def report() -> bytes:
+        return heatmaps.report_json(
+            heatmaps.report(
+                result, picked, settings.request, loaded.batch.class_names, memory, context
+            )
+        )
+
+    grid = functools.partial(
+        render.grid_png,
+        loaded.batch.images[picked],
+        result.maps,
+        titles,
+        shared_scale=settings.shared_scale,
+    )
+    columns = st.columns(4)
+    downloads: tuple[tuple[str, Callable[[], bytes], str], ...] = (
+        ("Gradients (.pt)", functools.partial(heatmaps.gradients_pt, result, picked), "pt"),
+        ("Gradients (.npz)", functools.partial(heatmaps.gradients_npz, result, picked), "npz"),
+        ("Heatmap grid (.png)", grid, "png"),
+        ("Report (.json)", report, "json"),
+    )
+    for column, (label, data, suffix) in zip(columns, downloads, strict=True):
+        column.download_button(
+            label,
+            data=data,
+            file_name=f"gradpick-{result.method}.{suffix}",
+            on_click="ignore",
+            key=f"download_{suffix}",
+        )

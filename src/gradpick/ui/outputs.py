@@ -1,0 +1,262 @@
+"""The outputs of the batch and the ways to pick images from them.
+
+Thumbnails, the confidence/loss scatter, the confusion matrix and the table are selectable;
+the pickers, the text box and the clear button act through callbacks. All of them change one
+list, ``state.PICKED``, which everything below the outputs reads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+import streamlit as st
+import torch
+from torch import nn
+
+from gradpick import selection
+from gradpick.data import ImageBatch
+from gradpick.errors import SelectionError
+from gradpick.infer import InferenceResult
+from gradpick.ui import cache, figures, service, state
+from gradpick.ui.guard import guarded
+from gradpick.ui.service import DataChoice, ModelOption
+
+CHART_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["toImage"]}
+GRID_COLUMNS = 10
+PAGE_SIZES = (100, 50, 200)
+RULE_LABELS = {
+    "misclassified": "Misclassified",
+    "top_k_loss": "Top-k loss",
+    "least_confident": "Least confident",
+    "true_class": "By true class",
+    "predicted_class": "By predicted class",
+    "random": "Seeded random k",
+}
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A batch and its inference outputs: everything the sections below the sidebar share."""
+
+    choice: DataChoice
+    batch: ImageBatch
+    option: ModelOption
+    model: nn.Module
+    device: torch.device
+    result: InferenceResult
+    hover: tuple[str, ...]
+    """One line per image: index, true and predicted class, confidence."""
+
+    @property
+    def key(self) -> str:
+        return self.choice.batch_key
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+
+def absorb_selections(loaded: Loaded) -> None:
+    """Fold new chart and table selections into the picked images, before anything is drawn."""
+    session = st.session_state
+    result = loaded.result
+    state.follow_batch(session, loaded.key)
+    for key in (state.GRID_CHART, state.SCATTER_CHART):
+        state.absorb(session, key, selection.indices_from_plotly_selection, len(loaded))
+    state.absorb(session, state.TABLE, state.table_rows, len(loaded))
+    if result.labels is not None:
+
+        def cell_members(event: Mapping[str, Any] | None) -> list[int]:
+            cells = state.confusion_cells(event)
+            return [i for t, p in cells for i in selection.confusion_cell(result, t, p)]
+
+        state.absorb(session, state.CONFUSION_CHART, cell_members, len(loaded))
+
+
+def readouts(loaded: Loaded) -> None:
+    result = loaded.result
+    columns = st.columns(5)
+    columns[0].metric("Images N", f"{len(loaded):,}")
+    columns[1].metric(
+        "Accuracy", "no labels" if result.accuracy is None else f"{result.accuracy:.1%}"
+    )
+    columns[2].metric(
+        "Inference",
+        f"{result.milliseconds:,.0f} ms",
+        help="The one pass over the whole batch, run when the data, model or device changed; "
+        "picking images does not repeat it.",
+    )
+    columns[3].metric("Throughput", f"{result.images_per_second:,.0f} img/s")
+    columns[4].metric("Device", result.device)
+    for note in loaded.batch.notes:
+        st.caption(note)
+
+
+def render(loaded: Loaded) -> None:
+    """The outputs views (left) and the selection tools (right)."""
+    charts, tools = st.columns([3, 2], gap="medium")
+    with tools:
+        _selection_tools(loaded)
+    with charts:
+        grid_tab, scatter_tab, confusion_tab, table_tab = st.tabs(
+            ["Thumbnails", "Confidence vs loss", "Confusion matrix", "Table"]
+        )
+        with grid_tab, guarded("The thumbnail grid"):
+            _thumbnails(loaded)
+        with scatter_tab, guarded("The outputs scatter"):
+            _scatter(loaded)
+        with confusion_tab, guarded("The confusion matrix"):
+            _confusion(loaded)
+        with table_tab, guarded("The table"):
+            _table(loaded)
+
+
+def _plot(figure: go.Figure, key: str) -> None:
+    st.plotly_chart(
+        figure,
+        key=key,
+        on_select="rerun",
+        selection_mode=figures.SELECT_MODES,
+        config=CHART_CONFIG,
+    )
+
+
+def _thumbnails(loaded: Loaded) -> None:
+    size = len(loaded)
+    top = st.columns([1, 1, 2])
+    page_size = top[0].selectbox("Per page", PAGE_SIZES, key="grid_page_size")
+    pages = max(1, math.ceil(size / page_size))
+    page = 1
+    if pages > 1:
+        page = int(
+            top[1].number_input("Page", 1, pages, 1, key=f"grid_page:{loaded.key}:{page_size}")
+        )
+    first, last = (page - 1) * page_size, min(page * page_size, size)
+    top[2].caption(
+        f"Images {first}–{last - 1} of {size:,}. Click, box- or lasso-select thumbnails; "
+        "green outline: right, red: wrong, orange: picked."
+    )
+    sheet = cache.thumbnail_sheet(loaded.key, first, last, GRID_COLUMNS, loaded.batch)
+    correct = loaded.result.correct
+    figure = figures.thumbnail_grid(
+        sheet,
+        list(range(first, last)),
+        loaded.hover[first:last],
+        None if correct is None else correct[first:last].tolist(),
+        state.picked(st.session_state),
+        GRID_COLUMNS,
+    )
+    _plot(figure, state.GRID_CHART)
+
+
+def _scatter(loaded: Loaded) -> None:
+    result = loaded.result
+    if result.losses is not None:
+        values, label = result.losses.numpy(), "loss on the true label"
+    else:
+        probabilities = result.probabilities.clamp_min(1e-12)
+        values = (-(probabilities * probabilities.log()).sum(dim=1)).numpy()
+        label = "entropy of the prediction (no labels)"
+    correct = result.correct
+    figure = figures.outputs_scatter(
+        result.confidences.numpy(),
+        values,
+        label,
+        result.predictions.numpy(),
+        None if correct is None else correct.numpy(),
+        loaded.batch.class_names,
+        loaded.hover,
+        state.picked(st.session_state),
+    )
+    st.caption("Each point is an image; crosses are wrong predictions. Select to pick.")
+    _plot(figure, state.SCATTER_CHART)
+
+
+def _confusion(loaded: Loaded) -> None:
+    result = loaded.result
+    if result.labels is None:
+        st.info("These images have no labels, so there is no confusion matrix.")
+        return
+    st.caption("Select a cell to pick every image with that true and predicted class.")
+    figure = figures.confusion_matrix(
+        result.labels.numpy(), result.predictions.numpy(), loaded.batch.class_names
+    )
+    _plot(figure, state.CONFUSION_CHART)
+
+
+def _table(loaded: Loaded) -> None:
+    st.caption("Select rows to pick them (row i is image i).")
+    st.dataframe(
+        service.batch_table(loaded.batch, loaded.result),
+        key=state.TABLE,
+        on_select="rerun",
+        selection_mode="multi-row",
+        hide_index=True,
+        height=420,
+    )
+
+
+def _pick(result: InferenceResult) -> None:
+    session = st.session_state
+    try:
+        indices = selection.pick(
+            result,
+            session["rule"],
+            k=int(session["rule_k"]),
+            class_index=int(session.get("rule_class", 0)),
+            seed=int(session.get("rule_seed", 0)),
+        )
+    except SelectionError as error:
+        session[state.NOTICE] = str(error)
+        return
+    if not indices:
+        session[state.NOTICE] = f"No image matches the rule '{RULE_LABELS[session['rule']]}'."
+        return
+    state.apply(session, indices)
+
+
+def _selection_tools(loaded: Loaded) -> None:
+    session = st.session_state
+    st.subheader("Pick images")
+    st.radio(
+        "A new selection",
+        selection.MERGE_MODES,
+        key=state.MERGE_MODE,
+        horizontal=True,
+        format_func={"replace": "replaces", "add": "adds to", "remove": "removes from"}.get,
+        help="How a click, box, lasso, table selection or picker changes the picked images.",
+    )
+    with st.form("pickers", border=True):
+        rule_column, k_column = st.columns([2, 1])
+        rule_column.selectbox(
+            "Rule", selection.RULES, format_func=RULE_LABELS.__getitem__, key="rule"
+        )
+        k_column.number_input("k", 1, len(loaded), min(16, len(loaded)), key="rule_k")
+        class_column, seed_column = st.columns([2, 1])
+        class_column.selectbox(
+            "Class (for the class rules)",
+            range(len(loaded.batch.class_names)),
+            format_func=loaded.batch.class_names.__getitem__,
+            key="rule_class",
+        )
+        seed_column.number_input("Seed", 0, None, 0, key="rule_seed")
+        st.form_submit_button("Pick", on_click=_pick, args=(loaded.result,), type="primary")
+    notice = session.pop(state.NOTICE, None)
+    if notice:
+        st.info(notice)
+    chosen = state.picked(session)
+    st.markdown(f"**Picked: {len(chosen)}** image(s)")
+    session.setdefault(state.TEXT, selection.format_indices(chosen))
+    st.text_input(
+        "Picked indices (editable, e.g. 3, 7, 10-12)",
+        key=state.TEXT,
+        on_change=state.edit_text,
+        args=(session, len(loaded)),
+    )
+    error = session.get(state.TEXT_ERROR)
+    if error:
+        st.error(error)
+    st.button("Clear selection", on_click=state.clear, args=(session,))

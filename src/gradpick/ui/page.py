@@ -1,0 +1,70 @@
+"""The page: sidebar, then the batch's outputs, the picked images' gradients, the strategies.
+
+``main`` is all ``app.py`` calls. Each section is guarded, so a failure in one shows a message
+and leaves the others working.
+"""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from gradpick.ui import cache, gradients_panel, outputs, service, sidebar, strategies_panel
+from gradpick.ui.config import app_config
+from gradpick.ui.guard import guarded
+from gradpick.ui.outputs import Loaded
+
+PIXELATED = """<style>
+.js-plotly-plot image, [data-testid="stImage"] img { image-rendering: pixelated; }
+</style>"""
+"""Thumbnails and heatmaps are scaled by the browser too: keep their pixels sharp."""
+
+
+def _load(settings: sidebar.Settings) -> Loaded | None:
+    """The batch, the model and their inference outputs, each from its cache."""
+    choice, source = settings.data, settings.source
+    if choice is None or source is None:
+        st.info("Choose a data source in the sidebar to begin.")
+        return None
+    loaded: Loaded | None = None
+    with guarded("Loading the batch and the model"):
+        option, device = settings.model, settings.device
+        model = cache.model(option.identity, str(device), option)
+        classes = cache.output_count(option.identity, str(device), model)
+        batch, note = service.fit_classes(cache.batch(choice.batch_key, source, choice), classes)
+        if note:
+            st.warning(note)
+        result = cache.inference(choice.batch_key, option.identity, str(device), model, batch)
+        hover = tuple(service.describe_indices(batch, result, range(len(batch))))
+        loaded = Loaded(choice, batch, option, model, device, result, hover)
+    return loaded
+
+
+def main() -> None:
+    started = time.perf_counter()
+    st.set_page_config(page_title="gradpick", page_icon=":mag:", layout="wide")
+    st.markdown(PIXELATED, unsafe_allow_html=True)
+    gradients_panel.absorb_target_click()
+    settings = sidebar.render(app_config())
+    st.title("gradpick")
+    st.caption(
+        "Exact input gradients d target_j / d image_j for the images you pick out of an "
+        "already-inferred batch."
+    )
+    loaded = _load(settings)
+    if loaded is None:
+        return
+    outputs.absorb_selections(loaded)
+    outputs.readouts(loaded)
+    explore, strategies = st.tabs(["Explore", "Strategies"])
+    with explore:
+        # The outputs sit above the gradients but are drawn after them: a click's heatmaps
+        # reach the browser first, the charts' picked highlights follow.
+        outputs_area = st.container()
+        with guarded("The gradients"):
+            gradients_panel.render_panel(loaded, settings, started)
+        with outputs_area, guarded("The outputs"):
+            outputs.render(loaded)
+    with strategies, guarded("The strategies"):
+        strategies_panel.render(loaded, settings)

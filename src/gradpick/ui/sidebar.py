@@ -1,0 +1,195 @@
+"""The sidebar: which images, which model on which device, and which gradients to show."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import streamlit as st
+import torch
+
+from gradpick import devices
+from gradpick.attribution import METHODS
+from gradpick.data import IMAGE_SUFFIXES, ImageSource
+from gradpick.gradients import STRATEGIES
+from gradpick.ui import cache, service
+from gradpick.ui.config import AppConfig
+from gradpick.ui.guard import guarded
+from gradpick.ui.heatmaps import METHOD_LABELS, TARGET_LABELS, TARGET_MODES, HeatmapRequest
+from gradpick.ui.service import DEFAULT_BATCH_SIZE, SOURCE_KINDS, SOURCE_LABELS, DataChoice
+
+TARGET_MODE = "target_mode"
+TARGET_CLASS = "target_class"
+STRATEGY_HELP = (
+    "recompute: forward only the picked images again with gradients (cost depends on k). "
+    "summed: forward all N with gradients, one backward of the summed targets. "
+    "retain_graph: the question's loop, one backward per index through all N. "
+    "vmap: torch.func.vmap(grad(...)), one image per call."
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the sidebar decided; ``data``/``source`` are None until a usable source exists."""
+
+    data: DataChoice | None
+    source: ImageSource | None
+    model: service.ModelOption
+    device: torch.device
+    request: HeatmapRequest
+    shared_scale: bool
+    measure_memory: bool
+
+
+def render(config: AppConfig) -> Settings:
+    with st.sidebar:
+        st.header("Data")
+        choice, source = _data(config)
+        st.header("Model")
+        option = _model()
+        device = _device()
+        st.header("Gradients")
+        labelled = source is None or source.labels() is not None
+        names = source.class_names if source is not None else ()
+        request, shared, measure = _gradients(labelled, names)
+    return Settings(choice, source, option, device, request, shared, measure)
+
+
+def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
+    kinds = [kind for kind in SOURCE_KINDS if kind != "folder" or config.allow_local_folder]
+    kind = st.radio("Source", kinds, format_func=SOURCE_LABELS.__getitem__, key="source_kind")
+    if kind == "upload":
+        files = st.file_uploader(
+            "Images (several at once)",
+            accept_multiple_files=True,
+            type=[suffix.lstrip(".") for suffix in IMAGE_SUFFIXES],
+            key="uploads",
+        )
+        if not files:
+            st.info("Upload one or more images; each is resized and centre-cropped to 32x32.")
+            return None, None
+        uploads = tuple(service.Upload(f.name, f.getvalue(), f.file_id) for f in files)
+        base = DataChoice(kind="upload", size=None, uploads=uploads)
+    else:
+        split = st.selectbox("Split", ("test", "train"), key="split")
+        folder = ""
+        if kind == "folder":
+            folder = st.text_input(
+                "Folder", key="folder_path", placeholder="/path/to/cifar10-jpg or a class tree"
+            )
+        base = DataChoice(kind=kind, split=split, folder=folder)
+    source: ImageSource | None = None
+    with guarded("Opening the images"):
+        source = cache.source(base.source_key, base)
+    if source is None:
+        return None, None
+    total = len(source)
+    st.caption(f"{source.description}: {total:,} images")
+    if kind == "upload":
+        return base, source
+    key = base.source_key
+    size = int(
+        st.number_input(
+            "Batch size N",
+            min_value=1,
+            max_value=total,
+            value=min(DEFAULT_BATCH_SIZE, total),
+            step=100,
+            key=f"size:{key}",
+        )
+    )
+    by_class = service.sorted_by_class(source)
+    if by_class:
+        st.caption("These images are stored class by class, so the batch is a seeded sample.")
+    if st.toggle("Seeded random sample", value=by_class, key=f"random:{key}"):
+        seed = int(st.number_input("Seed", min_value=0, value=0, key=f"seed:{key}"))
+        return replace(base, size=size, seed=seed), source
+    start = int(
+        st.number_input("Start", min_value=0, max_value=total - 1, value=0, key=f"start:{key}")
+    )
+    return replace(base, start=start, size=size), source
+
+
+def _model() -> service.ModelOption:
+    options = {option.identity: option for option in service.model_options()}
+    identity = st.selectbox(
+        "Model", list(options), format_func=lambda name: options[name].label, key="model"
+    )
+    option = options[identity]
+    if not option.shipped:
+        st.warning(
+            "No trained weights ship for this model yet: it has random weights, so its "
+            "gradients show an untrained network."
+        )
+    elif option.card is not None:
+        card = option.card
+        st.caption(
+            f"{card.get('architecture', option.name)}, {card.get('parameters', 0):,} parameters; "
+            f"test accuracy {option.accuracy or 0:.2%} on {card.get('evaluated_images', '?')} "
+            "images."
+        )
+    return option
+
+
+def _device() -> torch.device:
+    options = {option.kind: option for option in service.device_options()}
+    kind = st.selectbox(
+        "Device", list(options), format_func=lambda name: options[name].label, key="device"
+    )
+    reason = options[kind].reason
+    if reason is not None:
+        st.error(f"{kind} cannot be used here: {reason}. Using the best available device.")
+        kind = "auto"
+    device = devices.resolve_device(kind)
+    st.caption(f"Running on {device}.")
+    return device
+
+
+def _gradients(labelled: bool, class_names: tuple[str, ...]) -> tuple[HeatmapRequest, bool, bool]:
+    strategy = st.selectbox("Gradient strategy", STRATEGIES, key="strategy", help=STRATEGY_HELP)
+    modes = [mode for mode in TARGET_MODES if labelled or mode != "loss"]
+    mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=TARGET_MODE)
+    target_class = int(st.session_state.get(TARGET_CLASS, 0))
+    if mode == "class" and class_names:
+        if target_class >= len(class_names):
+            st.session_state[TARGET_CLASS] = target_class = 0
+        target_class = int(
+            st.selectbox(
+                "Class",
+                range(len(class_names)),
+                format_func=class_names.__getitem__,
+                key=TARGET_CLASS,
+                help="Or click a bar of the class probabilities below the heatmaps.",
+            )
+        )
+    method = st.selectbox(
+        "Attribution view", METHODS, format_func=METHOD_LABELS.__getitem__, key="method"
+    )
+    settings: dict[str, float | int] = {}
+    if method == "smoothgrad":
+        settings["samples"] = st.slider("Noisy copies", 4, 64, 16, key="samples")
+        settings["noise"] = st.slider("Noise (fraction of range)", 0.0, 0.5, 0.15, key="noise")
+    elif method == "integrated_gradients":
+        settings["steps"] = st.slider("Path steps", 4, 128, 32, key="steps")
+    scale = st.radio(
+        "Colour scale",
+        ("per image", "shared"),
+        key="colour_scale",
+        horizontal=True,
+        help="Shared: one scale for all picked images, so magnitudes compare. Per image: "
+        "each image's own range, so its structure shows.",
+    )
+    measure = st.checkbox(
+        "Measure memory",
+        value=True,
+        key="measure_memory",
+        help="Saved-for-backward bytes and the peak of the gradient step, from one more run "
+        "of it with measurement on (the profiler's overhead never reaches the timings).",
+    )
+    request = HeatmapRequest(
+        target_mode=mode,
+        target_class=target_class,
+        method=method,
+        strategy=strategy,
+        **settings,  # type: ignore[arg-type]
+    )
+    return request, scale == "shared", measure

@@ -1,0 +1,133 @@
+"""The picked images, kept in the session's own state so they survive reruns and figure changes.
+
+Charts and the table report selections through their widget state (``state[chart_key]``);
+``absorb`` folds a *new* selection into the picked list once, according to the merge mode.
+A chart that is redrawn (its picked highlight changed) comes back with an empty selection,
+which is not a new selection: empty events are ignored, and forget the last one seen, so the
+same points selected again later count again. Everything here works on any mutable mapping,
+so tests drive it with a plain dict and the page with ``st.session_state``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+from gradpick import selection
+from gradpick.errors import SelectionError
+
+PICKED = "picked"
+PICKED_BATCH = "picked_batch"
+SEEN = "selections_seen"
+NOTICE = "selection_notice"
+MERGE_MODE = "merge_mode"
+TEXT = "picked_text"
+TEXT_ERROR = "picked_text_error"
+
+GRID_CHART = "grid_chart"
+SCATTER_CHART = "scatter_chart"
+CONFUSION_CHART = "confusion_chart"
+TABLE = "batch_table"
+PROBABILITY_CHART = "probability_chart"
+
+State = MutableMapping[Any, Any]
+"""st.session_state (whose keys may be str or int) or, in tests, a plain dict."""
+Extractor = Callable[[Mapping[str, Any] | None], list[int]]
+
+
+def picked(state: State) -> list[int]:
+    return list(state.get(PICKED, []))
+
+
+def set_picked(state: State, indices: Sequence[int], notice: str | None = None) -> None:
+    """Replace the selection; the text box follows it and any text error is cleared."""
+    state[PICKED] = [int(index) for index in indices]
+    state[TEXT] = selection.format_indices(state[PICKED])
+    state.pop(TEXT_ERROR, None)
+    if notice is not None:
+        state[NOTICE] = notice
+
+
+def apply(state: State, indices: Sequence[int], mode: str | None = None) -> None:
+    """Merge ``indices`` into the selection by ``mode`` (default: the page's merge mode)."""
+    mode = mode or state.get(MERGE_MODE, "replace")
+    set_picked(state, selection.merge(picked(state), indices, mode))
+
+
+def follow_batch(state: State, batch_key: str) -> None:
+    """Indices mean nothing in another batch: a new batch starts with an empty selection."""
+    if state.get(PICKED_BATCH) == batch_key:
+        return
+    had = picked(state)
+    state[PICKED_BATCH] = batch_key
+    state[SEEN] = {}
+    set_picked(state, [], "The batch changed, so the selection was cleared." if had else None)
+
+
+def _signature(event: Any) -> str | None:
+    """A comparable form of a widget's selection; None when nothing is selected."""
+    chosen = event.get("selection") if isinstance(event, Mapping) else None
+    if not isinstance(chosen, Mapping):
+        return None
+    parts = {name: chosen.get(name) for name in ("points", "rows", "box", "lasso")}
+    if not parts["points"] and not parts["rows"]:
+        return None
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def fresh_selection(state: State, key: str) -> Mapping[str, Any] | None:
+    """The widget's selection if it is non-empty and not yet absorbed, else None."""
+    event = state.get(key)
+    signature = _signature(event)
+    seen: dict[str, str] = state.setdefault(SEEN, {})
+    if signature is None:
+        seen.pop(key, None)
+        return None
+    if seen.get(key) == signature:
+        return None
+    seen[key] = signature
+    return event if isinstance(event, Mapping) else None
+
+
+def absorb(state: State, key: str, extract: Extractor, size: int) -> None:
+    """Merge a chart's or table's new selection into the picked images (indices < ``size``)."""
+    event = fresh_selection(state, key)
+    if event is None:
+        return
+    indices = [index for index in extract(event) if 0 <= index < size]
+    apply(state, indices)
+
+
+def table_rows(event: Mapping[str, Any] | None) -> list[int]:
+    """Row positions a ``st.dataframe`` selection holds (row i is batch index i)."""
+    chosen = event.get("selection") if isinstance(event, Mapping) else None
+    rows = chosen.get("rows") if isinstance(chosen, Mapping) else None
+    return [int(row) for row in rows or []]
+
+
+def confusion_cells(event: Mapping[str, Any] | None) -> list[tuple[int, int]]:
+    """(true, predicted) pairs of the confusion-matrix cells a selection holds."""
+    chosen = event.get("selection") if isinstance(event, Mapping) else None
+    points = chosen.get("points") if isinstance(chosen, Mapping) else None
+    cells = []
+    for point in points or []:
+        data = point.get("customdata") if isinstance(point, Mapping) else None
+        if isinstance(data, Sequence) and len(data) == 2:
+            cells.append((int(data[0]), int(data[1])))
+    return cells
+
+
+def edit_text(state: State, size: int) -> None:
+    """The text box changed: parse it; a bad entry keeps the selection and shows why."""
+    text = str(state.get(TEXT, "")).strip()
+    try:
+        indices = selection.parse_indices(text, size) if text else []
+    except SelectionError as error:
+        state[TEXT_ERROR] = str(error)
+        return
+    set_picked(state, indices)
+
+
+def clear(state: State) -> None:
+    set_picked(state, [], "Selection cleared.")

@@ -1,0 +1,239 @@
+"""The Strategies tab: the question answered with numbers measured on the current selection.
+
+Experiments run only when asked (they take seconds) and their results stay in the session,
+tagged with the selection they were run on.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+from torch import nn
+
+from gradpick.compare import FLOOR, StrategyRun
+from gradpick.gradients import LeakageReport
+from gradpick.ui import cache, experiments, figures, service, state
+from gradpick.ui.guard import guarded
+from gradpick.ui.outputs import CHART_CONFIG, Loaded
+from gradpick.ui.sidebar import Settings
+
+AGREEMENT = 1e-4
+"""Largest |difference| from the floor still called agreement (float32 rounding)."""
+COMPARISON = "strategy_comparison"
+SWEEP = "strategy_sweep"
+LEAKAGE_MODEL = "resnet20"
+"""The model whose training-mode BatchNorm shows the cross-sample leakage."""
+
+
+def _megabytes(value: int | None) -> float | None:
+    return None if value is None else round(value / 1e6, 2)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One run of the comparison, kept in the session with what it was run on."""
+
+    key: tuple[Any, ...]
+    runs: list[StrategyRun]
+    skipped: dict[str, str]
+    naive: experiments.NaiveLoop
+    mean: experiments.MeanScaling
+    leakage: tuple[LeakageReport, LeakageReport] | None
+
+
+def render(loaded: Loaded, settings: Settings) -> None:
+    picked = state.picked(st.session_state)
+    st.subheader("Every strategy on the picked images")
+    if not picked:
+        st.info("Pick some images in the Explore tab first; the comparisons run on them.")
+        return
+    compared = picked[: experiments.MAX_COMPARED]
+    shown = f"the first {len(compared)} of {len(picked)}" if len(picked) > len(compared) else ""
+    st.caption(
+        f"Runs on {shown or len(compared)} picked image(s) of the batch of N = {len(loaded):,} "
+        f"on {loaded.device}, target '{settings.request.target_mode}'. Times are medians of 3 "
+        "runs; memory comes from one more run with measurement on."
+    )
+    context = (
+        loaded.key,
+        loaded.option.identity,
+        str(loaded.device),
+        settings.request.engine_target(),
+    )
+    session = st.session_state
+    forward_ms = loaded.result.milliseconds / len(loaded)
+    if st.button("Run every strategy", type="primary", key="run_comparison"):
+        with guarded("The comparison"), st.spinner("Running every strategy…"):
+            setup = experiments.Setup.of(loaded.batch, compared, settings.request, forward_ms)
+            session[COMPARISON] = _compare(loaded, setup, (*context, tuple(compared)))
+    stored: Comparison | None = session.get(COMPARISON)
+    if stored is not None and stored.key == (*context, tuple(compared)):
+        _show_comparison(stored)
+    elif stored is not None:
+        st.info("The selection or settings changed since the last run: run it again.")
+
+    st.subheader("Cost against k and against N")
+    if st.button("Run the sweep", key="run_sweep"):
+        with guarded("The sweep"):
+            bar = st.progress(0.0, text="Sweeping k and N…")
+
+            def advance(done: int, total: int) -> None:
+                bar.progress(done / total, text=f"Sweeping k and N: {done} of {total} points")
+
+            setup = experiments.Setup.of(loaded.batch, compared, settings.request, forward_ms)
+            points = experiments.sweep(loaded.model, setup, progress=advance)
+            bar.empty()
+            session[SWEEP] = (context, points)
+    stored_sweep = session.get(SWEEP)
+    if stored_sweep is not None and stored_sweep[0] == context:
+        _show_sweep(stored_sweep[1])
+    else:
+        st.caption(
+            f"Times every strategy for k in {experiments.SWEEP_K} images at the largest N, and "
+            f"for N in {experiments.SWEEP_N} at the largest k (capped at this batch's N). A "
+            f"strategy estimated to take over {experiments.SWEEP_BUDGET_SECONDS:.0f} s at a "
+            "point is left out there."
+        )
+
+
+def _leakage_model(loaded: Loaded) -> nn.Module:
+    if loaded.option.name == LEAKAGE_MODEL:
+        return loaded.model
+    option = next(o for o in service.model_options() if o.name == LEAKAGE_MODEL)
+    return cache.model(option.identity, str(loaded.device), option)
+
+
+def _compare(loaded: Loaded, setup: experiments.Setup, key: tuple[Any, ...]) -> Comparison:
+    _, skipped = experiments.affordable_strategies(loaded.model, setup)
+    leakage = None
+    if len(set(setup.indices)) >= 2:
+        leakage = experiments.leakage(_leakage_model(loaded), setup)
+    return Comparison(
+        key=key,
+        runs=experiments.compare_all(loaded.model, setup),
+        skipped=skipped,
+        naive=experiments.naive_loop(loaded.model, setup),
+        mean=experiments.mean_scaling(loaded.model, setup),
+        leakage=leakage,
+    )
+
+
+def _run_table(runs: Sequence[StrategyRun]) -> pd.DataFrame:
+    floor = next((run.milliseconds for run in runs if run.name == FLOOR), None)
+    return pd.DataFrame(
+        {
+            "strategy": [run.name for run in runs],
+            "time (ms)": [round(run.milliseconds, 2) for run in runs],
+            "× floor": [None if not floor else round(run.milliseconds / floor, 2) for run in runs],
+            "saved for backward (MB)": [_megabytes(run.saved_bytes) for run in runs],
+            "peak (MB)": [_megabytes(run.peak_bytes) for run in runs],
+            "max |difference| from floor": [run.max_abs_difference for run in runs],
+        }
+    )
+
+
+def _show_comparison(stored: Comparison) -> None:
+    runs: list[StrategyRun] = stored.runs
+    st.plotly_chart(
+        figures.strategy_bars(
+            [run.name for run in runs],
+            [run.milliseconds for run in runs],
+            [run.saved_bytes for run in runs],
+            [run.peak_bytes for run in runs],
+        ),
+        config=CHART_CONFIG,
+        key="strategy_bars",
+    )
+    st.dataframe(_run_table(runs), hide_index=True)
+    st.caption(
+        "floor: one plain forward and backward of the picked images alone, by hand. "
+        f"Peak memory counts: {runs[0].peak_counts}. Saved for backward counts the tensors "
+        "autograd keeps for the backward pass (vmap's are not observable)."
+    )
+    for name, reason in stored.skipped.items():
+        st.warning(f"{name} skipped: it {reason}.")
+    worst = max(run.max_abs_difference for run in runs)
+    if worst <= AGREEMENT:
+        st.success(
+            f"Every strategy gives the same gradients: the largest |difference| from the floor "
+            f"is {worst:.2e}, float32 rounding (whole-batch strategies sum in another order)."
+        )
+    else:
+        st.warning(f"The strategies disagree: the largest |difference| is {worst:.2e}.")
+    _show_naive(stored)
+    mean = stored.mean
+    st.markdown(
+        f"**reduction='mean'** scales every gradient by 1/k: measured ratio mean/sum = "
+        f"{mean.ratio:.6f}, 1/k = {1 / mean.k:.6f} (k = {mean.k}); largest |mean − sum/k| = "
+        f"{mean.max_deviation:.2e}."
+    )
+    if stored.leakage is not None:
+        served, training = stored.leakage
+        st.markdown(
+            f"**Cross-sample leakage** ({LEAKAGE_MODEL}, the picked images as one batch): "
+            f"in eval mode, as gradpick serves models, the largest gradient reaching another "
+            f"image is {served.relative:.2e} of the image's own. In training mode (a deep copy; "
+            f"the served model is never switched) it is {training.relative:.2%}, because "
+            f"BatchNorm normalises with the batch's statistics "
+            f"({len(training.coupled_modules)} coupled modules, e.g. "
+            f"{', '.join(training.coupled_modules[:3])})."
+        )
+
+
+def _show_naive(stored: Comparison) -> None:
+    naive = stored.naive
+    runs = {run.name: run for run in stored.runs}
+    st.markdown("**The question's naive loop** (one forward of all N, a backward per index):")
+    if naive.error is None:
+        st.info("With a single picked image the loop has only one backward, so it succeeds.")
+        return
+    st.code(f"RuntimeError: {naive.error}", language="text", wrap_lines=True)
+
+    def cost(name: str) -> str:
+        run = runs.get(name)
+        if run is None:
+            return "skipped here (too much memory)"
+        peak = "" if run.peak_bytes is None else f", peak {run.peak_bytes / 1e6:,.1f} MB"
+        return f"{run.milliseconds:,.1f} ms{peak}"
+
+    st.markdown(
+        "The first `backward` frees the tensors the graph saved for it (to release memory "
+        "early); the second index's backward runs through the same graph and finds them gone. "
+        "The fixes, measured just now on these images:\n"
+        f"- keep the graph with `retain_graph=True` (`retain_graph`): {cost('retain_graph')}: "
+        "k backward passes through all N and the whole graph held meanwhile;\n"
+        f"- one backward of the summed targets (`summed`): {cost('summed')}: still a forward "
+        "and backward of all N;\n"
+        f"- recompute only the picked images (`recompute`): {cost('recompute')}, against a "
+        f"floor of {cost(FLOOR)}: the cost no longer depends on N."
+    )
+
+
+def _show_sweep(points: Sequence[experiments.SweepPoint]) -> None:
+    largest_n = max(point.n for point in points)
+    largest_k = max(point.k for point in points)
+    by_k: dict[str, tuple[list[int], list[float], list[int | None]]] = defaultdict(
+        lambda: ([], [], [])
+    )
+    by_n: dict[str, tuple[list[int], list[float], list[int | None]]] = defaultdict(
+        lambda: ([], [], [])
+    )
+    for point in sorted(points, key=lambda p: (p.k, p.n)):
+        for series, x, wanted in (
+            (by_k, point.k, point.n == largest_n),
+            (by_n, point.n, point.k == largest_k),
+        ):
+            if wanted:
+                xs, times, peaks = series[point.strategy]
+                xs.append(x)
+                times.append(point.milliseconds)
+                peaks.append(point.peak_bytes)
+    st.caption(f"Against k, at N = {largest_n:,}:")
+    st.plotly_chart(figures.sweep_lines(by_k, "k"), config=CHART_CONFIG, key="sweep_k")
+    st.caption(f"Against N, at k = {largest_k}:")
+    st.plotly_chart(figures.sweep_lines(by_n, "N"), config=CHART_CONFIG, key="sweep_n")

@@ -1,0 +1,168 @@
+"""Fixtures shared by the whole suite: tiny seeded models, a random batch, generated image trees.
+
+Everything here is small on purpose: the suite runs on two busy CPU cores.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+from gradpick.models import freeze
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CIFAR10_DIR_ENV = "GRADPICK_CIFAR10_DIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The suite's tensors are tiny: one intra-op thread avoids thread start-up and contention
+    # with other work on a small machine, and runs the suite several times faster there.
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point gradpick's cache at a temporary folder so no test writes to the user's cache."""
+    folder = tmp_path_factory.mktemp("gradpick-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADPICK_CACHE_DIR", str(folder))
+        yield folder
+
+
+def _seeded(build: Callable[[], nn.Module], seed: int) -> nn.Module:
+    """Build a module under a fixed seed without disturbing the global random state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+def _tiny_cnn(batch_norm: bool) -> nn.Module:
+    layers: list[nn.Module] = [nn.Conv2d(3, 4, 3, stride=2, padding=1)]
+    if batch_norm:
+        layers.append(nn.BatchNorm2d(4))
+    layers += [
+        nn.ReLU(),
+        nn.Conv2d(4, 8, 3, stride=2, padding=1),
+        nn.Tanh(),
+        nn.Flatten(),
+        nn.Linear(8 * 8 * 8, 10),
+    ]
+    model = nn.Sequential(*layers)
+    if batch_norm:
+        norm = model[1]
+        assert isinstance(norm, nn.BatchNorm2d)
+        # Non-trivial running statistics, so eval-mode BatchNorm is not close to the identity.
+        norm.running_mean.uniform_(-0.5, 0.5)
+        norm.running_var.uniform_(0.5, 2.0)
+        with torch.no_grad():
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.2, 0.2)
+    return model
+
+
+@pytest.fixture
+def tiny_cnn() -> nn.Module:
+    """A small float32 conv net without BatchNorm: [N, 3, 32, 32] -> [N, 10], eval, frozen."""
+    return freeze(_seeded(lambda: _tiny_cnn(batch_norm=False), seed=0))
+
+
+@pytest.fixture
+def tiny_bn_cnn() -> nn.Module:
+    """The tiny conv net with a BatchNorm2d after its first conv, eval mode, frozen."""
+    return freeze(_seeded(lambda: _tiny_cnn(batch_norm=True), seed=1))
+
+
+class Batch(NamedTuple):
+    images: torch.Tensor
+    labels: torch.Tensor
+
+
+@pytest.fixture
+def random_batch() -> Batch:
+    """Seeded float32 images [16, 3, 32, 32] in [0, 1] with int64 labels in 0..9."""
+    generator = torch.Generator().manual_seed(1234)
+    images = torch.rand(16, 3, 32, 32, generator=generator)
+    labels = torch.randint(0, 10, (16,), generator=generator)
+    return Batch(images, labels)
+
+
+def write_image(
+    path: Path,
+    size: tuple[int, int] = (32, 32),
+    mode: str = "RGB",
+    seed: int = 0,
+    format: str | None = None,
+) -> Path:
+    """A deterministic noise image of ``size`` (width, height) in ``mode``, saved at ``path``."""
+    rng = np.random.default_rng(seed)
+    channels = {"RGB": 3, "RGBA": 4, "L": 1}[mode]
+    pixels = rng.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8)
+    image = Image.fromarray(pixels[..., 0] if channels == 1 else pixels, mode)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path, format=format)
+    return path
+
+
+@pytest.fixture
+def image_file() -> Callable[..., Path]:
+    """The ``write_image`` helper, for tests that need single image files."""
+    return write_image
+
+
+ImageFolderFactory = Callable[..., Path]
+
+
+@pytest.fixture
+def image_folder_factory(tmp_path: Path) -> ImageFolderFactory:
+    """Returns ``make(classes, per_class, size, suffix, name)``: writes an ImageFolder tree.
+
+    ``classes`` is a count (names class_00, class_01, ...) or a sequence of names; every image
+    is seeded noise, so two trees made with the same arguments are identical.
+    """
+
+    def make(
+        classes: int | Sequence[str] = 3,
+        per_class: int = 2,
+        size: tuple[int, int] = (32, 32),
+        suffix: str = ".png",
+        name: str = "folder",
+    ) -> Path:
+        root = tmp_path / name
+        class_names = (
+            [f"class_{index:02d}" for index in range(classes)]
+            if isinstance(classes, int)
+            else list(classes)
+        )
+        for label, class_name in enumerate(class_names):
+            for item in range(per_class):
+                write_image(
+                    root / class_name / f"{item:04d}{suffix}",
+                    size=size,
+                    seed=label * 1000 + item,
+                )
+        return root
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def shared_cifar10_dir() -> Path:
+    """The real CIFAR-10 JPEG folder (train/ and test/ ImageFolder trees), or skip."""
+    configured = os.environ.get(CIFAR10_DIR_ENV)
+    candidate = (
+        Path(configured) if configured else REPO_ROOT.parent / "shared" / "data" / "cifar10-jpg"
+    )
+    if not (candidate / "test").is_dir():
+        pytest.skip(
+            f"real CIFAR-10 data not found at {candidate}; set ${CIFAR10_DIR_ENV} to a folder "
+            "with train/ and test/ ImageFolder trees to run this test"
+        )
+    return candidate

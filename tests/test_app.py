@@ -1,0 +1,327 @@
+"""The Streamlit page through AppTest: each part, driven as a user would, checked by what it shows.
+
+Selections are injected the way the browser reports them (the chart's or table's widget state);
+the page folds them into its own picked list. The data is a generated CIFAR-10-shaped folder of
+64 images and the models have random weights (an empty assets folder), so the tests depend on
+neither the shared data nor training.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from streamlit.testing.v1 import AppTest
+
+from gradpick import data, models, selection
+from gradpick.gradients import STRATEGIES
+from gradpick.ui import gradients_panel, state
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+TIMEOUT = 180
+IMAGES = 64
+
+
+def make_cifar_like(root: Path, per_split: int) -> Path:
+    """An ImageFolder copy of CIFAR-10's layout (train/ and test/) filled with seeded noise."""
+    rng = np.random.default_rng(0)
+    for split in ("test", "train"):
+        for index in range(per_split):
+            name = data.CIFAR10_CLASSES[index % 10]
+            path = root / split / name / f"{index:04d}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(path)
+    return root
+
+
+@pytest.fixture(scope="module")
+def generated_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_cifar_like(tmp_path_factory.mktemp("cifar-like"), IMAGES)
+
+
+@pytest.fixture
+def generated(generated_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The generated folder as the CIFAR-10 copy, and no shipped weights."""
+    monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(generated_folder))
+    monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path / "no-assets"))
+    return generated_folder
+
+
+def open_app(**session: Any) -> AppTest:
+    """The app after its first run, with ``session`` set before it (e.g. widget values)."""
+    app = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    for key, value in session.items():
+        app.session_state[key] = value
+    return app.run()
+
+
+TUTORIAL = {"model": "tutorial:random-seed0"}
+"""Session values that choose the small tutorial net (random weights), for speed."""
+
+
+def select(app: AppTest, key: str, indices: list[int]) -> AppTest:
+    points = [{"customdata": index} for index in indices]
+    app.session_state[key] = {"selection": {"points": points, "box": [], "lasso": []}}
+    return app.run()
+
+
+def metrics(app: AppTest) -> dict[str, str]:
+    return {metric.label: metric.value for metric in app.metric}
+
+
+def heatmap_captions(app: AppTest) -> list[str]:
+    """Captions of the heatmap strips: one image per picked index."""
+    for element in app.image:
+        captions = element.captions
+        if captions and all(c.startswith("#") and "overlay" not in c for c in captions):
+            return captions
+    return []
+
+
+def captioned_indices(app: AppTest) -> list[int]:
+    return [int(caption.split()[0].lstrip("#")) for caption in heatmap_captions(app)]
+
+
+def table(app: AppTest) -> Any:
+    return app.dataframe[0].value
+
+
+def no_errors(app: AppTest) -> None:
+    assert not app.exception, [e.value for e in app.exception]
+    assert not app.error, [e.value for e in app.error]
+
+
+def test_opens_on_the_default_batch_with_outputs_and_no_selection(generated: Path) -> None:
+    app = open_app()
+    no_errors(app)
+    shown = metrics(app)
+    assert shown["Images N"] == str(IMAGES)
+    assert shown["Device"] == "cpu"
+    assert re.fullmatch(r"\d+(\.\d)?%", shown["Accuracy"])
+    assert "img/s" in shown["Throughput"]
+    assert app.sidebar.selectbox(key="model").value == "resnet20:random-seed0"
+    assert any("random weights" in warning.value for warning in app.sidebar.warning)
+    assert any("No images picked yet" in info.value for info in app.info)
+    assert len(table(app)) == IMAGES
+    assert heatmap_captions(app) == []
+
+
+def test_a_scatter_selection_shows_heatmaps_and_readouts_for_exactly_those_images(
+    generated: Path,
+) -> None:
+    app = select(open_app(), state.SCATTER_CHART, [5, 3])
+    no_errors(app)
+    assert app.session_state[state.PICKED] == [5, 3]
+    assert app.text_input(key=state.TEXT).value == "5, 3"
+    assert captioned_indices(app) == [5, 3]
+    shown = metrics(app)
+    assert shown["Picked k / batch N"] == f"2 / {IMAGES}"
+    assert shown["Strategy"] == "recompute"
+    assert float(shown["Gradient step"].split()[0].replace(",", "")) > 0
+    assert re.fullmatch(r"[\d,]+ ms", shown["Server time for this update"])
+    assert shown["Saved for backward"].endswith("MB") and shown["Peak memory"].endswith("MB")
+    assert any("saved by autograd" in caption.value for caption in app.caption)
+
+
+def test_grid_selections_add_and_remove_in_the_chosen_mode(generated: Path) -> None:
+    app = select(open_app(**TUTORIAL), state.GRID_CHART, [1, 2])
+    app.radio(key=state.MERGE_MODE).set_value("add").run()
+    app = select(app, state.GRID_CHART, [2, 9])
+    assert app.session_state[state.PICKED] == [1, 2, 9]
+    app.radio(key=state.MERGE_MODE).set_value("remove").run()
+    app = select(app, state.SCATTER_CHART, [1])
+    assert captioned_indices(app) == [2, 9]
+    no_errors(app)
+
+
+def test_a_confusion_cell_picks_every_image_of_that_true_and_predicted_pair(
+    generated: Path,
+) -> None:
+    app = open_app(**TUTORIAL)
+    rows = table(app)
+    true, predicted = rows.iloc[0]["true"], rows.iloc[0]["predicted"]
+    expected = rows.index[(rows["true"] == true) & (rows["predicted"] == predicted)].tolist()
+    names = list(data.CIFAR10_CLASSES)
+    cell = [names.index(true), names.index(predicted)]
+    app.session_state[state.CONFUSION_CHART] = {
+        "selection": {"points": [{"customdata": cell}], "box": [], "lasso": []}
+    }
+    app.run()
+    no_errors(app)
+    assert app.session_state[state.PICKED] == expected
+    assert captioned_indices(app) == expected
+
+
+def test_table_rows_pick_their_images(generated: Path) -> None:
+    app = open_app(**TUTORIAL)
+    app.session_state[state.TABLE] = {"selection": {"rows": [7, 4], "columns": [], "cells": []}}
+    app.run()
+    assert captioned_indices(app) == [7, 4]
+
+
+def test_the_misclassified_picker_takes_the_first_wrong_images(generated: Path) -> None:
+    app = open_app(**TUTORIAL, rule="misclassified", rule_k=3)
+    rows = table(app)
+    expected = rows.index[~rows["correct"]].tolist()[:3]
+    next(button for button in app.button if button.label == "Pick").click().run()
+    no_errors(app)
+    assert captioned_indices(app) == expected
+    assert app.text_input(key=state.TEXT).value == selection.format_indices(expected)
+
+
+def test_typed_indices_are_parsed_and_bad_ones_explained(generated: Path) -> None:
+    app = open_app(**TUTORIAL)
+    app.text_input(key=state.TEXT).input("3, 7, x").run()
+    assert any("'x'" in error.value for error in app.error)
+    assert captioned_indices(app) == []
+    app.text_input(key=state.TEXT).input("10-12, 2").run()
+    no_errors(app)
+    assert captioned_indices(app) == [10, 11, 12, 2]
+    app.text_input(key=state.TEXT).input(f"1, {IMAGES}").run()
+    assert any("out of range" in error.value for error in app.error)
+    assert captioned_indices(app) == [10, 11, 12, 2]
+
+
+def test_clear_empties_the_selection(generated: Path) -> None:
+    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [1])
+    clear = next(button for button in app.button if button.label == "Clear selection")
+    clear.click().run()
+    assert app.session_state[state.PICKED] == []
+    assert any("No images picked yet" in info.value for info in app.info)
+
+
+def test_a_click_on_a_probability_bar_makes_its_class_the_target(generated: Path) -> None:
+    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [4])
+    app.session_state[state.PROBABILITY_CHART] = {
+        "selection": {"points": [{"customdata": 7}], "box": [], "lasso": []}
+    }
+    app.run()
+    no_errors(app)
+    assert app.sidebar.radio(key="target_mode").value == "class"
+    assert app.sidebar.selectbox(key="target_class").value == 7
+    assert any("logit[horse]" in image.captions[0] for image in app.image if image.captions)
+
+
+@pytest.mark.parametrize(
+    ("method", "unit"),
+    [("smoothgrad", "SmoothGrad"), ("integrated_gradients", "(IG)"), ("gradient_x_input", "×")],
+)
+def test_attribution_views(generated: Path, method: str, unit: str) -> None:
+    app = select(open_app(**TUTORIAL, method=method), state.SCATTER_CHART, [0, 1])
+    no_errors(app)
+    assert captioned_indices(app) == [0, 1]
+    assert any(unit in image.captions[0] for image in app.image if image.captions)
+
+
+def test_an_unavailable_device_is_refused_with_its_reason(generated: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA, so cuda is not an unavailable device here")
+    app = open_app(**TUTORIAL, device="cuda")
+    assert any("cuda cannot be used here" in error.value for error in app.sidebar.error)
+    assert metrics(app)["Device"] == "cpu"
+    assert not app.exception
+
+
+def test_batch_size_start_and_sampling(generated: Path) -> None:
+    app = open_app(**TUTORIAL)
+    size = next(box for box in app.sidebar.number_input if box.label == "Batch size N")
+    size.set_value(10).run()
+    assert metrics(app)["Images N"] == "10"
+    sampled = next(toggle for toggle in app.sidebar.toggle if "random" in toggle.label)
+    assert sampled.value  # the folder is stored class by class
+    sampled.set_value(False).run()
+    start = next(box for box in app.sidebar.number_input if box.label == "Start")
+    start.set_value(IMAGES - 5).run()
+    assert any("runs past the end" in error.value for error in app.error)
+    assert not app.exception
+
+
+def test_a_new_batch_clears_the_selection(generated: Path) -> None:
+    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [1, 2])
+    size = next(box for box in app.sidebar.number_input if box.label == "Batch size N")
+    size.set_value(20).run()
+    assert app.session_state[state.PICKED] == []
+    assert any("batch changed" in info.value for info in app.info)
+
+
+def test_folder_and_upload_sources_explain_what_they_need(generated: Path, tmp_path: Path) -> None:
+    app = open_app(**TUTORIAL, source_kind="folder")
+    assert any("Type the path" in error.value for error in app.sidebar.error)
+    assert any("Choose a data source" in info.value for info in app.info)
+    app.sidebar.text_input(key="folder_path").input(str(tmp_path / "missing")).run()
+    assert any("no such folder" in error.value for error in app.sidebar.error)
+    app.sidebar.text_input(key="folder_path").input(str(generated)).run()
+    no_errors(app)
+    assert metrics(app)["Images N"] == str(IMAGES)
+    app.sidebar.radio(key="source_kind").set_value("upload").run()
+    assert any("Upload one or more images" in info.value for info in app.sidebar.info)
+    assert not app.exception
+
+
+def test_the_strategies_tab_answers_the_question_on_the_selection(generated: Path) -> None:
+    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [2, 6])
+    app.button(key="run_comparison").click().run()
+    no_errors(app)
+    runs = next(frame.value for frame in app.dataframe if "strategy" in frame.value.columns)
+    assert list(runs["strategy"]) == ["floor", *STRATEGIES]
+    assert (runs["max |difference| from floor"] < 1e-4).all()
+    assert any("RuntimeError" in code.value for code in app.code)
+    text = " ".join(markdown.value for markdown in app.markdown)
+    assert "1/k = 0.500000 (k = 2)" in text
+    leak = re.search(r"In training mode .* it is ([\d.]+)%", text)
+    assert leak is not None and float(leak[1]) > 0
+    app.button(key="run_sweep").click().run()
+    no_errors(app)
+    assert any(f"Against k, at N = {IMAGES}" in caption.value for caption in app.caption)
+
+
+def test_on_the_real_cifar10_test_split(
+    shared_cifar10_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default page on the shared data and the best shipped model; k = 16 picks."""
+    monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(shared_cifar10_dir))
+    app = open_app()
+    assert metrics(app)["Images N"] == "1,000"
+    shipped = models.shipped_models()
+    if shipped:
+        assert app.sidebar.selectbox(key="model").value.startswith(shipped[0])
+        assert float(metrics(app)["Accuracy"].rstrip("%")) > 40
+    app.text_input(key=state.TEXT).input("0-15").run()
+    no_errors(app)
+    assert captioned_indices(app) == list(range(16))
+    assert metrics(app)["Picked k / batch N"] == "16 / 1,000"
+
+
+def test_many_picks_get_a_compact_grid_and_a_detail_selector(generated: Path) -> None:
+    app = open_app(**TUTORIAL)
+    app.text_input(key=state.TEXT).input("0-13").run()
+    no_errors(app)
+    assert captioned_indices(app) == list(range(14))
+    assert any(caption.value == gradients_panel.PANELS_COMPACT for caption in app.caption)
+    detail = app.selectbox(key="detail_index")
+    assert detail.options[0].startswith("#0 ") and len(detail.options) == 14
+    detail.set_value(5).run()
+    assert any(c.startswith("#5 ") and c.endswith("overlay") for i in app.image for c in i.captions)
+
+
+def test_an_offline_download_says_how_to_use_a_local_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def offline(*args: Any, **kwargs: Any) -> Any:
+        raise urllib.error.URLError("network is unreachable")
+
+    monkeypatch.delenv(data.CIFAR10_DIR_ENV, raising=False)
+    monkeypatch.setenv("GRADPICK_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    app = open_app()
+    assert any("Could not download CIFAR-10" in error.value for error in app.sidebar.error)
+    assert any("Local folder" in error.value for error in app.sidebar.error)
+    assert any("Choose a data source" in info.value for info in app.info)
+    assert not app.exception

@@ -1,0 +1,90 @@
+"""Device choice: cuda, then mps, then cpu, a reason for each missing one; models never moved."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from gradpick import devices
+from gradpick.devices import (
+    device_availability,
+    device_for,
+    model_device,
+    resolve_device,
+    synchronize,
+)
+from gradpick.errors import DeviceUnavailableError
+
+
+def test_availability_gives_a_reason_for_each_missing_device() -> None:
+    availability = device_availability()
+    assert set(availability) == {"cuda", "mps", "cpu"}
+    assert availability["cpu"] is None
+    assert (availability["cuda"] is None) == torch.cuda.is_available()
+    for reason in availability.values():
+        assert reason is None or len(reason) > 10
+
+
+@pytest.mark.parametrize(
+    ("available", "expected"),
+    [({"cuda", "mps"}, "cuda"), ({"mps"}, "mps"), (set(), "cpu")],
+)
+def test_auto_prefers_cuda_then_mps_then_cpu(
+    monkeypatch: pytest.MonkeyPatch, available: set[str], expected: str
+) -> None:
+    monkeypatch.setattr(
+        devices,
+        "device_availability",
+        lambda: {k: None if k in available | {"cpu"} else "absent" for k in ("cuda", "mps", "cpu")},
+    )
+    assert resolve_device("auto") == torch.device(expected)
+    assert resolve_device(None) == torch.device(expected)
+
+
+def test_cpu_is_always_available() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_a_missing_cuda_device_is_explained() -> None:
+    with pytest.raises(DeviceUnavailableError, match="'cuda' is not available: no CUDA.*'cpu'"):
+        resolve_device("cuda")
+
+
+def test_a_cuda_index_beyond_the_visible_devices_is_explained(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(devices, "device_availability", lambda: {"cuda": None, "cpu": None})
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(DeviceUnavailableError, match="only 1 CUDA device"):
+        resolve_device("cuda:3")
+
+
+def test_a_misspelt_device_lists_the_choices() -> None:
+    with pytest.raises(DeviceUnavailableError, match="'gpu' is not a device name.*auto, cuda"):
+        resolve_device("gpu")
+
+
+def test_synchronize_on_the_cpu_is_a_no_op() -> None:
+    synchronize(torch.device("cpu"))
+
+
+def test_model_device_and_device_for() -> None:
+    model = nn.Linear(2, 2)
+    assert model_device(model) == torch.device("cpu")
+    assert model_device(nn.ReLU()) == torch.device("cpu")  # stateless
+    assert device_for(model, None) == torch.device("cpu")
+    assert device_for(model, "cpu") == torch.device("cpu")
+
+
+def test_device_for_refuses_to_move_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(devices, "device_availability", lambda: {"cuda": None, "cpu": None})
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    model = nn.Linear(2, 2)
+    with pytest.raises(DeviceUnavailableError, match="lives on cpu.*device='cuda'"):
+        device_for(model, "cuda")
+    assert model_device(model) == torch.device("cpu")
+    # a stateless model can run anywhere
+    assert device_for(nn.ReLU(), "cuda") == torch.device("cuda")

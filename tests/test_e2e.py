@@ -1,0 +1,341 @@
+"""End to end: a real Streamlit server and a real browser (Debian's chromium via Playwright).
+
+The test clicks one point and box-selects more in the outputs scatter, and checks that the
+heatmaps and readouts appear for exactly those images. Screenshots go to ``artifacts/``; with
+``GRADPICK_UPDATE_SCREENSHOTS=1`` the main views are also written to ``assets/screenshots/``
+for the README. Uses the shared CIFAR-10 copy when present, else a generated folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_app import make_cifar_like
+
+from gradpick import data, selection
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "artifacts"
+SCREENSHOTS = REPO / "assets" / "screenshots"
+UPDATE_SCREENSHOTS = os.environ.get("GRADPICK_UPDATE_SCREENSHOTS") == "1"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+LOAD_TIMEOUT_MS = 240_000
+"""First page load infers the batch (and may load a model) on a busy CI machine."""
+
+SCATTER_POINTS_JS = """
+(selector) => {
+  const gd = document.querySelector(selector + ' .js-plotly-plot');
+  const box = gd.getBoundingClientRect();
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const points = [];
+  for (const trace of gd._fullData) {
+    if (!trace.mode.includes('markers') || trace.name === 'picked') continue;
+    for (let i = 0; i < trace.x.length; i++) {
+      const x = box.left + xa._offset + xa.c2p(trace.x[i]);
+      const y = box.top + ya._offset + ya.c2p(trace.y[i]);
+      if (Number.isFinite(x) && Number.isFinite(y)) {
+        points.push({index: Number(trace.customdata[i]), x: x, y: y});
+      }
+    }
+  }
+  return {points: points, plot: {left: box.left + xa._offset, top: box.top + ya._offset,
+                                 width: xa._length, height: ya._length}};
+}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} did not become healthy within {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None:
+        pytest.skip(
+            "Debian's chromium is not installed (make browser, or apt-get install chromium)"
+        )
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``streamlit run app.py`` on a free port; yields its URL."""
+    shared = REPO.parent / "shared" / "data" / "cifar10-jpg"
+    configured = os.environ.get(data.CIFAR10_DIR_ENV)
+    if configured and (Path(configured) / "test").is_dir():
+        images = Path(configured)
+    elif (shared / "test").is_dir():
+        images = shared
+    else:
+        images = make_cifar_like(tmp_path_factory.mktemp("cifar-like"), 200)
+    port = _free_port()
+    env = {
+        **os.environ,
+        data.CIFAR10_DIR_ENV: str(images),
+        "GRADPICK_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
+        # One intra-op thread: on a CI machine whose cores are busy, two spin-waiting OpenMP
+        # threads make each small gradient step tens of times slower.
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = (ARTIFACTS / "e2e-server.log").open("wb")
+    command = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py")]
+    command += ["--server.port", str(port), "--server.headless", "true"]
+    command += ["--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, process)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+@pytest.fixture
+def page(chromium: str, server: str) -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1500, "height": 1900})
+        page = context.new_page()
+        page.set_default_timeout(LOAD_TIMEOUT_MS)
+        page.goto(server)
+        page.get_by_text("Images N").wait_for()
+        yield page
+        browser.close()
+
+
+def _shot(page: Any, name: str, readme: bool = False, clip: dict[str, float] | None = None) -> None:
+    page.wait_for_timeout(800)  # let plotly finish drawing
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"e2e-{name}.png"), clip=clip)
+    if readme and UPDATE_SCREENSHOTS:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), clip=clip)
+
+
+def _shot_of_section(page: Any, name: str, first: Any, last: Any) -> None:
+    """A screenshot from locator ``first`` down to ``last``, on a viewport tall enough."""
+    page.set_viewport_size({"width": 1500, "height": 3400})
+    page.wait_for_timeout(1500)
+    top = first.bounding_box()["y"] - 12
+    bottom = last.bounding_box()["y"] + last.bounding_box()["height"] + 12
+    _shot(page, name, readme=True, clip={"x": 0, "y": top, "width": 1500, "height": bottom - top})
+    page.set_viewport_size({"width": 1500, "height": 1900})
+
+
+def _heatmap_indices(page: Any) -> list[int]:
+    captions = page.locator('.st-key-heatmaps [data-testid="stImageCaption"]').all_inner_texts()
+    return [int(caption.split()[0].lstrip("#")) for caption in captions]
+
+
+def _wait_for_heatmaps(page: Any, expected: list[int]) -> None:
+    """Wait until the heatmap captions name exactly ``expected`` (as a set, each once)."""
+    deadline = time.monotonic() + LOAD_TIMEOUT_MS / 1000
+    shown: list[int] = []
+    while time.monotonic() < deadline:
+        shown = _heatmap_indices(page)
+        if sorted(shown) == sorted(expected) and len(set(shown)) == len(shown):
+            return
+        page.wait_for_timeout(250)
+    raise AssertionError(f"heatmaps show {shown}, expected {expected}")
+
+
+def _metric(page: Any, label: str) -> str:
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text=label)
+    return str(metric.locator('[data-testid="stMetricValue"]').inner_text())
+
+
+def _clear_of_edges(point: dict[str, Any], box: tuple[float, ...], margin: float) -> bool:
+    left, top, right, bottom = box
+    x, y = point["x"], point["y"]
+    well_inside = left + margin < x < right - margin and top + margin < y < bottom - margin
+    near = left - margin < x < right + margin and top - margin < y < bottom + margin
+    return well_inside or not near
+
+
+def _box_around_some_points(
+    layout: dict[str, Any], exclude: int, margin: float = 3.0
+) -> tuple[tuple[float, float, float, float], list[int]]:
+    """A pixel box in the plot holding 2 to 12 images, none near its edges, and those images."""
+    plot, points = layout["plot"], layout["points"]
+    for size in (20.0, 30.0, 45.0, 70.0):
+        for left in range(int(plot["left"]) + 5, int(plot["left"] + plot["width"] - size), 5):
+            for top in range(int(plot["top"]) + 5, int(plot["top"] + plot["height"] - size), 5):
+                box = (float(left), float(top), left + size, top + size)
+                if not all(_clear_of_edges(point, box, margin) for point in points):
+                    continue
+                indices = sorted(
+                    {
+                        p["index"]
+                        for p in points
+                        if box[0] < p["x"] < box[2] and box[1] < p["y"] < box[3]
+                    }
+                )
+                if 2 <= len(indices) <= 12 and exclude not in indices:
+                    return box, indices
+    raise AssertionError("no box with 2 to 12 well-separated points in the scatter")
+
+
+def _isolated_point(layout: dict[str, Any], distance: float = 12.0) -> dict[str, Any]:
+    """A point with no other image's marker within ``distance`` pixels."""
+    points = layout["points"]
+    for point in points:
+        others = [
+            p
+            for p in points
+            if p["index"] != point["index"]
+            and abs(p["x"] - point["x"]) < distance
+            and abs(p["y"] - point["y"]) < distance
+        ]
+        if not others:
+            return point
+    raise AssertionError("no isolated point in the scatter")
+
+
+def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: Any) -> None:
+    _shot(page, "explore", readme=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250})
+    page.get_by_role("tab", name="Confidence vs loss").click()
+    chart = ".st-key-scatter_chart"
+    page.locator(f"{chart} .js-plotly-plot").wait_for()
+    page.wait_for_timeout(500)
+
+    clicked = _isolated_point(page.evaluate(SCATTER_POINTS_JS, chart))
+    page.mouse.click(clicked["x"], clicked["y"])
+    _wait_for_heatmaps(page, [clicked["index"]])
+    assert _metric(page, "Picked k / batch N").startswith("1 / ")
+    first_update_ms = _metric(page, "Server time for this update")
+
+    page.get_by_text("adds to", exact=True).click()
+    page.wait_for_timeout(500)
+    page.locator(chart).hover()  # shows plotly's mode bar
+    page.locator(f'{chart} .modebar-btn[data-title="Box Select"]').click()
+    layout = page.evaluate(SCATTER_POINTS_JS, chart)
+    (left, top, right, bottom), boxed = _box_around_some_points(layout, clicked["index"])
+    page.mouse.move(left, top)
+    page.mouse.down()
+    page.mouse.move((left + right) / 2, (top + bottom) / 2, steps=5)
+    page.mouse.move(right, bottom, steps=5)
+    page.mouse.up()
+    expected = [clicked["index"], *boxed]
+    _wait_for_heatmaps(page, expected)
+
+    assert _metric(page, "Picked k / batch N").startswith(f"{len(expected)} / ")
+    # The outputs (with the text box) are redrawn after the heatmaps, in the same rerun.
+    text_box = page.get_by_label("Picked indices (editable, e.g. 3, 7, 10-12)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api.expect(text_box).to_have_value(selection.format_indices(expected))
+    strips = page.locator('.st-key-heatmaps [data-testid="stImage"] img')
+    assert strips.count() == len(expected)
+    assert _metric(page, "Gradient step").endswith("ms")
+    assert "MB" in _metric(page, "Peak memory")
+    _shot(page, "scatter-selection", readme=True)
+    _shot_of_section(
+        page,
+        "gradients",
+        page.get_by_role("heading", name="Gradients of the picked images"),
+        page.get_by_role("button", name="Report (.json)"),
+    )
+    (ARTIFACTS / "e2e-timings.json").write_text(
+        json.dumps(
+            {
+                "first_click_server_ms": first_update_ms,
+                "box_select_server_ms": _metric(page, "Server time for this update"),
+                "gradient_step": _metric(page, "Gradient step"),
+                "k": len(expected),
+            },
+            indent=2,
+        )
+    )
+
+    page.get_by_role("tab", name="Strategies").click()
+    page.get_by_role("button", name="Run every strategy").click()
+    page.get_by_text("The question's naive loop").wait_for()
+    error = page.locator('[data-testid="stCode"]').filter(has_text="backward through the graph")
+    assert "RuntimeError" in error.inner_text()
+    page.get_by_role("button", name="Run the sweep").click()
+    page.locator(".st-key-sweep_n .js-plotly-plot").wait_for()
+    _shot_of_section(
+        page,
+        "strategies",
+        page.get_by_role("heading", name="Every strategy on the picked images"),
+        page.locator(".st-key-sweep_n"),
+    )
+
+
+def test_a_corrupt_upload_is_named_and_the_page_keeps_working(page: Any, tmp_path: Path) -> None:
+    fake = tmp_path / "notes.png"
+    fake.write_text("this is a text file renamed to .png")
+    page.get_by_text("Uploaded images", exact=True).click()
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(fake))
+    page.get_by_text("notes.png: not a readable image").wait_for()
+    page.get_by_text("CIFAR-10", exact=True).click()
+    page.get_by_text("Images N").wait_for()
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_dark_theme_is_readable(chromium: str, server: str) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1500, "height": 1900}, color_scheme="dark")
+        page = context.new_page()
+        page.set_default_timeout(LOAD_TIMEOUT_MS)
+        page.goto(server)
+        page.get_by_text("Images N").wait_for()
+        box = page.get_by_label("Picked indices (editable, e.g. 3, 7, 10-12)")
+        box.fill("3, 7, 11")
+        box.press("Enter")
+        _wait_for_heatmaps(page, [3, 7, 11])
+        background = page.evaluate(
+            "getComputedStyle(document.querySelector('.stApp')).backgroundColor"
+        )
+        _shot(page, "dark", readme=True)
+        browser.close()
+    red, green, blue = (int(v) for v in background[background.index("(") + 1 : -1].split(","))
+    assert red + green + blue < 200, f"the page did not follow the dark preference: {background}"

@@ -1,0 +1,163 @@
+"""Training runs end to end on a tiny generated folder, checkpoints, resumes and evaluates."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gradpick import train
+from gradpick.data import CIFAR10_CLASSES, image_folder, load_batch
+from gradpick.errors import DataError, ModelError
+from gradpick.infer import infer
+from gradpick.train import TrainConfig, augment_batch, evaluate
+
+TINY = TrainConfig("tutorial", epochs=2, batch_size=16, compile=False)
+
+
+@pytest.fixture
+def ten_classes(
+    image_folder_factory: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Any:
+    """A CIFAR-shaped folder of 40 generated 32x32 images, with the decoded cache in tmp."""
+    monkeypatch.setenv("GRADPICK_CACHE_DIR", str(tmp_path / "cache"))
+    return image_folder(image_folder_factory(classes=list(CIFAR10_CLASSES), per_class=4))
+
+
+def run(config: TrainConfig, source: Any, run_dir: Path, resume: bool = False) -> Any:
+    messages: list[str] = []
+    model = train.train(config, source, run_dir, resume=resume, device="cpu", log=messages.append)
+    return model, messages
+
+
+def test_a_tiny_run_trains_checkpoints_and_writes_history(ten_classes: Any, tmp_path: Path) -> None:
+    model, _ = run(TINY, ten_classes, tmp_path / "run")
+
+    assert not model.training and not any(p.requires_grad for p in model.parameters())
+    assert all(torch.isfinite(value).all() for value in model.state_dict().values())
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert [entry["epoch"] for entry in history] == [1, 2]
+    assert all({"loss", "train_accuracy", "seconds"} <= set(entry) for entry in history)
+    checkpoint = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert checkpoint["epoch"] == 2
+    assert checkpoint["config"] == train.asdict(TINY)
+    for key, value in model.state_dict().items():
+        assert torch.equal(checkpoint["model"][key], value), key
+    assert list((tmp_path / "cache" / "decoded").glob("*.pt")), "decoded once into the cache"
+
+
+def test_an_interrupted_run_resumes_where_it_stopped_and_matches_a_straight_run(
+    ten_classes: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = TrainConfig("tutorial", epochs=3, batch_size=16, compile=False)
+    straight, _ = run(config, ten_classes, tmp_path / "straight")
+
+    real_epoch = train._train_epoch
+
+    def interrupted(*args: Any, **kwargs: Any) -> dict[str, float]:
+        if args[6] == 2:  # the third epoch: the machine goes down mid-run
+            raise KeyboardInterrupt
+        return real_epoch(*args, **kwargs)
+
+    monkeypatch.setattr(train, "_train_epoch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(config, ten_classes, tmp_path / "resumed")
+    stored = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)
+    assert stored["epoch"] == 2  # only the interrupted epoch is lost
+    monkeypatch.setattr(train, "_train_epoch", real_epoch)
+
+    resumed, messages = run(config, ten_classes, tmp_path / "resumed", resume=True)
+
+    assert any("resuming tutorial after epoch 2 of 3" in message for message in messages)
+    history = json.loads((tmp_path / "resumed" / "history.json").read_text())
+    assert [entry["epoch"] for entry in history] == [1, 2, 3]
+    for key, value in straight.state_dict().items():
+        assert torch.equal(resumed.state_dict()[key], value), key
+
+
+def test_resume_without_a_checkpoint_starts_from_scratch(ten_classes: Any, tmp_path: Path) -> None:
+    _, messages = run(TINY, ten_classes, tmp_path / "fresh", resume=True)
+    assert any("no checkpoint" in message for message in messages)
+    assert len(json.loads((tmp_path / "fresh" / "history.json").read_text())) == 2
+
+
+def test_resuming_with_other_settings_is_refused(ten_classes: Any, tmp_path: Path) -> None:
+    run(TINY, ten_classes, tmp_path / "run")
+    other = TrainConfig("tutorial", epochs=2, batch_size=8, compile=False)
+    with pytest.raises(ModelError, match="different settings"):
+        run(other, ten_classes, tmp_path / "run", resume=True)
+
+
+def test_a_corrupt_checkpoint_is_a_model_error(ten_classes: Any, tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"half a checkpoint")
+    with pytest.raises(ModelError, match="checkpoint is corrupt or unreadable"):
+        run(TINY, ten_classes, tmp_path / "run", resume=True)
+
+
+def test_a_source_with_the_wrong_class_count_is_refused(
+    image_folder_factory: Callable[..., Path], tmp_path: Path
+) -> None:
+    source = image_folder(image_folder_factory(classes=3, per_class=2))
+    with pytest.raises(DataError, match="3 classes found.*predict 10"):
+        run(TINY, source, tmp_path / "run")
+
+
+def test_images_that_are_not_32px_are_refused(
+    image_folder_factory: Callable[..., Path], tmp_path: Path
+) -> None:
+    root = image_folder_factory(classes=list(CIFAR10_CLASSES), per_class=1, size=(40, 40))
+    with pytest.raises(DataError, match="40x40 pixels; training expects 32x32"):
+        run(TINY, image_folder(root), tmp_path / "run")
+
+
+def test_evaluation_figures_agree_with_each_other(ten_classes: Any) -> None:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = train.models.freeze(train.models.build("tutorial"))
+    batch = load_batch(ten_classes)
+    evaluation = evaluate(model, batch)
+
+    predictions = infer(model, batch.images).predictions
+    assert batch.labels is not None
+    confusion = torch.tensor(evaluation.confusion)
+    assert confusion.shape == (10, 10) and int(confusion.sum()) == evaluation.images == 40
+    for true, predicted in zip(batch.labels.tolist(), predictions.tolist(), strict=True):
+        assert confusion[true, predicted] > 0
+    assert evaluation.accuracy == pytest.approx(float(confusion.trace()) / 40)
+    assert evaluation.accuracy == pytest.approx(float((predictions == batch.labels).float().mean()))
+    for index, name in enumerate(CIFAR10_CLASSES):
+        row = confusion[index]
+        assert evaluation.per_class[name] == pytest.approx(float(row[index] / row.sum()))
+    assert f"{evaluation.accuracy:.2%}" in evaluation.table()
+
+
+def test_evaluation_needs_labels(ten_classes: Any) -> None:
+    batch = load_batch(ten_classes)
+    unlabelled = type(batch)(**{**batch.__dict__, "labels": None})
+    with pytest.raises(DataError, match="labelled images"):
+        evaluate(train.models.build("tutorial"), unlabelled)
+
+
+def test_augment_batch_crops_the_padded_image_and_may_flip_it() -> None:
+    images = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8)
+    augmented = augment_batch(images, torch.Generator().manual_seed(3))
+
+    assert augmented.shape == images.shape and augmented.dtype == torch.uint8
+    again = augment_batch(images, torch.Generator().manual_seed(3))
+    assert torch.equal(augmented, again)
+    padded = F.pad(images, (4, 4, 4, 4))
+    for image, original in zip(augmented, padded, strict=True):
+        crops = [
+            candidate
+            for y in range(9)
+            for x in range(9)
+            for crop in [original[:, y : y + 32, x : x + 32]]
+            for candidate in (crop, crop.flip(-1))
+        ]
+        assert any(torch.equal(image, crop) for crop in crops)

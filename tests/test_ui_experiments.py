@@ -1,0 +1,117 @@
+"""The Strategies tab's experiments on tiny models: agreement, costs, the naive loop, leakage."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from gradpick.compare import FLOOR
+from gradpick.data import CIFAR10_CLASSES, ImageBatch
+from gradpick.errors import SelectionError
+from gradpick.gradients import STRATEGIES
+from gradpick.ui import experiments
+from gradpick.ui.heatmaps import HeatmapRequest
+
+
+@pytest.fixture
+def batch() -> ImageBatch:
+    generator = torch.Generator().manual_seed(11)
+    images = torch.randint(0, 256, (20, 3, 32, 32), generator=generator, dtype=torch.uint8)
+    return ImageBatch(
+        images=images,
+        labels=torch.randint(0, 10, (20,), generator=generator),
+        class_names=CIFAR10_CLASSES,
+        names=tuple(str(i) for i in range(20)),
+        positions=tuple(range(20)),
+        source="test",
+    )
+
+
+def _setup(batch: ImageBatch, indices: list[int], forward_ms: float = 0.01) -> experiments.Setup:
+    return experiments.Setup.of(batch, indices, HeatmapRequest(), forward_ms)
+
+
+def test_setup_keeps_at_most_the_compared_number_of_picks(batch: ImageBatch) -> None:
+    setup = _setup(batch, list(range(20)))
+    assert setup.indices == list(range(experiments.MAX_COMPARED))
+    assert (setup.target, setup.classes) == ("loss", None)
+    with pytest.raises(SelectionError):
+        _setup(batch, [])
+
+
+def test_every_strategy_agrees_with_the_floor(tiny_cnn: nn.Module, batch: ImageBatch) -> None:
+    setup = _setup(batch, [3, 8, 1])
+    runs = experiments.compare_all(tiny_cnn, setup, repeats=1)
+    assert [run.name for run in runs] == [FLOOR, *STRATEGIES]
+    for run in runs:
+        assert run.max_abs_difference < 1e-5
+        assert run.milliseconds > 0
+
+
+def test_whole_batch_strategies_over_budget_are_skipped_with_a_reason(
+    tiny_cnn: nn.Module, batch: ImageBatch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(experiments, "WHOLE_BATCH_BUDGET", 1000)
+    setup = _setup(batch, [3, 8])
+    affordable, skipped = experiments.affordable_strategies(tiny_cnn, setup)
+    assert affordable == ["recompute", "vmap"]
+    assert set(skipped) == {"summed", "retain_graph"}
+    assert "20 images" in skipped["summed"]
+    names = [run.name for run in experiments.compare_all(tiny_cnn, setup, repeats=1)]
+    assert names == [FLOOR, "recompute", "vmap"]
+
+
+def test_whole_batch_strategies_estimated_too_slow_are_skipped(
+    tiny_cnn: nn.Module, batch: ImageBatch
+) -> None:
+    slow = _setup(batch, [3, 8], forward_ms=500.0)  # 20 images: summed ~30 s, retain ~50 s
+    affordable, skipped = experiments.affordable_strategies(tiny_cnn, slow, repeats=1)
+    assert affordable == ["recompute", "vmap"]
+    assert "would take about" in skipped["retain_graph"]
+    fast = _setup(batch, [3, 8], forward_ms=0.01)
+    assert experiments.affordable_strategies(tiny_cnn, fast) == (list(STRATEGIES), {})
+
+
+def test_the_naive_loop_fails_from_the_second_index(tiny_cnn: nn.Module, batch: ImageBatch) -> None:
+    failing = experiments.naive_loop(tiny_cnn, _setup(batch, [1, 2]))
+    assert failing.error is not None and "second time" in failing.error
+    single = experiments.naive_loop(tiny_cnn, _setup(batch, [1]))
+    assert single.error is None
+
+
+def test_mean_reduction_scales_by_one_over_k(tiny_cnn: nn.Module, batch: ImageBatch) -> None:
+    scaling = experiments.mean_scaling(tiny_cnn, _setup(batch, [0, 4, 7, 9]))
+    assert scaling.k == 4
+    assert scaling.ratio == pytest.approx(0.25, rel=1e-5)
+    assert scaling.max_deviation < 1e-7
+
+
+def test_train_mode_batch_norm_leaks_and_the_served_model_is_untouched(
+    tiny_bn_cnn: nn.Module, batch: ImageBatch
+) -> None:
+    before = {name: value.clone() for name, value in tiny_bn_cnn.state_dict().items()}
+    setup = _setup(batch, [0, 5, 9])
+    served, training = experiments.leakage(tiny_bn_cnn, setup)
+    assert served.relative < 1e-6
+    assert training.relative > 1e-3
+    assert training.coupled_modules
+    assert not tiny_bn_cnn.training
+    for name, value in tiny_bn_cnn.state_dict().items():
+        assert torch.equal(value, before[name])
+    with pytest.raises(SelectionError):
+        experiments.leakage(tiny_bn_cnn, _setup(batch, [2]))
+
+
+def test_sweep_varies_k_at_the_largest_n_and_n_at_the_largest_k(
+    tiny_cnn: nn.Module, batch: ImageBatch
+) -> None:
+    setup = _setup(batch, [0])
+    steps: list[tuple[int, int]] = []
+    points = experiments.sweep(
+        tiny_cnn, setup, ks=(1, 4), ns=(8, 20), progress=lambda d, t: steps.append((d, t))
+    )
+    cells = sorted({(point.k, point.n) for point in points})
+    assert cells == [(1, 20), (4, 8), (4, 20)]
+    assert steps[-1] == (3, 3)
+    assert {point.strategy for point in points} == {FLOOR, *STRATEGIES}

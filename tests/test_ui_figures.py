@@ -1,0 +1,180 @@
+"""Figures carry the right batch index in every selectable point and state their units."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from gradpick import render
+from gradpick.ui import figures
+
+CLASSES = tuple(f"c{index}" for index in range(10))
+
+
+def _squares(trace: dict) -> int:
+    """Closed squares in an outline trace: five corners and a None each."""
+    return len(trace["x"]) // 6
+
+
+def test_thumbnail_sheet_places_each_image_with_transparent_gaps() -> None:
+    images = np.random.default_rng(0).integers(0, 256, (13, 3, 32, 32), dtype=np.uint8)
+    sheet = np.asarray(Image.open(io.BytesIO(figures.thumbnail_sheet(images, columns=5))))
+    cell = 32 + figures.THUMBNAIL_GAP
+    assert sheet.shape == (3 * cell, 5 * cell, 4)
+    offset = figures.THUMBNAIL_GAP // 2
+    for position in (0, 7, 12):
+        top, left = (position // 5) * cell + offset, (position % 5) * cell + offset
+        tile = sheet[top : top + 32, left : left + 32]
+        assert (tile[..., :3] == images[position].transpose(1, 2, 0)).all()
+        assert (tile[..., 3] == 255).all()
+    assert (sheet[0, :, 3][:offset] == 0).all()
+    assert (sheet[-cell:, -cell:, 3] == 0).all()  # the two empty cells of the last row
+
+
+def test_thumbnail_grid_markers_carry_batch_indices_and_outlines_mark_right_wrong_picked() -> None:
+    indices = list(range(100, 112))
+    correct = [index % 3 != 0 for index in indices]
+    figure = figures.thumbnail_grid(
+        b"png", indices, [f"#{i}" for i in indices], correct, picked=[101, 105, 999], columns=5
+    ).to_dict()
+    markers = [trace for trace in figure["data"] if trace["mode"] == "markers"]
+    assert len(markers) == 1
+    assert list(markers[0]["customdata"]) == indices
+    outlines = {
+        trace["line"]["color"]: trace for trace in figure["data"] if trace["mode"] == "lines"
+    }
+    assert _squares(outlines[figures.RIGHT]) == sum(correct)
+    assert _squares(outlines[figures.WRONG]) == len(indices) - sum(correct)
+    assert _squares(outlines[figures.PICKED]) == 2
+    image = figure["layout"]["images"][0]
+    assert image["source"] == "data:image/png;base64," + base64.b64encode(b"png").decode()
+    assert (image["sizex"], image["sizey"]) == (5, 3)
+
+
+def test_unlabelled_thumbnails_get_neutral_outlines() -> None:
+    figure = figures.thumbnail_grid(b"png", [0, 1], ["a", "b"], None, [], columns=2).to_dict()
+    colours = [trace["line"]["color"] for trace in figure["data"] if trace["mode"] == "lines"]
+    assert colours == [figures.NEUTRAL]
+
+
+def test_outputs_scatter_puts_every_image_in_its_predicted_class_trace() -> None:
+    rng = np.random.default_rng(1)
+    predictions = rng.integers(0, 10, 200)
+    correct = rng.random(200) > 0.3
+    figure = figures.outputs_scatter(
+        rng.random(200),
+        rng.random(200),
+        "loss",
+        predictions,
+        correct,
+        CLASSES,
+        [str(i) for i in range(200)],
+        picked=[3, 4],
+    ).to_dict()
+    members: dict[tuple[str, str], list[int]] = {}
+    for trace in figure["data"]:
+        members[trace["name"], trace["marker"].get("symbol", "")] = list(trace["customdata"])
+    seen = []
+    for class_index, name in enumerate(CLASSES):
+        right = members.get((name, "circle"), [])
+        wrong = members.get((name, "x"), [])
+        assert right == np.flatnonzero((predictions == class_index) & correct).tolist()
+        assert wrong == np.flatnonzero((predictions == class_index) & ~correct).tolist()
+        seen += right + wrong
+    assert sorted(seen) == list(range(200))
+    legend = [trace["name"] for trace in figure["data"] if trace.get("showlegend", True)]
+    assert legend == [*CLASSES, "picked"]
+    traces = {trace["name"]: trace for trace in figure["data"]}
+    assert list(traces["picked"]["customdata"]) == [3, 4]
+
+
+def test_confusion_matrix_has_one_marker_per_nonempty_cell_with_its_count() -> None:
+    labels = np.array([0, 0, 0, 1, 1, 2])
+    predictions = np.array([0, 0, 1, 1, 1, 0])
+    trace = figures.confusion_matrix(labels, predictions, CLASSES[:3]).to_dict()["data"][0]
+    cells = {
+        tuple(pair): int(text)
+        for pair, text in zip(trace["customdata"], trace["text"], strict=True)
+    }
+    assert cells == {(0, 0): 2, (0, 1): 1, (1, 1): 2, (2, 0): 1}
+    assert sum(cells.values()) == len(labels)
+
+
+def test_probability_bars_carry_class_indices_and_mark_target_and_truth() -> None:
+    trace = figures.probability_bars(np.full(10, 0.1), CLASSES, 2, 5).to_dict()["data"][0]
+    assert list(trace["customdata"]) == list(range(10))
+    colours = trace["marker"]["color"]
+    assert colours[5] == figures.PICKED and colours[2] == figures.RIGHT
+    assert colours.count(figures.NEUTRAL) == 8
+
+
+def test_colourscale_uses_the_render_tables_as_rgb_strings() -> None:
+    table = render.lookup_table("inferno")
+    scale = figures.colourscale(table)
+    assert scale[0] == [0.0, "rgb({},{},{})".format(*table[0])]
+    assert scale[-1] == [1.0, "rgb({},{},{})".format(*table[-1])]
+    assert all(not colour.startswith("#") for _, colour in scale)
+
+
+def test_heatmap_panels_show_units_and_symmetric_channel_scales() -> None:
+    figure = figures.heatmap_panels(
+        np.ones((32, 32)), 2.0, np.zeros((3, 32, 32)), 0.5, "d loss / d pixel"
+    ).to_dict()
+    heatmaps = figure["data"]
+    assert [trace["type"] for trace in heatmaps] == ["heatmap"] * 4
+    assert heatmaps[0]["colorbar"]["title"]["text"] == "|d loss / d pixel|"
+    assert (heatmaps[0]["zmin"], heatmaps[0]["zmax"]) == (0, 2.0)
+    for trace in heatmaps[1:]:
+        assert (trace["zmin"], trace["zmax"]) == (-0.5, 0.5)
+    assert "d loss / d pixel (signed)" in heatmaps[1]["colorbar"]["title"]["text"]
+    domains = [figure["layout"][f"xaxis{s}"]["domain"] for s in ("", "2", "3", "4")]
+    assert all(0 <= low < high <= 1 for low, high in domains)
+
+
+@pytest.mark.parametrize("memory", [[1_000_000, None], [2_000_000, 3_000_000]])
+def test_strategy_bars_show_megabytes_and_leave_out_missing(memory: list[int | None]) -> None:
+    figure = figures.strategy_bars(["a", "b"], [1.0, 2.0], memory, [5_000_000, 6_000_000])
+    saved = figure.to_dict()["data"][1]
+    expected = [None if value is None else value / 1e6 for value in memory]
+    assert list(saved["y"]) == expected
+
+
+def test_sweep_lines_draw_time_and_memory_per_strategy() -> None:
+    series = {"recompute": ([1, 4], [2.0, 3.0], [1_000_000, 2_000_000])}
+    data = figures.sweep_lines(series, "k").to_dict()["data"]
+    assert [list(trace["y"]) for trace in data] == [[2.0, 3.0], [1.0, 2.0]]
+
+
+def test_a_log_loss_axis_draws_zero_losses_at_the_lowest_value() -> None:
+    losses = np.array([0.0, 1e-6, 1e-3, 2.0])
+    figure = figures.outputs_scatter(
+        np.full(4, 0.5), losses, "loss", np.zeros(4, int), None, CLASSES, list("abcd"), []
+    )
+    assert figure.layout.yaxis.type == "log"
+    assert min(figure.data[0].y) == pytest.approx(1e-6)
+    assert "0 drawn lowest" in figure.layout.yaxis.title.text
+
+
+def test_each_strategy_keeps_its_colour_across_sweep_charts() -> None:
+    with_retain = {"summed": ([1], [1.0], [1]), "retain_graph": ([1], [2.0], [1])}
+    without = {"summed": ([1], [1.0], [1]), "vmap": ([1], [2.0], [1])}
+    first = figures.sweep_lines(with_retain, "k").to_dict()["data"]
+    second = figures.sweep_lines(without, "N").to_dict()["data"]
+    assert first[0]["line"]["color"] == second[0]["line"]["color"]
+    assert first[2]["line"]["color"] != second[2]["line"]["color"]
+
+
+def test_large_scatters_switch_to_webgl() -> None:
+    def kinds(n: int) -> set[str]:
+        rng = np.random.default_rng(0)
+        figure = figures.outputs_scatter(
+            rng.random(n), rng.random(n), "loss", np.zeros(n, int), None, CLASSES, ["h"] * n, []
+        )
+        return {trace.type for trace in figure.data}
+
+    assert kinds(figures.WEBGL_ABOVE) == {"scatter"}
+    assert kinds(figures.WEBGL_ABOVE + 1) == {"scattergl"}

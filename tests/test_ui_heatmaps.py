@@ -1,0 +1,174 @@
+"""The explorer's gradients: exactly per-sample autograd, pictured without blur, exported intact."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gradpick import render
+from gradpick.data import CIFAR10_CLASSES, ImageBatch
+from gradpick.errors import InputError
+from gradpick.ui import heatmaps
+from gradpick.ui.heatmaps import HeatmapRequest
+
+PICKED = [6, 1, 9]
+
+
+@pytest.fixture
+def batch() -> ImageBatch:
+    generator = torch.Generator().manual_seed(5)
+    images = torch.randint(0, 256, (12, 3, 32, 32), generator=generator, dtype=torch.uint8)
+    labels = torch.randint(0, 10, (12,), generator=generator)
+    return ImageBatch(
+        images=images,
+        labels=labels,
+        class_names=CIFAR10_CLASSES,
+        names=tuple(f"#{i}" for i in range(12)),
+        positions=tuple(range(12)),
+        source="test",
+    )
+
+
+def _one_by_one(
+    model: nn.Module, batch: ImageBatch, target: str, wanted: int | None = None
+) -> torch.Tensor:
+    """Reference: each picked image alone through plain autograd."""
+    rows = []
+    for index in PICKED:
+        image = batch.float_images()[index : index + 1].requires_grad_(True)
+        logits = model(image)
+        if target == "loss":
+            assert batch.labels is not None
+            value = F.cross_entropy(logits, batch.labels[index : index + 1])
+        else:
+            chosen = int(logits.argmax()) if wanted is None else wanted
+            value = logits[0, chosen]
+        (gradient,) = torch.autograd.grad(value, image)
+        rows.append(gradient[0])
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("strategy", ["recompute", "summed", "retain_graph", "vmap"])
+def test_loss_gradients_equal_per_sample_autograd(
+    tiny_cnn: nn.Module, batch: ImageBatch, strategy: str
+) -> None:
+    result = heatmaps.compute(tiny_cnn, batch, PICKED, HeatmapRequest(strategy=strategy))
+    torch.testing.assert_close(result.maps, _one_by_one(tiny_cnn, batch, "loss"))
+    assert result.gradients.timing > 0
+
+
+@pytest.mark.parametrize(("mode", "wanted"), [("predicted", None), ("class", 3)])
+def test_logit_targets(tiny_cnn: nn.Module, batch: ImageBatch, mode: str, wanted: int) -> None:
+    request = HeatmapRequest(target_mode=mode, target_class=3)
+    result = heatmaps.compute(tiny_cnn, batch, PICKED, request)
+    torch.testing.assert_close(result.maps, _one_by_one(tiny_cnn, batch, "logit", wanted))
+
+
+def test_gradient_x_input_multiplies_by_the_image(tiny_cnn: nn.Module, batch: ImageBatch) -> None:
+    result = heatmaps.compute(tiny_cnn, batch, PICKED, HeatmapRequest(method="gradient_x_input"))
+    expected = _one_by_one(tiny_cnn, batch, "loss") * batch.float_images()[PICKED]
+    torch.testing.assert_close(result.maps, expected)
+
+
+def test_requests_that_cannot_be_answered_say_why(tiny_cnn: nn.Module, batch: ImageBatch) -> None:
+    with pytest.raises(InputError, match="No images picked"):
+        heatmaps.compute(tiny_cnn, batch, [], HeatmapRequest())
+    unlabelled = ImageBatch(**{**batch.__dict__, "labels": None})
+    with pytest.raises(InputError, match="no labels"):
+        heatmaps.compute(tiny_cnn, unlabelled, PICKED, HeatmapRequest())
+    with pytest.raises(InputError, match="Unknown target"):
+        HeatmapRequest(target_mode="probability").engine_target()
+
+
+def test_whole_batch_strategies_are_refused_beyond_the_memory_budget(
+    tiny_cnn: nn.Module, batch: ImageBatch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(heatmaps, "WHOLE_BATCH_BUDGET", 1000)
+    with pytest.raises(InputError, match="recompute"):
+        heatmaps.compute(tiny_cnn, batch, PICKED, HeatmapRequest(strategy="summed"))
+    heatmaps.compute(tiny_cnn, batch, PICKED, HeatmapRequest(strategy="recompute"))
+
+
+def test_step_memory_is_measured_and_labelled(tiny_cnn: nn.Module, batch: ImageBatch) -> None:
+    memory = heatmaps.step_memory(tiny_cnn, batch, PICKED, HeatmapRequest())
+    assert memory is not None
+    assert memory.saved_for_backward.bytes and memory.saved_for_backward.bytes > 0
+    assert "saved" in memory.saved_for_backward.counts
+    assert "peak" in memory.peak.counts
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_tiles_are_enlarged_by_whole_pixels(batch: ImageBatch, shared: bool) -> None:
+    maps = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    maps[1] *= 100  # one image with far larger gradients
+    tiles = heatmaps.tiles(batch.images[PICKED], maps, shared_scale=shared)
+    factor = heatmaps.ENLARGE
+    limits = [tile.limit for tile in tiles]
+    assert (len(set(limits)) == 1) == shared
+    for tile, image, values in zip(tiles, batch.images[PICKED], maps, strict=True):
+        assert tile.image.shape == (32 * factor, 32 * factor, 3)
+        assert (tile.image[::factor, ::factor] == image.permute(1, 2, 0).numpy()).all()
+        blocks = tile.heat.reshape(32, factor, 32, factor, 3)
+        assert (blocks == blocks[:, :1, :, :1]).all()  # every 4x4 block is one pixel
+        expected = render.colorize(render.saliency(values[None])[0], tile.limit)
+        assert (tile.heat[::factor, ::factor] == expected).all()
+        assert len(tile.channels) == 3
+
+
+def test_strip_puts_panels_side_by_side_with_transparent_gaps(batch: ImageBatch) -> None:
+    tile = heatmaps.tiles(batch.images[:1], torch.ones(1, 3, 32, 32), True)[0]
+    full = heatmaps.strip(tile, gap=6)
+    compact = heatmaps.strip(tile, compact=True, gap=6)
+    side = 32 * heatmaps.ENLARGE
+    assert full.shape == (side, 6 * side + 5 * 6, 4)
+    assert compact.shape == (side // 2, 3 * side // 2 + 2 * 6, 4)
+    assert (compact[:, : side // 2, :3] == tile.image[::2, ::2]).all()
+    assert (full[:, side : side + 6, 3] == 0).all()
+    assert (full[:, :side, :3] == tile.image).all()
+
+
+def test_colourbar_runs_from_low_to_high() -> None:
+    bar = heatmaps.colourbar()
+    table = render.lookup_table("inferno")
+    assert (bar[0, 0] == table[0]).all() and (bar[0, -1] == table[-1]).all()
+    signed = heatmaps.colourbar(signed=True)
+    assert (signed[0, 0] == render.DIVERGING[0]).all()
+
+
+def test_exports_hold_the_same_numbers(tiny_cnn: nn.Module, batch: ImageBatch) -> None:
+    result = heatmaps.compute(tiny_cnn, batch, PICKED, HeatmapRequest())
+    arrays = np.load(io.BytesIO(heatmaps.gradients_npz(result, PICKED)))
+    assert arrays["indices"].tolist() == PICKED
+    np.testing.assert_array_equal(arrays["gradients"], result.gradients.gradients.numpy())
+    loaded = torch.load(io.BytesIO(heatmaps.gradients_pt(result, PICKED)), weights_only=True)
+    assert torch.equal(loaded["maps"], result.maps)
+    assert loaded["indices"].tolist() == PICKED and loaded["target"] == "loss"
+
+
+def test_report_says_what_was_asked_what_came_out_and_what_it_cost(
+    tiny_cnn: nn.Module, batch: ImageBatch
+) -> None:
+    request = HeatmapRequest(target_mode="class", target_class=3)
+    result = heatmaps.compute(tiny_cnn, batch, PICKED, request)
+    memory = heatmaps.step_memory(tiny_cnn, batch, PICKED, request)
+    report = heatmaps.report(result, PICKED, request, CIFAR10_CLASSES, memory, {"N": 12})
+    decoded = json.loads(heatmaps.report_json(report))
+    assert decoded["indices"] == PICKED and decoded["k"] == 3 and decoded["N"] == 12
+    assert decoded["target"]["classes"] == ["cat"] * 3
+    assert decoded["target"]["quantity"] == "logit[cat]"
+    assert decoded["strategy"] == "recompute"
+    assert decoded["timings_ms"]["gradient_step"] > 0
+    assert decoded["memory"]["saved_for_backward"]["bytes"] > 0
+    assert {"torch", "streamlit", "plotly", "gradpick"} <= set(decoded["versions"])
+
+
+def test_units_name_the_differentiated_quantity() -> None:
+    assert heatmaps.unit(HeatmapRequest(), CIFAR10_CLASSES) == "d loss / d pixel"
+    request = HeatmapRequest(target_mode="class", target_class=5, method="gradient_x_input")
+    assert heatmaps.unit(request, CIFAR10_CLASSES) == "pixel × d logit[dog] / d pixel"

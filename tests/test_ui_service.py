@@ -1,0 +1,163 @@
+"""The explorer's service layer: data choices, models, devices and the batch table."""
+
+from __future__ import annotations
+
+import io
+import json
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from gradpick import data, models
+from gradpick.errors import DataError
+from gradpick.infer import infer
+from gradpick.ui import service
+from gradpick.ui.service import DataChoice, ModelOption, Upload
+
+ImageFolderFactory = Callable[..., Path]
+
+
+def _png(seed: int = 0, size: tuple[int, int] = (32, 32)) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (*size[::-1], 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def cifar_like(image_folder_factory: ImageFolderFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A CIFAR-10-shaped test split of 30 images, found through $GRADPICK_CIFAR10_DIR."""
+    root = image_folder_factory(data.CIFAR10_CLASSES, per_class=3, name="cifar/test").parent
+    monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(root))
+    return root
+
+
+def test_keys_tell_sources_and_slices_apart() -> None:
+    choices = [
+        DataChoice(),
+        DataChoice(split="train"),
+        DataChoice(start=5),
+        DataChoice(seed=1),
+        DataChoice(kind="folder", folder="/a"),
+        DataChoice(kind="upload", size=None, uploads=(Upload("a.png", b"", "id-1"),)),
+        DataChoice(kind="upload", size=None, uploads=(Upload("a.png", b"", "id-2"),)),
+    ]
+    assert len({choice.batch_key for choice in choices}) == len(choices)
+    assert DataChoice(start=5).source_key == DataChoice().source_key
+
+
+def test_the_default_source_reads_the_configured_cifar10_folder(cifar_like: Path) -> None:
+    source = service.open_source(DataChoice())
+    assert len(source) == 30
+    assert source.class_names == data.CIFAR10_CLASSES
+    assert service.sorted_by_class(source)
+    batch = service.read_batch(source, DataChoice(size=7, seed=3))
+    assert list(batch.positions) == data.batch_positions(30, size=7, seed=3)
+    assert batch.labels is not None
+    assert torch.equal(batch.labels, source.labels()[list(batch.positions)])
+
+
+def test_folder_choices_need_an_existing_folder(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="Type the path"):
+        service.open_source(DataChoice(kind="folder", folder="  "))
+    with pytest.raises(DataError, match="no such folder"):
+        service.open_source(DataChoice(kind="folder", folder=str(tmp_path / "missing")))
+
+
+def test_uploads_are_decoded_and_bad_files_named() -> None:
+    good = Upload("cat.png", _png(), "1")
+    source = service.open_source(DataChoice(kind="upload", size=None, uploads=(good,)))
+    assert len(source) == 1 and source.labels() is None
+    assert not service.sorted_by_class(source)
+    corrupt = Upload("notes.png", b"this is text, not a PNG", "2")
+    with pytest.raises(DataError, match="notes.png"):
+        service.open_source(DataChoice(kind="upload", size=None, uploads=(good, corrupt)))
+
+
+def test_without_shipped_weights_every_model_is_a_labelled_random_stand_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path))
+    options = service.model_options()
+    assert [option.name for option in options] == list(models.ARCHITECTURES)
+    assert all("random weights" in option.label for option in options)
+    first = service.load_model(options[0], torch.device("cpu"))
+    again = service.load_model(options[0], torch.device("cpu"))
+    assert not first.training
+    assert not any(parameter.requires_grad for parameter in first.parameters())
+    for left, right in zip(first.state_dict().values(), again.state_dict().values(), strict=True):
+        assert torch.equal(left, right)
+
+
+def test_shipped_weights_come_first_with_their_card_accuracy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path))
+    torch.save(models.build("tutorial").state_dict(), tmp_path / "tutorial.pt")
+    card = {"test_accuracy": 0.6558, "sha256": "abc123"}
+    (tmp_path / "tutorial.json").write_text(json.dumps(card))
+    options = service.model_options()
+    assert options[0] == ModelOption("tutorial", card, shipped=True)
+    assert options[0].label == "tutorial · 65.6% test accuracy"
+    assert options[0].identity == "tutorial:abc123"
+    assert not options[1].shipped
+    model = service.load_model(options[0], torch.device("cpu"))
+    assert not model.training
+
+
+def test_device_options_offer_auto_and_say_why_a_device_is_missing() -> None:
+    options = {option.kind: option for option in service.device_options()}
+    assert list(options) == ["auto", "cuda", "mps", "cpu"]
+    assert options["cpu"].reason is None and options["auto"].label == "auto"
+    for option in options.values():
+        assert (option.reason is None) == ("unavailable" not in option.label)
+
+
+def test_batch_table_and_titles_follow_the_inference_result(
+    cifar_like: Path, tiny_cnn: torch.nn.Module
+) -> None:
+    source = service.open_source(DataChoice())
+    batch = service.read_batch(source, DataChoice(size=12))
+    result = infer(tiny_cnn, batch.images, batch.labels)
+    table = service.batch_table(batch, result)
+    assert list(table["index"]) == list(range(12))
+    assert list(table["correct"]) == result.correct.tolist()
+    names = batch.class_names
+    assert list(table["predicted"]) == [names[p] for p in result.predictions.tolist()]
+    titles = service.describe_indices(batch, result, [4, 0])
+    for title, index in zip(titles, [4, 0], strict=True):
+        assert title.startswith(f"#{index} {names[int(batch.labels[index])]}→")
+        assert title.endswith("✓" if result.correct[index] else "✗")
+
+
+def test_fit_classes_drops_labels_that_do_not_match_the_model(
+    image_folder_factory: ImageFolderFactory, tiny_cnn: torch.nn.Module
+) -> None:
+    source = data.image_folder(image_folder_factory(classes=3, per_class=2))
+    batch = data.load_batch(source)
+    assert service.output_count(tiny_cnn, torch.device("cpu")) == 10
+    fitted, note = service.fit_classes(batch, 10)
+    assert fitted.labels is None and fitted.class_names == data.CIFAR10_CLASSES
+    assert note is not None and "3 classes" in note
+    assert service.fit_classes(batch, 3) == (batch, None)
+
+
+def _png_claiming(width: int, height: int) -> bytes:
+    """A valid small PNG whose header claims ``width`` x ``height`` pixels (a bomb's shape)."""
+    png = bytearray(_png())
+    header = png[12:29]  # b"IHDR" + width, height, depth, colour, compression, filter, interlace
+    header[4:12] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
+    png[12:29] = header
+    png[29:33] = zlib.crc32(bytes(header)).to_bytes(4, "big")
+    return bytes(png)
+
+
+def test_an_oversized_upload_is_refused_before_decoding() -> None:
+    bomb = Upload("huge.png", _png_claiming(10000, 5000), "bomb")
+    with pytest.raises(DataError, match=r"huge.png: 10000x5000 pixels is too large"):
+        service.open_source(DataChoice(kind="upload", size=None, uploads=(bomb,)))

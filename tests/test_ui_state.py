@@ -1,0 +1,105 @@
+"""The picked-images state: chart and table selections are folded in once, by merge mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gradpick.ui import state
+
+
+def _points(*indices: int) -> dict[str, Any]:
+    return {"selection": {"points": [{"customdata": i} for i in indices], "box": [], "lasso": []}}
+
+
+def _indices(event: Any) -> list[int]:
+    return [point["customdata"] for point in event["selection"]["points"]]
+
+
+def test_a_new_selection_replaces_by_default_and_updates_the_text() -> None:
+    session: dict[str, Any] = {state.SCATTER_CHART: _points(4, 2)}
+    state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+    assert state.picked(session) == [4, 2]
+    assert session[state.TEXT] == "4, 2"
+
+
+def test_the_same_selection_is_absorbed_once() -> None:
+    session: dict[str, Any] = {state.MERGE_MODE: "add"}
+    session[state.GRID_CHART] = _points(1)
+    state.absorb(session, state.GRID_CHART, _indices, size=10)
+    state.set_picked(session, [7])  # e.g. a picker replaced the selection meanwhile
+    state.absorb(session, state.GRID_CHART, _indices, size=10)  # a rerun: nothing new
+    assert state.picked(session) == [7]
+
+
+def test_an_empty_selection_is_ignored_and_lets_the_same_one_count_again() -> None:
+    session: dict[str, Any] = {state.MERGE_MODE: "add", state.GRID_CHART: _points(1)}
+    state.absorb(session, state.GRID_CHART, _indices, size=10)
+    state.set_picked(session, [])
+    session[state.GRID_CHART] = _points()  # the chart was redrawn: its selection is empty
+    state.absorb(session, state.GRID_CHART, _indices, size=10)
+    assert state.picked(session) == []
+    session[state.GRID_CHART] = _points(1)  # the user selects the same point again
+    state.absorb(session, state.GRID_CHART, _indices, size=10)
+    assert state.picked(session) == [1]
+
+
+def test_merge_modes_add_and_remove() -> None:
+    session: dict[str, Any] = {state.PICKED: [1, 2]}
+    session[state.MERGE_MODE] = "add"
+    session[state.SCATTER_CHART] = _points(3, 2)
+    state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+    assert state.picked(session) == [1, 2, 3]
+    session[state.MERGE_MODE] = "remove"
+    session[state.TABLE] = {"selection": {"rows": [1, 3], "columns": []}}
+    state.absorb(session, state.TABLE, state.table_rows, size=10)
+    assert state.picked(session) == [2]
+
+
+def test_indices_outside_the_batch_are_dropped() -> None:
+    session: dict[str, Any] = {state.GRID_CHART: _points(3, 12)}
+    state.absorb(session, state.GRID_CHART, _indices, size=10)
+    assert state.picked(session) == [3]
+
+
+def test_a_new_batch_clears_the_selection_with_a_notice() -> None:
+    session: dict[str, Any] = {}
+    state.follow_batch(session, "batch-a")
+    assert session.get(state.NOTICE) is None
+    state.set_picked(session, [1, 2])
+    state.follow_batch(session, "batch-a")
+    assert state.picked(session) == [1, 2]
+    state.follow_batch(session, "batch-b")
+    assert state.picked(session) == []
+    assert "batch changed" in session[state.NOTICE]
+
+
+def test_bad_text_keeps_the_selection_and_says_why() -> None:
+    session: dict[str, Any] = {state.PICKED: [5], state.TEXT: "3, 7, x"}
+    state.edit_text(session, size=10)
+    assert state.picked(session) == [5]
+    assert "'x'" in session[state.TEXT_ERROR]
+    session[state.TEXT] = "2-4, 9"
+    state.edit_text(session, size=10)
+    assert state.picked(session) == [2, 3, 4, 9]
+    assert state.TEXT_ERROR not in session
+
+
+def test_clearing_the_text_clears_the_selection() -> None:
+    session: dict[str, Any] = {state.PICKED: [5], state.TEXT: "  "}
+    state.edit_text(session, size=10)
+    assert state.picked(session) == []
+
+
+def test_confusion_cells_and_table_rows_are_read_from_their_events() -> None:
+    event = {"selection": {"points": [{"customdata": [3, 5]}, {"customdata": 7}, {}]}}
+    assert state.confusion_cells(event) == [(3, 5)]
+    assert state.table_rows({"selection": {"rows": [4, 0]}}) == [4, 0]
+    assert state.table_rows(None) == []
+    assert state.confusion_cells(None) == []
+
+
+def test_clear_empties_the_selection() -> None:
+    session: dict[str, Any] = {state.PICKED: [1]}
+    state.clear(session)
+    assert state.picked(session) == []
+    assert session[state.TEXT] == ""
