@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from gradpick.data import CIFAR10_CLASSES
 from gradpick.models import freeze
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -148,6 +149,22 @@ def image_folder_factory(tmp_path: Path) -> ImageFolderFactory:
                     size=size,
                     seed=label * 1000 + item,
                 )
+        return root
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def cifar_like_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Path]:
+    """Returns ``make(per_split)``: a folder with train/ and test/ ImageFolder trees in
+    CIFAR-10's class names, ``per_split`` seeded noise images each, dealt to classes in turn."""
+
+    def make(per_split: int) -> Path:
+        root = tmp_path_factory.mktemp("cifar-like")
+        for split in ("test", "train"):
+            for index in range(per_split):
+                name = CIFAR10_CLASSES[index % len(CIFAR10_CLASSES)]
+                write_image(root / split / name / f"{index:04d}.png", seed=index)
         return root
 
     return make

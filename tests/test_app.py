@@ -11,13 +11,12 @@ from __future__ import annotations
 import re
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from gradpick import data, models, selection
@@ -29,21 +28,9 @@ TIMEOUT = 180
 IMAGES = 64
 
 
-def make_cifar_like(root: Path, per_split: int) -> Path:
-    """An ImageFolder copy of CIFAR-10's layout (train/ and test/) filled with seeded noise."""
-    rng = np.random.default_rng(0)
-    for split in ("test", "train"):
-        for index in range(per_split):
-            name = data.CIFAR10_CLASSES[index % 10]
-            path = root / split / name / f"{index:04d}.png"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(path)
-    return root
-
-
 @pytest.fixture(scope="module")
-def generated_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_cifar_like(tmp_path_factory.mktemp("cifar-like"), IMAGES)
+def generated_folder(cifar_like_factory: Callable[[int], Path]) -> Path:
+    return cifar_like_factory(IMAGES)
 
 
 @pytest.fixture

@@ -16,12 +16,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_app import make_cifar_like
 
 from gradpick import data, selection
 
@@ -98,7 +97,9 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, cifar_like_factory: Callable[[int], Path]
+) -> Iterator[str]:
     """``streamlit run app.py`` on a free port; yields its URL."""
     shared = REPO.parent / "shared" / "data" / "cifar10-jpg"
     configured = os.environ.get(data.CIFAR10_DIR_ENV)
@@ -107,7 +108,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     elif (shared / "test").is_dir():
         images = shared
     else:
-        images = make_cifar_like(tmp_path_factory.mktemp("cifar-like"), 200)
+        images = cifar_like_factory(200)
     port = _free_port()
     env = {
         **os.environ,

@@ -178,7 +178,12 @@ def decode_image(data: bytes, name: str = "image") -> tuple[torch.Tensor, str | 
                 image = _to_rgb(opened)
     except DataError:
         raise
-    except (UnidentifiedImageError, Image.DecompressionBombError, Image.DecompressionBombWarning):
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise DataError(
+            f"{name}: the image is too large to decode safely (limit {MAX_IMAGE_PIXELS:,} "
+            "pixels); downscale it first."
+        ) from None
+    except UnidentifiedImageError:
         raise DataError(
             f"{name}: not a readable image (expected PNG, JPEG, WebP, BMP, GIF or TIFF)."
         ) from None
@@ -467,7 +472,8 @@ def batch_positions(
         raise InputError(f"Batch size must be between 1 and {source_length:,}; got {size:,}.")
     if seed is not None:
         generator = torch.Generator().manual_seed(seed)
-        return sorted(torch.randperm(source_length, generator=generator)[:size].tolist())
+        # Random order, not sorted: a class-sorted folder would otherwise show one class first.
+        return torch.randperm(source_length, generator=generator)[:size].tolist()
     if not 0 <= start < source_length:
         raise InputError(f"Start must be between 0 and {source_length - 1:,}; got {start:,}.")
     if start + size > source_length:

@@ -1,15 +1,40 @@
-"""What the explorer lets a visitor do, decided once per process from the environment.
+"""What the explorer lets a visitor do, decided once per run from the environment and argv.
 
 A hosted deployment (issue 5) narrows what a visitor may touch on the server; everything that
-depends on it reads this object instead of checking the environment itself.
+depends on it reads this object instead of checking the environment itself. A local run may
+name the user's own model on the command line: ``streamlit run app.py -- --model pkg.mod:fn``.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 HOSTED_ENV = "GRADPICK_HOSTED"
+MODEL_ENV = "GRADPICK_MODEL"
+WEIGHTS_ENV = "GRADPICK_WEIGHTS"
+CLASSES_ENV = "GRADPICK_CLASSES"
+CLOUD_ROOT = Path("/mount/src")
+"""Streamlit Community Cloud runs every app from /mount/src/<repository>."""
+
+HOSTED_MAX_UPLOAD_FILES = 64
+HOSTED_MAX_IMAGE_BYTES = 5 << 20
+HOSTED_MAX_BATCH_SIZE = 2000
+MAX_WEIGHTS_BYTES = 50 << 20
+"""Far above ResNet-20's 1 MB: a bigger file is not weights for a built-in architecture."""
+
+
+@dataclass(frozen=True)
+class UserModelArgs:
+    """The user's own model as named on the command line (or its environment fallback)."""
+
+    factory: str
+    weights: str | None = None
+    classes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -17,13 +42,62 @@ class AppConfig:
     """Switches the page consults; the defaults are for a local, single-user run."""
 
     hosted: bool = False
+    user_model: UserModelArgs | None = None
 
     @property
     def allow_local_folder(self) -> bool:
         """A visitor of a hosted demo must not read the server's file system."""
         return not self.hosted
 
+    @property
+    def allow_user_model(self) -> bool:
+        """Importing a model by name runs its code: only the person running the server may."""
+        return not self.hosted
+
+    @property
+    def max_upload_files(self) -> int | None:
+        return HOSTED_MAX_UPLOAD_FILES if self.hosted else None
+
+    @property
+    def max_image_bytes(self) -> int | None:
+        """Checked by the page itself: Streamlit's maxUploadSize is a deploy setting only."""
+        return HOSTED_MAX_IMAGE_BYTES if self.hosted else None
+
+    @property
+    def max_batch_size(self) -> int | None:
+        """Inference holds the whole batch's outputs: a cap protects a small host's memory."""
+        return HOSTED_MAX_BATCH_SIZE if self.hosted else None
+
+
+def hosted_mode(setting: str | None, cwd: Path) -> bool:
+    """``$GRADPICK_HOSTED`` decides when set (1/true/yes on, anything else off); unset, a
+    process running from Streamlit Community Cloud's /mount/src is hosted."""
+    if setting is not None and setting.strip():
+        return setting.strip().lower() in ("1", "true", "yes")
+    return cwd == CLOUD_ROOT or CLOUD_ROOT in cwd.parents
+
+
+def parse_user_model(argv: Sequence[str], env: Mapping[str, str]) -> UserModelArgs | None:
+    """``--model/--weights/--classes`` from the script's argv, unknown arguments ignored; each
+    falls back to ``$GRADPICK_MODEL/_WEIGHTS/_CLASSES`` (how tests and services set them)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--model")
+    parser.add_argument("--weights")
+    parser.add_argument("--classes")
+    known, _ = parser.parse_known_args(list(argv))
+    factory = known.model or env.get(MODEL_ENV)
+    if not factory:
+        return None
+    return UserModelArgs(
+        factory=factory,
+        weights=known.weights or env.get(WEIGHTS_ENV) or None,
+        classes=known.classes or env.get(CLASSES_ENV) or None,
+    )
+
 
 def app_config() -> AppConfig:
-    """The configuration of this process: ``$GRADPICK_HOSTED=1`` turns hosted mode on."""
-    return AppConfig(hosted=os.environ.get(HOSTED_ENV, "").lower() in ("1", "true", "yes"))
+    """The configuration of this run, from the environment, the working folder and argv."""
+    return AppConfig(
+        hosted=hosted_mode(os.environ.get(HOSTED_ENV), Path.cwd()),
+        user_model=parse_user_model(sys.argv[1:], os.environ),
+    )

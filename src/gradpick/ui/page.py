@@ -11,7 +11,12 @@ import time
 import streamlit as st
 
 from gradpick.ui import cache, gradients_panel, outputs, service, sidebar, strategies_panel
-from gradpick.ui.config import app_config
+from gradpick.ui.config import (
+    HOSTED_MAX_BATCH_SIZE,
+    HOSTED_MAX_IMAGE_BYTES,
+    HOSTED_MAX_UPLOAD_FILES,
+    app_config,
+)
 from gradpick.ui.guard import guarded
 from gradpick.ui.outputs import Loaded
 
@@ -19,6 +24,13 @@ PIXELATED = """<style>
 .js-plotly-plot image, [data-testid="stImage"] img { image-rendering: pixelated; }
 </style>"""
 """Thumbnails and heatmaps are scaled by the browser too: keep their pixels sharp."""
+
+
+HOSTED_NOTE = (
+    f"Hosted demo: local folders and your own model code are off; uploads take at most "
+    f"{HOSTED_MAX_UPLOAD_FILES} images of {HOSTED_MAX_IMAGE_BYTES >> 20} MB each, and batches "
+    f"at most {HOSTED_MAX_BATCH_SIZE:,} images. Run gradpick locally to lift these limits."
+)
 
 
 def _load(settings: sidebar.Settings) -> Loaded | None:
@@ -32,7 +44,9 @@ def _load(settings: sidebar.Settings) -> Loaded | None:
         option, device = settings.model, settings.device
         model = cache.model(option.identity, str(device), option)
         classes = cache.output_count(option.identity, str(device), model)
-        batch, note = service.fit_classes(cache.batch(choice.batch_key, source, choice), classes)
+        batch, note = service.fit_classes(
+            cache.batch(choice.batch_key, source, choice), classes, option.class_names
+        )
         if note:
             st.warning(note)
         result = cache.inference(choice.batch_key, option.identity, str(device), model, batch)
@@ -46,12 +60,15 @@ def main() -> None:
     st.set_page_config(page_title="gradpick", page_icon=":mag:", layout="wide")
     st.markdown(PIXELATED, unsafe_allow_html=True)
     gradients_panel.absorb_target_click()
-    settings = sidebar.render(app_config())
+    config = app_config()
+    settings = sidebar.render(config)
     st.title("gradpick")
     st.caption(
         "Exact input gradients d target_j / d image_j for the images you pick out of an "
         "already-inferred batch."
     )
+    if config.hosted:
+        st.caption(HOSTED_NOTE)
     loaded = _load(settings)
     if loaded is None:
         return

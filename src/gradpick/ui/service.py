@@ -6,9 +6,11 @@ caching (``gradpick.ui.cache``) and drawing. Every identity used as a cache key 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -17,8 +19,9 @@ from torch import nn
 
 from gradpick import data, devices, models
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
-from gradpick.errors import DataError, InputError
+from gradpick.errors import DataError, InputError, ModelError
 from gradpick.infer import InferenceResult
+from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
 
 DEFAULT_BATCH_SIZE = 1000
 SOURCE_KINDS = ("cifar10", "folder", "upload")
@@ -80,6 +83,51 @@ def open_source(choice: DataChoice, progress: ProgressCallback | None = None) ->
     raise InputError(f"Unknown data source '{choice.kind}'; use one of {', '.join(SOURCE_KINDS)}.")
 
 
+def screen_uploads(
+    uploads: Sequence[Upload], max_files: int | None = None, max_bytes: int | None = None
+) -> tuple[tuple[Upload, ...], list[str]]:
+    """The uploads that can be used, and one message per file (or limit) that stopped one.
+
+    Each file is decoded on its own, so one bad file costs only itself: the usable ones keep
+    the same identity as before it arrived, and with it the batch, its results and the picks.
+    """
+    problems: list[str] = []
+    if max_files is not None and len(uploads) > max_files:
+        problems.append(
+            f"This demo takes at most {max_files} images per upload; the first {max_files} of "
+            f"{len(uploads)} are used."
+        )
+        uploads = uploads[:max_files]
+    usable: list[Upload] = []
+    for upload in uploads:
+        if max_bytes is not None and len(upload.data) > max_bytes:
+            problems.append(
+                f"{upload.name}: {len(upload.data) / 2**20:.1f} MB is over this demo's limit of "
+                f"{max_bytes / 2**20:.0f} MB per image."
+            )
+            continue
+        try:
+            data.decode_image(upload.data, upload.name)
+        except DataError as error:
+            problems.append(str(error))
+            continue
+        usable.append(upload)
+    return tuple(usable), problems
+
+
+def check_batch_size(requested: int, total: int, cap: int | None = None) -> int:
+    """A batch size within 1..total (and the host's cap), or an InputError saying why not."""
+    limit = total if cap is None else min(total, cap)
+    if requested < 1:
+        raise InputError(f"Batch size {requested} is too small: use 1 to {limit:,} images.")
+    if requested > limit:
+        reason = f"this split has {total:,} images" if limit == total else "this demo's cap"
+        raise InputError(
+            f"Batch size {requested:,} is too large: {reason}; use 1 to {limit:,} images."
+        )
+    return requested
+
+
 def read_batch(
     source: ImageSource, choice: DataChoice, progress: ProgressCallback | None = None
 ) -> ImageBatch:
@@ -106,11 +154,21 @@ def sorted_by_class(source: ImageSource) -> bool:
 
 @dataclass(frozen=True)
 class ModelOption:
-    """A built-in model as the sidebar offers it: shipped weights with a card, or stand-in."""
+    """A model as the sidebar offers it: a built-in architecture (shipped weights with a card,
+    seeded stand-in weights, or weights the user uploaded) or the user's own factory."""
 
     name: str
     card: dict[str, Any] | None = field(default=None, compare=False)
     shipped: bool = False
+    upload: Upload | None = None
+    """Weights uploaded for the built-in architecture ``name``; its identity is their digest."""
+    factory: str = ""
+    """``package.module:factory`` of the user's own model (local runs only); ``name`` is it."""
+    weights_path: str = ""
+    weights_stamp: float = 0.0
+    """Modification time of ``weights_path``: a re-saved file is a different model."""
+    class_names: tuple[str, ...] = field(default=(), compare=False)
+    """Output names from the user's --classes file; empty means the page chooses."""
 
     @property
     def accuracy(self) -> float | None:
@@ -120,6 +178,10 @@ class ModelOption:
     @property
     def identity(self) -> str:
         """Names the exact weights, so caches never mix two trainings of one architecture."""
+        if self.factory:
+            return f"user:{self.factory}:{self.weights_path}@{self.weights_stamp}"
+        if self.upload is not None:
+            return f"{self.name}:upload-{self.upload.identity}"
         if not self.shipped:
             return f"{self.name}:random-seed{RANDOM_WEIGHTS_SEED}"
         digest = None if self.card is None else self.card.get("sha256")
@@ -127,6 +189,10 @@ class ModelOption:
 
     @property
     def label(self) -> str:
+        if self.factory:
+            return f"Your model: {self.factory}"
+        if self.upload is not None:
+            return f"{self.name} · your uploaded weights ({self.upload.name})"
         if not self.shipped:
             return f"{self.name} · random weights (no trained weights shipped yet)"
         if self.accuracy is None:
@@ -142,8 +208,51 @@ def model_options() -> list[ModelOption]:
     return options
 
 
+def user_model_option(args: UserModelArgs) -> ModelOption:
+    """The option for ``--model`` (with ``--weights``/``--classes``); files are checked here so
+    a wrong path is explained before any of the user's code runs."""
+    stamp = 0.0
+    if args.weights:
+        weights = Path(args.weights).expanduser()
+        if not weights.is_file():
+            raise ModelError(f"{weights}: no such weights file (given with --weights).")
+        stamp = weights.stat().st_mtime
+    names = data.read_class_names(args.classes) if args.classes else ()
+    return ModelOption(
+        name=args.factory,
+        factory=args.factory,
+        weights_path=str(Path(args.weights).expanduser()) if args.weights else "",
+        weights_stamp=stamp,
+        class_names=names,
+    )
+
+
+def uploaded_weights_option(option: ModelOption, upload: Upload) -> ModelOption:
+    """``option``'s architecture with uploaded weights, keyed by the bytes' digest."""
+    if option.factory:
+        raise ModelError("Uploaded weights apply to the built-in architectures only.")
+    if len(upload.data) > MAX_WEIGHTS_BYTES:
+        raise ModelError(
+            f"{upload.name}: {len(upload.data) / 2**20:.0f} MB is too large for weights of a "
+            f"built-in architecture (limit {MAX_WEIGHTS_BYTES >> 20} MB)."
+        )
+    digest = hashlib.sha256(upload.data).hexdigest()[:16]
+    return ModelOption(option.name, upload=replace(upload, identity=digest))
+
+
 def load_model(option: ModelOption, device: torch.device) -> nn.Module:
-    """The model, eval mode and frozen, on ``device``; seeded random weights when none ship."""
+    """The model, eval mode and frozen, on ``device``; seeded random weights when none ship.
+
+    Uploaded weights are read with ``weights_only=True`` (a file carrying code is refused
+    unrun) and must fit the architecture and be finite.
+    """
+    if option.factory:
+        return models.from_factory(option.factory, option.weights_path or None, device)
+    if option.upload is not None:
+        model = models.build(option.name)
+        state = models.read_state_dict(option.upload.data)
+        models.apply_state_dict(model, state, option.name)
+        return models.freeze(model).to(device)
     if option.shipped:
         return models.load(option.name, device=device)
     with torch.random.fork_rng(devices=[]):
@@ -184,14 +293,27 @@ def output_count(model: nn.Module, device: torch.device) -> int:
         return int(model(probe).shape[1])
 
 
-def fit_classes(batch: ImageBatch, classes: int) -> tuple[ImageBatch, str | None]:
+def fit_classes(
+    batch: ImageBatch, classes: int, names: tuple[str, ...] = ()
+) -> tuple[ImageBatch, str | None]:
     """The batch with class names for a model of ``classes`` outputs, and a note if adapted.
 
     A folder whose class sub-folders do not match the model's outputs has labels that mean
     nothing to the model: they are dropped (no loss, no accuracy) rather than misused.
+    ``names`` (the user's --classes file) name the model's outputs when given.
     """
+    if names and len(names) != classes:
+        raise ModelError(
+            f"The class-names file lists {len(names)} names but the model predicts {classes} "
+            "classes; write one name per output."
+        )
     if len(batch.class_names) == classes:
-        return batch, None
+        return (replace(batch, class_names=names) if names else batch), None
+    if names:
+        return replace(batch, labels=None, class_names=names), (
+            f"The images come with {len(batch.class_names)} classes but the model predicts "
+            f"{classes}; their labels are ignored."
+        )
     names = (
         data.CIFAR10_CLASSES
         if classes == len(data.CIFAR10_CLASSES)

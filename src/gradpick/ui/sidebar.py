@@ -10,6 +10,7 @@ import torch
 from gradpick import devices
 from gradpick.attribution import METHODS
 from gradpick.data import IMAGE_SUFFIXES, ImageSource
+from gradpick.errors import GradpickError, InputError
 from gradpick.gradients import STRATEGIES
 from gradpick.ui import cache, service
 from gradpick.ui.config import AppConfig
@@ -45,8 +46,9 @@ def render(config: AppConfig) -> Settings:
         st.header("Data")
         choice, source = _data(config)
         st.header("Model")
-        option = _model()
+        option, fallback = _model(config)
         device = _device()
+        option = _usable(option, fallback, device)
         st.header("Gradients")
         labelled = source is None or source.labels() is not None
         names = source.class_names if source is not None else ()
@@ -64,10 +66,16 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
             type=[suffix.lstrip(".") for suffix in IMAGE_SUFFIXES],
             key="uploads",
         )
-        if not files:
+        uploads, problems = service.screen_uploads(
+            [service.Upload(f.name, f.getvalue(), f.file_id) for f in files or []],
+            config.max_upload_files,
+            config.max_image_bytes,
+        )
+        for problem in problems:
+            st.error(problem)
+        if not uploads:
             st.info("Upload one or more images; each is resized and centre-cropped to 32x32.")
             return None, None
-        uploads = tuple(service.Upload(f.name, f.getvalue(), f.file_id) for f in files)
         base = DataChoice(kind="upload", size=None, uploads=uploads)
     else:
         split = st.selectbox("Split", ("test", "train"), key="split")
@@ -87,16 +95,7 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
     if kind == "upload":
         return base, source
     key = base.source_key
-    size = int(
-        st.number_input(
-            "Batch size N",
-            min_value=1,
-            max_value=total,
-            value=min(DEFAULT_BATCH_SIZE, total),
-            step=100,
-            key=f"size:{key}",
-        )
-    )
+    size = _batch_size(key, total, config.max_batch_size)
     by_class = service.sorted_by_class(source)
     if by_class:
         st.caption("These images are stored class by class, so the batch is a seeded sample.")
@@ -109,12 +108,45 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
     return replace(base, start=start, size=size), source
 
 
-def _model() -> service.ModelOption:
-    options = {option.identity: option for option in service.model_options()}
+def _batch_size(source_key: str, total: int, cap: int | None) -> int:
+    """The batch size typed for this source; an impossible one is explained and the last good
+    one kept, so the batch, its results and the picks stay as they were."""
+    good_key = f"good_size:{source_key}"
+    limit = min(total, cap or total)
+    default = min(DEFAULT_BATCH_SIZE, limit)
+    requested = int(
+        st.number_input(
+            "Batch size N",
+            value=default,
+            step=100,
+            key=f"size:{source_key}",
+            help=f"1 to {limit:,} images" + (" (this demo's cap)." if limit < total else "."),
+        )
+    )
+    try:
+        size = service.check_batch_size(requested, total, cap)
+    except InputError as error:
+        size = int(st.session_state.get(good_key, default))
+        st.error(f"{error} Keeping {size:,}.")
+    st.session_state[good_key] = size
+    return size
+
+
+def _model(config: AppConfig) -> tuple[service.ModelOption, service.ModelOption]:
+    """The chosen model and the built-in one to fall back to if it cannot be loaded."""
+    built_in = service.model_options()
+    options = {option.identity: option for option in built_in}
+    user = _user_model(config)
+    if user is not None:
+        options = {user.identity: user, **options}
     identity = st.selectbox(
         "Model", list(options), format_func=lambda name: options[name].label, key="model"
     )
-    option = options[identity]
+    option = options.get(identity, next(iter(options.values())))
+    if option.factory:
+        st.caption(f"Your model: {option.factory}")
+        return option, built_in[0]
+    fallback = option
     if not option.shipped:
         st.warning(
             "No trained weights ship for this model yet: it has random weights, so its "
@@ -127,6 +159,50 @@ def _model() -> service.ModelOption:
             f"test accuracy {option.accuracy or 0:.2%} on {card.get('evaluated_images', '?')} "
             "images."
         )
+    upload = st.file_uploader(
+        f"Your weights for {option.name} (.pt, .pth)",
+        type=["pt", "pth"],
+        key="weights_upload",
+        help="A state_dict saved with torch.save, read with weights_only=True: a file that "
+        "holds anything but tensors is refused without running it.",
+    )
+    if upload is not None:
+        with guarded("Reading the uploaded weights"):
+            upload_data = service.Upload(upload.name, upload.getvalue(), upload.file_id)
+            option = service.uploaded_weights_option(option, upload_data)
+    return option, fallback
+
+
+def _user_model(config: AppConfig) -> service.ModelOption | None:
+    """The model named by ``--model`` (or $GRADPICK_MODEL), unless hosted or unusable."""
+    args = config.user_model
+    if args is None:
+        return None
+    if not config.allow_user_model:
+        st.error(
+            f"Your own model ({args.factory}) is turned off in hosted mode: importing it would "
+            "run its code on the shared server. Run the app locally to use it."
+        )
+        return None
+    option: service.ModelOption | None = None
+    with guarded(f"Your model {args.factory}"):
+        option = service.user_model_option(args)
+    return option
+
+
+def _usable(
+    option: service.ModelOption, fallback: service.ModelOption, device: torch.device
+) -> service.ModelOption:
+    """``option`` if it loads on ``device``; else why not, and ``fallback`` (a built-in model
+    or the weights used before the upload), so the batch, results and picks stay intact."""
+    if option == fallback:
+        return option
+    try:
+        cache.model(option.identity, str(device), option)
+    except Exception as error:  # a user's factory or file: whatever it raises, said in a line
+        reason = str(error) if isinstance(error, GradpickError) else f"{option.label}: {error!r}"
+        st.error(f"{reason} Using {fallback.label} instead.")
+        return fallback
     return option
 
 
