@@ -6,6 +6,8 @@ Everything here is small on purpose: the suite runs on two busy CPU cores.
 from __future__ import annotations
 
 import os
+import struct
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -116,6 +118,27 @@ def write_image(
 def image_file() -> Callable[..., Path]:
     """The ``write_image`` helper, for tests that need single image files."""
     return write_image
+
+
+def png_header_claiming(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height pixels, with almost no pixel data behind it:
+    the shape of a decompression bomb, without spending memory to make one."""
+
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        body = kind + payload
+        return struct.pack(">I", len(payload)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\x00" * (1 + 3 * width))  # one filter byte and one row of RGB
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
+
+
+@pytest.fixture
+def png_claiming() -> Callable[[int, int], bytes]:
+    """The ``png_header_claiming`` helper: decompression-bomb-shaped PNG bytes."""
+    return png_header_claiming
 
 
 ImageFolderFactory = Callable[..., Path]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -219,3 +220,40 @@ def test_bench_prints_a_table_and_writes_json(capsys, tmp_path):
     written = json.loads(json_path.read_text())
     assert written["config"]["sizes"] == [4] and written["config"]["picks"] == [1]
     assert {row["strategy"] for row in written["rows"]} >= {"floor", "recompute", "vmap"}
+
+
+def test_train_then_eval_on_a_folder(
+    cifar_like_factory: Callable[[int], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The whole training command: train, export weights and a card, then evaluate them."""
+    folder = cifar_like_factory(40)
+    export_dir = tmp_path / "assets"
+    arguments = ["train", "tutorial", "--data", str(folder), "--epochs", "1"]
+    arguments += ["--batch-size", "8", "--no-compile", "--run-dir", str(tmp_path / "run")]
+    assert main([*arguments, "--export-dir", str(export_dir)]) == 0
+    card = json.loads((export_dir / "tutorial.json").read_text())
+    assert card["sha256"] == models.sha256_file(export_dir / "tutorial.pt")
+    assert card["evaluated_images"] == 40 and card["epochs"] == 1
+    assert card["recipe"]["batch_size"] == 8 and card["recipe"]["compile"] is False
+    assert card["hardware"].startswith("cpu;")
+    printed = capsys.readouterr().out
+    assert f"top-1 accuracy: {card['test_accuracy']:.2%}" in printed
+    weights = str(export_dir / "tutorial.pt")
+    assert main(["eval", "tutorial", "--weights", weights, "--data", str(folder)]) == 0
+    assert f"top-1 accuracy: {card['test_accuracy']:.2%} on 40 images" in capsys.readouterr().out
+
+
+def test_resume_from_a_corrupt_checkpoint_is_one_clear_line(
+    cifar_like_factory: Callable[[int], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    arguments = ["train", "tutorial", "--data", str(cifar_like_factory(20)), "--resume"]
+    arguments += ["--batch-size", "4", "--no-compile", "--run-dir", str(run_dir)]
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert "checkpoint is corrupt" in error and "Traceback" not in error

@@ -313,7 +313,9 @@ def test_a_corrupt_upload_is_named_and_the_page_keeps_working(page: Any, tmp_pat
     fake = tmp_path / "notes.png"
     fake.write_text("this is a text file renamed to .png")
     page.get_by_text("Uploaded images", exact=True).click()
-    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(fake))
+    page.locator('.st-key-uploads [data-testid="stFileUploaderDropzoneInput"]').set_input_files(
+        str(fake)
+    )
     page.get_by_text("notes.png: not a readable image").wait_for()
     page.get_by_text("CIFAR-10", exact=True).click()
     page.get_by_text("Images N").wait_for()

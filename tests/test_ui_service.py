@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,9 +13,10 @@ import torch
 from PIL import Image
 
 from gradpick import data, models
-from gradpick.errors import DataError
+from gradpick.errors import DataError, InputError, ModelError
 from gradpick.infer import infer
 from gradpick.ui import service
+from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
 from gradpick.ui.service import DataChoice, ModelOption, Upload
 
 ImageFolderFactory = Callable[..., Path]
@@ -147,17 +147,94 @@ def test_fit_classes_drops_labels_that_do_not_match_the_model(
     assert service.fit_classes(batch, 3) == (batch, None)
 
 
-def _png_claiming(width: int, height: int) -> bytes:
-    """A valid small PNG whose header claims ``width`` x ``height`` pixels (a bomb's shape)."""
-    png = bytearray(_png())
-    header = png[12:29]  # b"IHDR" + width, height, depth, colour, compression, filter, interlace
-    header[4:12] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
-    png[12:29] = header
-    png[29:33] = zlib.crc32(bytes(header)).to_bytes(4, "big")
-    return bytes(png)
-
-
-def test_an_oversized_upload_is_refused_before_decoding() -> None:
-    bomb = Upload("huge.png", _png_claiming(10000, 5000), "bomb")
+def test_an_oversized_upload_is_refused_before_decoding(
+    png_claiming: Callable[[int, int], bytes],
+) -> None:
+    bomb = Upload("huge.png", png_claiming(10000, 5000), "bomb")
     with pytest.raises(DataError, match=r"huge.png: 10000x5000 pixels is too large"):
         service.open_source(DataChoice(kind="upload", size=None, uploads=(bomb,)))
+
+
+def test_uploads_are_named_by_their_content() -> None:
+    first, again = Upload.of("a.png", _png()), Upload.of("a.png", _png())
+    assert first.identity == again.identity
+    assert Upload.of("b.png", _png()).identity != first.identity
+    assert Upload.of("a.png", _png(seed=1)).identity != first.identity
+
+
+def test_screening_keeps_the_usable_uploads_and_names_each_problem(
+    png_claiming: Callable[[int, int], bytes],
+) -> None:
+    good = [Upload.of(f"{index}.png", _png(seed=index)) for index in range(3)]
+    bad = [
+        Upload.of("truncated.png", _png()[:60]),
+        Upload.of("notes.png", b"this is text, not a PNG"),
+        Upload.of("bomb.png", png_claiming(20_000, 20_000)),
+    ]
+    usable, problems = service.screen_uploads([good[0], *bad, *good[1:]])
+    assert usable == tuple(good)
+    assert [problem.split(":")[0] for problem in problems] == [
+        "truncated.png",
+        "notes.png",
+        "bomb.png",
+    ]
+    limit = max(len(upload.data) for upload in good)
+    big = Upload.of("big.png", good[0].data + bytes(limit))
+    usable, problems = service.screen_uploads([big, *good], max_files=3, max_bytes=limit)
+    assert usable == tuple(good[:2])
+    assert "at most 3 images" in problems[0] and "first 3 of 4" in problems[0]
+    assert problems[1].startswith("big.png:") and "per image" in problems[1]
+
+
+@pytest.mark.parametrize(
+    ("requested", "cap", "message"),
+    [(0, None, "too small"), (-5, None, "too small"), (31, None, "30 images"), (21, 20, "cap")],
+)
+def test_impossible_batch_sizes_are_explained(
+    requested: int, cap: int | None, message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        service.check_batch_size(requested, 30, cap)
+
+
+def test_possible_batch_sizes_pass() -> None:
+    assert service.check_batch_size(1, 30) == 1
+    assert service.check_batch_size(30, 30) == 30
+    assert service.check_batch_size(20, 30, cap=20) == 20
+
+
+def test_class_names_from_a_file_name_the_outputs(
+    image_folder_factory: Callable[..., Path],
+) -> None:
+    batch = data.load_batch(data.image_folder(image_folder_factory(classes=3, per_class=1)))
+    names = ("x", "y", "z")
+    fitted, note = service.fit_classes(batch, 3, names)
+    assert note is None and fitted.class_names == names
+    assert fitted.labels is not None and torch.equal(fitted.labels, batch.labels)
+    fitted, note = service.fit_classes(batch, 4, ("a", "b", "c", "d"))
+    assert fitted.labels is None and note is not None
+    with pytest.raises(ModelError, match="lists 3 names but the model predicts 4"):
+        service.fit_classes(batch, 4, names)
+
+
+def test_a_user_model_option_checks_its_files_first(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="no such weights file"):
+        service.user_model_option(UserModelArgs("m:f", weights=str(tmp_path / "none.pt")))
+    with pytest.raises(DataError, match="cannot read class names"):
+        service.user_model_option(UserModelArgs("m:f", classes=str(tmp_path / "none.txt")))
+    weights = tmp_path / "w.pt"
+    torch.save({}, weights)
+    option = service.user_model_option(UserModelArgs("m:f", weights=str(weights)))
+    assert option.label == "Your model: m:f"
+    assert option.identity == f"user:m:f:{weights}@{weights.stat().st_mtime}"
+
+
+def test_uploaded_weights_are_keyed_by_content_and_size_limited() -> None:
+    tutorial = ModelOption("tutorial")
+    upload = Upload.of("w.pt", b"1234")
+    option = service.uploaded_weights_option(tutorial, upload)
+    assert option.identity == f"tutorial:{'upload-' + upload.identity}"
+    assert "your uploaded weights (w.pt)" in option.label
+    huge = Upload("big.pt", bytes(MAX_WEIGHTS_BYTES + 1), "big")
+    with pytest.raises(ModelError, match="too large"):
+        service.uploaded_weights_option(tutorial, huge)

@@ -103,3 +103,13 @@ def test_clear_empties_the_selection() -> None:
     state.clear(session)
     assert state.picked(session) == []
     assert session[state.TEXT] == ""
+
+
+def test_a_box_or_lasso_adds_its_images_in_index_order() -> None:
+    for region in ("box", "lasso"):
+        event = _points(9, 2, 5)
+        event["selection"][region] = [{"x": [0, 1], "y": [0, 1]}]
+        session: dict[str, Any] = {state.MERGE_MODE: "add", state.PICKED: [7]}
+        session[state.SCATTER_CHART] = event
+        state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+        assert state.picked(session) == [7, 2, 5, 9]

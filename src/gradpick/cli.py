@@ -63,24 +63,23 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gradpick import train
 
     config = train.default_config(args.model, args.epochs)
-    if args.seed is not None:
-        config = train.TrainConfig(**{**train.asdict(config), "seed": args.seed})
+    overrides = {"seed": args.seed, "batch_size": args.batch_size}
+    config = train.TrainConfig(
+        **{
+            **train.asdict(config),
+            **{key: value for key, value in overrides.items() if value is not None},
+            "compile": config.compile and not args.no_compile,
+        }
+    )
     run_dir = Path(args.run_dir or f"runs/{args.model}")
     model = train.train(
         config, _source(args.data, "train"), run_dir, resume=args.resume, device=args.device
     )
-    export_dir = Path(args.export_dir)
-    export_dir.mkdir(parents=True, exist_ok=True)
-    weights_path = export_dir / f"{args.model}.pt"
-    train.torch.save(model.cpu().state_dict(), weights_path)
-    test_source = _source(args.data, "test")
-    evaluation = train.evaluate(model, data.load_batch(test_source))
-    history = json.loads((run_dir / "history.json").read_text())
-    card = train.write_model_card(
-        config, weights_path, evaluation, test_source.description, history, str(args.device)
+    weights_path, card_path, evaluation = train.export(
+        model, config, run_dir, Path(args.export_dir), _source(args.data, "test")
     )
     print(evaluation.table())
-    print(f"\nwrote {weights_path} and {card}")
+    print(f"\nwrote {weights_path} and {card_path}")
     return 0
 
 
@@ -105,6 +104,10 @@ def _train_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", help="training data: a folder with train/ and test/ trees")
     parser.add_argument("--epochs", type=int, help="number of epochs (default per model)")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--batch-size", type=int, help="images per step (default per model)")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="skip torch.compile (slower steps, no warm-up)"
+    )
     parser.add_argument("--run-dir", help="checkpoint folder (default runs/MODEL)")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     parser.add_argument("--export-dir", default="assets", help="where weights and card go")

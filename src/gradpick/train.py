@@ -30,8 +30,9 @@ from gradpick.data import (
     ImageSource,
     batch_positions,
     decoded_cache,
+    load_batch,
 )
-from gradpick.devices import resolve_device
+from gradpick.devices import model_device, resolve_device
 from gradpick.errors import DataError, ModelError
 from gradpick.infer import infer
 
@@ -166,6 +167,11 @@ def train(
     data = decoded_cache(source)
     assert data.labels is not None
     steps = len(data) // config.batch_size
+    if steps * config.epochs < 3:
+        raise DataError(
+            f"{len(data)} training images give {steps} step(s) of {config.batch_size} per epoch; "
+            "a one-cycle schedule needs at least 3 steps in all. Lower --batch-size or add data."
+        )
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=config.max_lr,
@@ -174,7 +180,11 @@ def train(
         nesterov=True,
     )
     schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=config.max_lr, epochs=config.epochs, steps_per_epoch=steps, pct_start=0.2
+        optimizer,
+        max_lr=config.max_lr,
+        epochs=config.epochs,
+        steps_per_epoch=steps,
+        pct_start=max(0.2, 2 / (steps * config.epochs)),  # a warm-up of at least one step
     )
     checkpoint_path = run_dir / "checkpoint.pt"
     history: list[dict[str, float]] = []
@@ -310,7 +320,8 @@ def write_model_card(
 ) -> Path:
     """The JSON card beside the weights: what it is, how good, how made, and its checksum."""
     model = models.build(config.model)
-    check_positions = batch_positions(evaluation.images, **CHECK_SLICE)
+    check = {**CHECK_SLICE, "size": min(CHECK_SLICE["size"], evaluation.images)}
+    check_positions = batch_positions(evaluation.images, **check)
     check_accuracy = float(evaluation.correct[check_positions].float().mean())
     card = {
         "name": config.model,
@@ -322,7 +333,7 @@ def write_model_card(
         "per_class_accuracy": {
             name: round(value, 4) for name, value in evaluation.per_class.items()
         },
-        "check_slice": {**CHECK_SLICE, "accuracy": round(check_accuracy, 4)},
+        "check_slice": {**check, "accuracy": round(check_accuracy, 4)},
         "recipe": {
             **asdict(config),
             "optimizer": "SGD, Nesterov momentum",
@@ -344,3 +355,23 @@ def write_model_card(
     card_path = weights_path.with_suffix(".json")
     card_path.write_text(json.dumps(card, indent=2) + "\n")
     return card_path
+
+
+def export(
+    model: nn.Module, config: TrainConfig, run_dir: Path, export_dir: Path, test_source: ImageSource
+) -> tuple[Path, Path, Evaluation]:
+    """Ship a trained model: its plain state_dict, evaluated on the test split, and its card."""
+    export_dir.mkdir(parents=True, exist_ok=True)
+    weights_path = export_dir / f"{config.model}.pt"
+    torch.save({key: value.cpu() for key, value in model.state_dict().items()}, weights_path)
+    evaluation = evaluate(model, load_batch(test_source))
+    history = json.loads((run_dir / "history.json").read_text())
+    card_path = write_model_card(
+        config,
+        weights_path,
+        evaluation,
+        test_source.description,
+        history,
+        str(model_device(model)),
+    )
+    return weights_path, card_path, evaluation

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradpick.errors import InputError
+
 HOSTED_ENV = "GRADPICK_HOSTED"
 MODEL_ENV = "GRADPICK_MODEL"
 WEIGHTS_ENV = "GRADPICK_WEIGHTS"
@@ -43,6 +45,8 @@ class AppConfig:
 
     hosted: bool = False
     user_model: UserModelArgs | None = None
+    problem: str | None = None
+    """Why the command line could not be read, for the page to show."""
 
     @property
     def allow_local_folder(self) -> bool:
@@ -80,11 +84,17 @@ def hosted_mode(setting: str | None, cwd: Path) -> bool:
 def parse_user_model(argv: Sequence[str], env: Mapping[str, str]) -> UserModelArgs | None:
     """``--model/--weights/--classes`` from the script's argv, unknown arguments ignored; each
     falls back to ``$GRADPICK_MODEL/_WEIGHTS/_CLASSES`` (how tests and services set them)."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("--model")
     parser.add_argument("--weights")
     parser.add_argument("--classes")
-    known, _ = parser.parse_known_args(list(argv))
+    try:
+        known, _ = parser.parse_known_args(list(argv))
+    except argparse.ArgumentError as error:
+        raise InputError(
+            f"The command line: {error}. Use -- --model package.module:factory "
+            "[--weights file.pt] [--classes names.txt]."
+        ) from None
     factory = known.model or env.get(MODEL_ENV)
     if not factory:
         return None
@@ -97,7 +107,8 @@ def parse_user_model(argv: Sequence[str], env: Mapping[str, str]) -> UserModelAr
 
 def app_config() -> AppConfig:
     """The configuration of this run, from the environment, the working folder and argv."""
-    return AppConfig(
-        hosted=hosted_mode(os.environ.get(HOSTED_ENV), Path.cwd()),
-        user_model=parse_user_model(sys.argv[1:], os.environ),
-    )
+    hosted = hosted_mode(os.environ.get(HOSTED_ENV), Path.cwd())
+    try:
+        return AppConfig(hosted, parse_user_model(sys.argv[1:], os.environ))
+    except InputError as error:
+        return AppConfig(hosted, problem=str(error))

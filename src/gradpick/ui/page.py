@@ -61,6 +61,8 @@ def main() -> None:
     st.markdown(PIXELATED, unsafe_allow_html=True)
     gradients_panel.absorb_target_click()
     config = app_config()
+    if config.problem is not None:
+        st.error(config.problem)
     settings = sidebar.render(config)
     st.title("gradpick")
     st.caption(

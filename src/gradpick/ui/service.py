@@ -32,11 +32,17 @@ RANDOM_WEIGHTS_SEED = 0
 
 @dataclass(frozen=True)
 class Upload:
-    """One uploaded file; ``identity`` (Streamlit's file id) keys caches instead of the bytes."""
+    """One uploaded file; ``identity`` keys caches instead of the bytes."""
 
     name: str
     data: bytes = field(repr=False)
     identity: str
+
+    @classmethod
+    def of(cls, name: str, content: bytes) -> Upload:
+        """An upload named by its content, so the same file uploaded again (or kept while a
+        bad one is added next to it) hits the same caches and keeps the user's picks."""
+        return cls(name, content, f"{name}#{hashlib.sha256(content).hexdigest()[:16]}")
 
 
 @dataclass(frozen=True)
@@ -236,8 +242,7 @@ def uploaded_weights_option(option: ModelOption, upload: Upload) -> ModelOption:
             f"{upload.name}: {len(upload.data) / 2**20:.0f} MB is too large for weights of a "
             f"built-in architecture (limit {MAX_WEIGHTS_BYTES >> 20} MB)."
         )
-    digest = hashlib.sha256(upload.data).hexdigest()[:16]
-    return ModelOption(option.name, upload=replace(upload, identity=digest))
+    return ModelOption(option.name, upload=upload)
 
 
 def load_model(option: ModelOption, device: torch.device) -> nn.Module:

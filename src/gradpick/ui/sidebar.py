@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 import streamlit as st
 import torch
+from streamlit.delta_generator import DeltaGenerator
 
 from gradpick import devices
 from gradpick.attribution import METHODS
@@ -46,9 +47,11 @@ def render(config: AppConfig) -> Settings:
         st.header("Data")
         choice, source = _data(config)
         st.header("Model")
-        option, fallback = _model(config)
+        option, fallback, about = _model(config)
         device = _device()
         option = _usable(option, fallback, device)
+        with about:
+            _describe(option)
         st.header("Gradients")
         labelled = source is None or source.labels() is not None
         names = source.class_names if source is not None else ()
@@ -67,7 +70,7 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
             key="uploads",
         )
         uploads, problems = service.screen_uploads(
-            [service.Upload(f.name, f.getvalue(), f.file_id) for f in files or []],
+            [service.Upload.of(f.name, f.getvalue()) for f in files or []],
             config.max_upload_files,
             config.max_image_bytes,
         )
@@ -132,8 +135,11 @@ def _batch_size(source_key: str, total: int, cap: int | None) -> int:
     return size
 
 
-def _model(config: AppConfig) -> tuple[service.ModelOption, service.ModelOption]:
-    """The chosen model and the built-in one to fall back to if it cannot be loaded."""
+def _model(
+    config: AppConfig,
+) -> tuple[service.ModelOption, service.ModelOption, DeltaGenerator]:
+    """The chosen model, the built-in one to fall back to if it cannot be loaded, and the place
+    under the selector for a word on the weights (known once loading was tried)."""
     built_in = service.model_options()
     options = {option.identity: option for option in built_in}
     user = _user_model(config)
@@ -143,22 +149,10 @@ def _model(config: AppConfig) -> tuple[service.ModelOption, service.ModelOption]
         "Model", list(options), format_func=lambda name: options[name].label, key="model"
     )
     option = options.get(identity, next(iter(options.values())))
+    about = st.container()
     if option.factory:
-        st.caption(f"Your model: {option.factory}")
-        return option, built_in[0]
+        return option, built_in[0], about
     fallback = option
-    if not option.shipped:
-        st.warning(
-            "No trained weights ship for this model yet: it has random weights, so its "
-            "gradients show an untrained network."
-        )
-    elif option.card is not None:
-        card = option.card
-        st.caption(
-            f"{card.get('architecture', option.name)}, {card.get('parameters', 0):,} parameters; "
-            f"test accuracy {option.accuracy or 0:.2%} on {card.get('evaluated_images', '?')} "
-            "images."
-        )
     upload = st.file_uploader(
         f"Your weights for {option.name} (.pt, .pth)",
         type=["pt", "pth"],
@@ -168,9 +162,29 @@ def _model(config: AppConfig) -> tuple[service.ModelOption, service.ModelOption]
     )
     if upload is not None:
         with guarded("Reading the uploaded weights"):
-            upload_data = service.Upload(upload.name, upload.getvalue(), upload.file_id)
+            upload_data = service.Upload.of(upload.name, upload.getvalue())
             option = service.uploaded_weights_option(option, upload_data)
-    return option, fallback
+    return option, fallback, about
+
+
+def _describe(option: service.ModelOption) -> None:
+    """Whose weights these are: the user's, a warning for the random stand-in, or the card."""
+    if option.factory:
+        st.caption(f"Your model: {option.factory}")
+    elif option.upload is not None:
+        st.caption(f"Weights: your upload {option.upload.name} (read with weights_only).")
+    elif not option.shipped:
+        st.warning(
+            "No trained weights ship for this model yet: it has random weights, so its "
+            "gradients show an untrained network (or upload weights below)."
+        )
+    elif option.card is not None:
+        card = option.card
+        st.caption(
+            f"{card.get('architecture', option.name)}, {card.get('parameters', 0):,} parameters; "
+            f"test accuracy {option.accuracy or 0:.2%} on {card.get('evaluated_images', '?')} "
+            "images."
+        )
 
 
 def _user_model(config: AppConfig) -> service.ModelOption | None:

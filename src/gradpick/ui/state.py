@@ -96,7 +96,15 @@ def absorb(state: State, key: str, extract: Extractor, size: int) -> None:
     if event is None:
         return
     indices = [index for index in extract(event) if 0 <= index < size]
+    if _encloses(event):
+        indices = sorted(indices)  # a box or lasso lists its points by trace, not by any choice
     apply(state, indices)
+
+
+def _encloses(event: Mapping[str, Any]) -> bool:
+    """Whether a chart selection was made by drawing a box or lasso (not by clicking)."""
+    chosen = event.get("selection")
+    return isinstance(chosen, Mapping) and bool(chosen.get("box") or chosen.get("lasso"))
 
 
 def table_rows(event: Mapping[str, Any] | None) -> list[int]:
