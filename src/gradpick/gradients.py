@@ -168,13 +168,6 @@ def _validate(
     if run_device.type == "mps" and images.dtype == torch.float64:
         raise InputError("The MPS device has no float64; use float32 or the CPU.")
     index_tensor = _as_index_tensor(indices, int(images.shape[0]))
-    picked = images[index_tensor.to(images.device)]
-    if not bool(torch.isfinite(picked).all()):
-        bad = ~torch.isfinite(picked.flatten(1)).all(dim=1)
-        raise InputError(
-            f"Image {int(index_tensor[bad.cpu()][0])} contains NaN or infinite values; "
-            "its gradient would be meaningless."
-        )
     label_tensor = None
     if labels is not None:
         label_tensor = _class_tensor(labels, "Labels")
@@ -226,25 +219,53 @@ def _picked_targets(
     """
     _check_logits(logits, int(order.numel()))
     num_classes = logits.shape[1]
-    if request.target == "loss":
-        assert request.labels is not None
-        classes = request.labels[request.indices[order]].to(logits.device)
-    elif request.classes is not None:
-        classes = request.classes[order].to(logits.device)
+    if request.target == "loss" or request.classes is not None:
+        # Given classes are checked on the CPU before they reach the device: an out-of-range
+        # class would be a device-side assert on CUDA, which no error message can explain.
+        if request.target == "loss":
+            assert request.labels is not None
+            given = request.labels[request.indices[order]]
+        else:
+            assert request.classes is not None
+            given = request.classes[order]
+        outside = [value for value in given.tolist() if not 0 <= value < num_classes]
+        if outside:
+            raise InputError(
+                f"Class {outside[0]} is out of range for a model with {num_classes} outputs "
+                f"(valid classes 0 to {num_classes - 1})."
+            )
+        classes = given.to(logits.device)
     else:
         classes = logits.detach().argmax(dim=1)
-    low, high = (int(bound) for bound in torch.aminmax(classes))
-    if low < 0 or high >= num_classes:
-        outside = classes[(classes < 0) | (classes >= num_classes)]
-        raise InputError(
-            f"Class {int(outside[0])} is out of range for a model with {num_classes} outputs "
-            f"(valid classes 0 to {num_classes - 1})."
-        )
     if request.target == "loss":
         values = F.cross_entropy(logits, classes, reduction="none")
     else:
         values = logits.gather(1, classes.unsqueeze(1)).squeeze(1)
     return values, classes
+
+
+def _check_finite(request: _Request, values: torch.Tensor) -> None:
+    """A NaN or infinite picked image makes its target, and so its gradient, meaningless.
+
+    Checked on the k target values after the step (one small op) rather than by scanning the
+    images first: the per-call cost must stay negligible next to a forward of one image.
+    """
+    if bool(torch.isfinite(values).all()):
+        return
+    position = int((~torch.isfinite(values)).nonzero()[0])
+    index = int(request.indices[position])
+    image = request.images[index]
+    if not bool(torch.isfinite(image).all()):
+        raise InputError(
+            f"Image {index} contains NaN or infinite values; its gradient would be meaningless."
+        )
+    raise InputError(f"The model's {request.target} for image {index} is not finite.")
+
+
+def _scaled_sum(request: _Request, values: torch.Tensor) -> torch.Tensor:
+    """The objective whose gradient is wanted: the sum of targets, times 1/k for 'mean'."""
+    total = values.sum()
+    return total / request.count if request.reduction == "mean" else total
 
 
 def _scale(request: _Request) -> float:
@@ -260,7 +281,7 @@ _StepOutput = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 def _recompute(request: _Request, order: torch.Tensor) -> _StepOutput:
     picked = request.images[request.indices[order]].to(request.device).requires_grad_(True)
     values, classes = _picked_targets(request, call_model(request.model, picked), order)
-    (gradients,) = torch.autograd.grad(values.sum() * _scale(request), picked)
+    (gradients,) = torch.autograd.grad(_scaled_sum(request, values), picked)
     return gradients, values.detach(), classes
 
 
@@ -378,14 +399,18 @@ _SAVED_BYTES_LOCK = threading.Lock()
 """Guards the cache above: several threads may probe one shared model at once."""
 
 
-def saved_bytes_per_image(model: nn.Module, image: torch.Tensor) -> int:
-    """Bytes autograd saves for one image of this shape, measured once per model and shape."""
-    key = (tuple(image.shape), image.dtype, str(image.device))
+def saved_bytes_per_image(model: nn.Module, images: torch.Tensor, device: torch.device) -> int:
+    """Bytes autograd saves for one image of ``images``' shape and dtype on ``device``.
+
+    Measured once per model, image shape, dtype and device (one forward of one image), then
+    looked up, so the per-call cost is a dictionary read.
+    """
+    key = (images.shape[1:], images.dtype, device)
     with _SAVED_BYTES_LOCK:
         known = _SAVED_BYTES_PER_IMAGE.get(model, {}).get(key)
     if known is None:
         counter = SavedTensorCounter()
-        probe = image.detach().unsqueeze(0).requires_grad_(True)
+        probe = images[:1].detach().to(device).requires_grad_(True)
         with torch.enable_grad(), counter.track():
             call_model(model, probe)
         known = max(counter.bytes, probe.numel() * probe.element_size())
@@ -401,8 +426,8 @@ def _chunk_size(request: _Request, strategy: str, budget: int, chunk_size: int |
         return request.count
     if chunk_size is not None:
         return chunk_size
-    first = request.images[int(request.indices[0])].to(request.device)
-    return max(1, min(request.count, budget // saved_bytes_per_image(request.model, first)))
+    per_image = saved_bytes_per_image(request.model, request.images, request.device)
+    return max(1, min(request.count, budget // per_image))
 
 
 def _run_chunks(request: _Request, strategy: str, chunk: int) -> tuple[list[_StepOutput], int]:
@@ -483,12 +508,17 @@ def input_gradients(
         chunk = _chunk_size(request, strategy, memory_budget, chunk_size)
         with memory as reports, Stopwatch(request.device) as watch:
             outputs, chunk = _run_chunks(request, strategy, chunk)
-    gradients = torch.cat([output[0] for output in outputs]).to(images.device)
+    gradients, values, picked_classes = (
+        outputs[0]
+        if len(outputs) == 1
+        else [torch.cat(parts) for parts in zip(*outputs, strict=True)]
+    )
+    _check_finite(request, values)
     return GradientResult(
-        gradients=gradients.detach(),
+        gradients=gradients.detach().to(images.device),
         indices=tuple(request.indices.tolist()),
-        target_values=torch.cat([output[1] for output in outputs]).cpu(),
-        classes=torch.cat([output[2] for output in outputs]).cpu(),
+        target_values=values.cpu(),
+        classes=picked_classes.cpu(),
         target=request.target,
         strategy=strategy,
         reduction=request.reduction,

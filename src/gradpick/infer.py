@@ -112,7 +112,7 @@ def infer(
     or float in [0, 1], and are given to the model in its own dtype. Outputs come back on the
     CPU in float32.
     """
-    check_images(images)
+    check_images(images, check_values=False)
     if labels is not None and labels.shape != (images.shape[0],):
         raise InputError(f"Expected {images.shape[0]} labels, got shape {tuple(labels.shape)}.")
     if batch_size < 1:
@@ -132,6 +132,13 @@ def infer(
         raise InputError(
             f"The model must map [N, C, H, W] to [N, classes]; it returned {tuple(logits.shape)}."
         )
+    # NaN images are found through their outputs ([N, classes]) instead of a scan of every
+    # pixel before the pass, which would cost as much as a small model's forward.
+    finite = torch.isfinite(logits).all(dim=1)
+    if not bool(finite.all()):
+        first = int((~finite).nonzero()[0])
+        check_images(images[first : first + 1])
+        raise InputError(f"The model's outputs for image {first} are not finite.")
     if labels is not None:
         lowest, highest = int(labels.min()), int(labels.max())
         if lowest < 0 or highest >= logits.shape[1]:

@@ -22,6 +22,7 @@ from gradpick import attribution, gradients, render, versions
 from gradpick.attribution import Attribution
 from gradpick.bench import FORWARD_PASSES
 from gradpick.data import ImageBatch
+from gradpick.devices import model_device
 from gradpick.errors import InputError
 from gradpick.infer import as_model_input
 from gradpick.measure import MemoryReport
@@ -94,9 +95,8 @@ def unit(request: HeatmapRequest, class_names: Sequence[str]) -> str:
 
 def whole_batch_bytes(model: nn.Module, images: torch.Tensor) -> int:
     """Activation bytes a whole-batch strategy keeps for backward over all of ``images``."""
-    probe = as_model_input(images[:1])[0]
-    probe = probe.to(next(model.parameters(), probe).device)
-    return gradients.saved_bytes_per_image(model, probe) * len(images)
+    probe = as_model_input(images[:1])
+    return gradients.saved_bytes_per_image(model, probe, model_device(model)) * len(images)
 
 
 def _check_whole_batch_cost(model: nn.Module, batch: ImageBatch, strategy: str) -> None:
