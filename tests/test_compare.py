@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,6 +12,7 @@ from torch import nn
 from gradpick.compare import (
     CAPTUM,
     FLOOR,
+    MAX_ROUNDS,
     NOT_MEASURED,
     captum_unavailable_reason,
     compare_strategies,
@@ -139,7 +142,13 @@ def test_interleaved_medians_run_each_call_once_per_round():
         torch.device("cpu"),
         repeats=3,
     )
-    assert calls == ["a", "b"] * 3
+    # Instant calls get more rounds (until enough time is measured, at most MAX_ROUNDS).
+    assert calls == ["a", "b"] * (1 + MAX_ROUNDS)  # one warm-up round, then measured ones
     assert set(medians) == {"a", "b"} and all(value >= 0 for value in medians.values())
+    slow: list[str] = []
+    interleaved_medians(
+        {"slow": lambda: (slow.append("slow"), time.sleep(0.1))}, torch.device("cpu"), repeats=3
+    )
+    assert len(slow) == 1 + 3, "calls that fill the measuring time run `repeats` rounds"
     with pytest.raises(InputError, match="repeats"):
         interleaved_medians({"a": lambda: None}, torch.device("cpu"), repeats=0)

@@ -28,6 +28,7 @@ from gradpick import models
 from gradpick.compare import (
     CAPTUM,
     FLOOR,
+    MIN_MEASURED_SECONDS,
     captum_unavailable_reason,
     compare_strategies,
     interleaved_medians,
@@ -276,7 +277,7 @@ def _cell_rows(
     n = int(images.shape[0])
     generator = torch.Generator().manual_seed(config.seed + 7919 * n + k)
     indices = torch.randperm(n, generator=generator)[:k].tolist()
-    runs_per_row = config.repeats + 2  # a check against the floor, the repeats, a memory run
+    runs_per_row = config.repeats + 3  # a floor check, a warm-up, the repeats, a memory run
     skipped: dict[str, str] = {}
     for strategy in FORWARD_PASSES:
         seconds = costs.estimate(strategy, n, k) / 1000
@@ -401,7 +402,8 @@ def report_text(report: BenchReport) -> str:
     lines = [
         f"Gradients of the predicted class's logit on {environment['device']} "
         f"({environment['threads']} threads), seeded random images; "
-        f"median of {report.config.repeats} runs.",
+        f"median of at least {report.config.repeats} runs (more for calls that take under "
+        f"{MIN_MEASURED_SECONDS} s in all).",
         *(f"- {name}: {weights}" for name, weights in report.weights.items()),
         "",
         markdown_table(report.rows),

@@ -100,22 +100,36 @@ def captum_unavailable_reason(target: str) -> str | None:
     return None
 
 
+MIN_MEASURED_SECONDS = 0.25
+"""Cheap calls get more rounds until this much time was measured: a median of three
+millisecond-long runs is mostly noise."""
+MAX_ROUNDS = 200
+
+
 def interleaved_medians(
     calls: dict[str, Callable[[], object]], device: torch.device, repeats: int
 ) -> dict[str, float]:
-    """Median wall time (ms, device synchronised) of each call over ``repeats`` rounds.
+    """Median wall time (ms, device synchronised) of each call over at least ``repeats`` rounds.
 
     Each round runs every call once, so a machine that gets busier or quieter part-way
-    through shifts all of them alike instead of favouring whichever ran first.
+    through shifts all of them alike instead of favouring whichever ran first. One unmeasured
+    warm-up round comes first; rounds go on (up to ``MAX_ROUNDS``) until
+    ``MIN_MEASURED_SECONDS`` have been measured.
     """
     if repeats < 1:
         raise InputError(f"repeats must be at least 1; got {repeats}.")
+    for call in calls.values():  # warm-up: first-call costs (lazy init, caches) are not the cost
+        call()
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
+    measured = 0.0
+    rounds = 0
+    while rounds < repeats or (measured < MIN_MEASURED_SECONDS * 1000 and rounds < MAX_ROUNDS):
         for name, call in calls.items():
             with Stopwatch(device) as watch:
                 call()
             times[name].append(watch.milliseconds)
+            measured += watch.milliseconds
+        rounds += 1
     return {name: statistics.median(values) for name, values in times.items()}
 
 
