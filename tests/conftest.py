@@ -18,8 +18,10 @@ import torch
 from PIL import Image
 from torch import nn
 
+from gradpick import data, models
 from gradpick.data import CIFAR10_CLASSES
 from gradpick.models import freeze
+from gradpick.ui import config
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CIFAR10_DIR_ENV = "GRADPICK_CIFAR10_DIR"
@@ -206,3 +208,21 @@ def shared_cifar10_dir() -> Path:
             "with train/ and test/ ImageFolder trees to run this test"
         )
     return candidate
+
+
+@pytest.fixture(scope="session")
+def generated_folder(cifar_like_factory: Callable[[int], Path]) -> Path:
+    """A 64-image CIFAR-10-shaped folder (train/ and test/) for the page's tests."""
+    return cifar_like_factory(64)
+
+
+@pytest.fixture
+def generated(generated_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The generated folder as the CIFAR-10 copy, no shipped weights, no hosted mode and no
+    user model, whatever the environment running the tests says."""
+    monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(generated_folder))
+    monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path / "no-assets"))
+    monkeypatch.setenv(config.HOSTED_ENV, "0")
+    for name in (config.MODEL_ENV, config.WEIGHTS_ENV, config.CLASSES_ENV):
+        monkeypatch.delenv(name, raising=False)
+    return generated_folder

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +25,6 @@ from gradpick.ui import gradients_panel, state
 APP = Path(__file__).resolve().parents[1] / "app.py"
 TIMEOUT = 180
 IMAGES = 64
-
-
-@pytest.fixture(scope="module")
-def generated_folder(cifar_like_factory: Callable[[int], Path]) -> Path:
-    return cifar_like_factory(IMAGES)
-
-
-@pytest.fixture
-def generated(generated_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The generated folder as the CIFAR-10 copy, and no shipped weights."""
-    monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(generated_folder))
-    monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path / "no-assets"))
-    return generated_folder
 
 
 def open_app(**session: Any) -> AppTest:

@@ -21,28 +21,12 @@ from streamlit.testing.v1 import AppTest
 from test_app import TUTORIAL, captioned_indices, metrics, no_errors, open_app, select, table
 from test_models import Payload, torch_zip_with
 
-from gradpick import data, models
+from gradpick import models
 from gradpick.errors import InputError
 from gradpick.ui import config, state
 from gradpick.ui.config import AppConfig, UserModelArgs, hosted_mode, parse_user_model
 
 IMAGES = 64
-
-
-@pytest.fixture(scope="module")
-def generated_folder(cifar_like_factory: Callable[[int], Path]) -> Path:
-    return cifar_like_factory(IMAGES)
-
-
-@pytest.fixture
-def generated(generated_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The generated folder as the CIFAR-10 copy, no shipped weights, and no hosted mode."""
-    monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(generated_folder))
-    monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path / "no-assets"))
-    monkeypatch.setenv(config.HOSTED_ENV, "0")
-    for name in (config.MODEL_ENV, config.WEIGHTS_ENV, config.CLASSES_ENV):
-        monkeypatch.delenv(name, raising=False)
-    return generated_folder
 
 
 @pytest.fixture
