@@ -183,6 +183,27 @@ class Moody(nn.Module):
 def moody():
     torch.manual_seed(0)
     return Moody()
+
+
+class Hungry(nn.Module):
+    """Like a GPU with room for LIMIT images' activations: a gradient step on more runs out of
+    device memory (LIMIT 0: even one image does). Inference, without gradients, always fits."""
+
+    LIMIT = 2
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3 * 32 * 32, 10)
+
+    def forward(self, images):
+        if torch.is_grad_enabled() and images.shape[0] > Hungry.LIMIT:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return self.linear(images.flatten(1))
+
+
+def hungry():
+    torch.manual_seed(0)
+    return Hungry()
 '''
 
 
@@ -291,6 +312,29 @@ def test_a_failing_request_is_explained_and_the_next_one_works(
     app = select(app, state.SCATTER_CHART, [4, 6, 9])
     no_errors(app)
     assert captioned_indices(app) == [4, 6, 9]
+
+
+def test_device_out_of_memory_retries_in_smaller_chunks_then_explains(
+    generated: Path, user_module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(config.MODEL_ENV, f"{user_module}:hungry")
+    app = select(open_app(), state.SCATTER_CHART, [1, 3, 5, 7, 9])
+    no_errors(app)
+    assert captioned_indices(app) == [1, 3, 5, 7, 9]
+    assert metrics(app)["Strategy"] == "recompute · 3 chunks"  # 5 failed, then 2 + 2 + 1
+    outputs = (metrics(app)["Images N"], metrics(app)["Accuracy"], table(app).to_dict())
+
+    sys.modules[user_module].Hungry.LIMIT = 0  # type: ignore[attr-defined]
+    app = select(app, state.SCATTER_CHART, [2, 4])
+    assert "ran out of memory with one image at a time" in errors(app)
+    assert "Pick fewer images" in errors(app)
+    assert (metrics(app)["Images N"], metrics(app)["Accuracy"], table(app).to_dict()) == outputs
+
+    sys.modules[user_module].Hungry.LIMIT = 2  # type: ignore[attr-defined]
+    app = select(app, state.SCATTER_CHART, [6, 8])
+    no_errors(app)
+    assert captioned_indices(app) == [6, 8]
+    assert metrics(app)["Strategy"] == "recompute"
 
 
 # ----------------------------------------------------------------------------- uploaded weights

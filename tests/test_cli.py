@@ -246,6 +246,41 @@ def test_train_then_eval_on_a_folder(
     assert f"top-1 accuracy: {card['test_accuracy']:.2%} on 40 images" in capsys.readouterr().out
 
 
+def test_a_warm_restart_starts_from_the_given_weights_and_keeps_both_cards(
+    cifar_like_factory: Callable[[int], Path], tmp_path: Path
+) -> None:
+    folder = cifar_like_factory(40)
+    common = ["--data", str(folder), "--batch-size", "8", "--no-compile"]
+    first = ["train", "tutorial", *common, "--epochs", "1", "--run-dir", str(tmp_path / "one")]
+    assert main([*first, "--export-dir", str(tmp_path / "first")]) == 0
+    started = tmp_path / "first" / "tutorial.pt"
+    second = ["train", "tutorial", *common, "--epochs", "2", "--max-lr", "0.01"]
+    second += ["--warm-start", str(started), "--run-dir", str(tmp_path / "two")]
+    assert main([*second, "--export-dir", str(tmp_path / "second")]) == 0
+
+    first_card = json.loads((tmp_path / "first" / "tutorial.json").read_text())
+    card = json.loads((tmp_path / "second" / "tutorial.json").read_text())
+    assert card["recipe"]["max_lr"] == 0.01
+    assert card["warm_start"] == {"sha256": models.sha256_file(started), "card": first_card}
+    assert card["recipe"]["warm_start_sha256"] == first_card["sha256"]
+    assert (card["epochs"], card["total_epochs"]) == (2, 3)
+    expected_seconds = card["training_seconds"] + first_card["training_seconds"]
+    assert card["total_training_seconds"] == pytest.approx(expected_seconds, abs=0.11)
+
+
+def test_a_warm_start_that_is_missing_or_not_weights_is_one_clear_line(
+    cifar_like_factory: Callable[[int], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arguments = ["train", "tutorial", "--data", str(cifar_like_factory(20)), "--no-compile"]
+    arguments += ["--batch-size", "4", "--run-dir", str(tmp_path / "run")]
+    assert main([*arguments, "--warm-start", str(tmp_path / "missing.pt")]) == 2
+    assert "missing.pt: no such weights file" in capsys.readouterr().err
+    (tmp_path / "text.pt").write_text("not weights")
+    assert main([*arguments, "--warm-start", str(tmp_path / "text.pt")]) == 2
+    error = capsys.readouterr().err
+    assert "text.pt" in error and "Traceback" not in error
+
+
 def test_resume_from_a_corrupt_checkpoint_is_one_clear_line(
     cifar_like_factory: Callable[[int], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

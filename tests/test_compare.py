@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from gradpick.compare import (
     CAPTUM,
     FLOOR,
     MAX_ROUNDS,
+    MAX_RUNS_PER_ROUND,
     NOT_MEASURED,
     captum_unavailable_reason,
     compare_strategies,
@@ -135,20 +137,26 @@ def test_bad_indices_raise_gradpicks_own_error(tiny_cnn, random_batch):
         compare_strategies(tiny_cnn, random_batch.images, [16], random_batch.labels)
 
 
-def test_interleaved_medians_run_each_call_once_per_round():
+def test_interleaved_medians_interleave_rounds_and_sample_cheap_calls_more():
     calls: list[str] = []
+
+    def call(name: str, seconds: float) -> Callable[[], None]:
+        return lambda: (calls.append(name), time.sleep(seconds))
+
     medians = interleaved_medians(
-        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+        {"slow": call("slow", 0.03), "quick": call("quick", 0.001)},
         torch.device("cpu"),
         repeats=3,
     )
-    # Instant calls get more rounds (until enough time is measured, at most MAX_ROUNDS).
-    assert calls == ["a", "b"] * (1 + MAX_ROUNDS)  # one warm-up round, then measured ones
-    assert set(medians) == {"a", "b"} and all(value >= 0 for value in medians.values())
+    assert calls[:4] == ["slow", "quick"] * 2  # one warm-up run, one calibration run
+    rounds = "".join("S" if name == "slow" else "q" for name in calls[4:]).split("S")[1:]
+    assert 3 <= len(rounds) <= MAX_ROUNDS
+    assert len(set(rounds)) == 1 and 10 <= len(rounds[0]) <= MAX_RUNS_PER_ROUND
+    assert medians["slow"] >= 30 and 1 <= medians["quick"] < 30
     slow: list[str] = []
     interleaved_medians(
         {"slow": lambda: (slow.append("slow"), time.sleep(0.1))}, torch.device("cpu"), repeats=3
     )
-    assert len(slow) == 1 + 3, "calls that fill the measuring time run `repeats` rounds"
+    assert len(slow) == 2 + 3, "calls that fill the measuring time run `repeats` rounds"
     with pytest.raises(InputError, match="repeats"):
         interleaved_medians({"a": lambda: None}, torch.device("cpu"), repeats=0)

@@ -8,6 +8,8 @@ import http.server
 import io
 import pickle
 import socket
+import subprocess
+import sys
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
@@ -473,3 +475,31 @@ def test_a_20000_by_20000_png_is_refused_as_too_large(
 ) -> None:
     with pytest.raises(DataError, match="bomb.png: .*too large"):
         decode_image(png_claiming(20_000, 20_000), "bomb.png")
+
+
+def test_a_cached_cifar10_copy_is_read_without_importing_torchvision(
+    cifar_stand_in: dict[str, Any], tmp_path: Path
+) -> None:
+    """A server that only serves the cached copy need not pay torchvision's memory."""
+    root = tmp_path / "cache"
+    cifar10("test", root=root, mirror=cifar_stand_in["mirror"])
+    script = (
+        "import sys; from gradpick.data import cifar10; "
+        f"source = cifar10('test', root={str(root)!r}); "
+        "print(len(source), 'torchvision' in sys.modules)"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
+    images, _ = cifar_stand_in["contents"]["test_batch"]
+    assert shown == [str(len(images)), "False"]
+
+
+def test_a_damaged_cached_copy_says_how_to_download_again(
+    cifar_stand_in: dict[str, Any], tmp_path: Path
+) -> None:
+    root = tmp_path / "cache"
+    cifar10("test", root=root, mirror=cifar_stand_in["mirror"])
+    (root / "cifar-10-batches-py" / "test_batch").write_bytes(b"truncated")
+    with pytest.raises(DataError, match="not a CIFAR-10 batch file.*Delete .* to download"):
+        cifar10("test", root=root, mirror=cifar_stand_in["mirror"])

@@ -599,8 +599,8 @@ def _fail_above(limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make 'recompute' raise CUDA out-of-memory for chunks larger than ``limit`` images."""
     step = gradients_module._STEPS["recompute"]
 
-    def step_with_memory_limit(request: Any, order: torch.Tensor) -> Any:
-        if order.numel() > limit:
+    def step_with_memory_limit(request: Any, order: slice) -> Any:
+        if request.indices[order].numel() > limit:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
         return step(request, order)
 

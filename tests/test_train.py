@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gradpick import train
+from gradpick import models, train
 from gradpick.data import CIFAR10_CLASSES, image_folder, load_batch
 from gradpick.errors import DataError, ModelError
 from gradpick.infer import infer
@@ -78,6 +79,35 @@ def test_an_interrupted_run_resumes_where_it_stopped_and_matches_a_straight_run(
     assert [entry["epoch"] for entry in history] == [1, 2, 3]
     for key, value in straight.state_dict().items():
         assert torch.equal(resumed.state_dict()[key], value), key
+
+
+def test_a_warm_start_begins_from_those_weights_and_checks_their_checksum(
+    ten_classes: Any, tmp_path: Path
+) -> None:
+    first, _ = run(TINY, ten_classes, tmp_path / "first")
+    weights = tmp_path / "first.pt"
+    torch.save(first.state_dict(), weights)
+    config = replace(TINY, max_lr=1e-9, warm_start_sha256=models.sha256_file(weights))
+    messages: list[str] = []
+    second = train.train(
+        config,
+        ten_classes,
+        tmp_path / "second",
+        device="cpu",
+        log=messages.append,
+        warm_start=weights,
+    )
+    assert any("starting from" in message for message in messages)
+    for key, value in first.state_dict().items():  # a negligible learning rate: barely moved
+        torch.testing.assert_close(second.state_dict()[key], value, atol=1e-3, rtol=0)
+    fresh, _ = run(replace(TINY, max_lr=1e-9), ten_classes, tmp_path / "fresh")
+    assert any(
+        not torch.allclose(fresh.state_dict()[key], value, atol=1e-3)
+        for key, value in first.state_dict().items()
+    ), "without the warm start the run would begin elsewhere"
+    wrong = replace(config, warm_start_sha256="0" * 64)
+    with pytest.raises(ModelError, match="sha256 differs"):
+        train.train(wrong, ten_classes, tmp_path / "third", device="cpu", warm_start=weights)
 
 
 def test_resume_without_a_checkpoint_starts_from_scratch(ten_classes: Any, tmp_path: Path) -> None:

@@ -29,8 +29,8 @@ def batch() -> ImageBatch:
         images=images,
         labels=labels,
         class_names=CIFAR10_CLASSES,
-        names=tuple(f"#{i}" for i in range(12)),
-        positions=tuple(range(12)),
+        names=tuple(f"image_{40 + i}.png" for i in range(12)),
+        positions=tuple(range(40, 52)),
         source="test",
     )
 
@@ -143,12 +143,16 @@ def test_colourbar_runs_from_low_to_high() -> None:
 
 def test_exports_hold_the_same_numbers(tiny_cnn: nn.Module, batch: ImageBatch) -> None:
     result = heatmaps.compute(tiny_cnn, batch, PICKED, HeatmapRequest())
-    arrays = np.load(io.BytesIO(heatmaps.gradients_npz(result, PICKED)))
+    arrays = np.load(io.BytesIO(heatmaps.gradients_npz(result, batch, PICKED)))
     assert arrays["indices"].tolist() == PICKED
+    assert arrays["positions"].tolist() == [batch.positions[i] for i in PICKED]
+    assert arrays["names"].tolist() == [batch.names[i] for i in PICKED]
     np.testing.assert_array_equal(arrays["gradients"], result.gradients.gradients.numpy())
-    loaded = torch.load(io.BytesIO(heatmaps.gradients_pt(result, PICKED)), weights_only=True)
+    exported = heatmaps.gradients_pt(result, batch, PICKED)
+    loaded = torch.load(io.BytesIO(exported), weights_only=True)
     assert torch.equal(loaded["maps"], result.maps)
     assert loaded["indices"].tolist() == PICKED and loaded["target"] == "loss"
+    assert loaded["names"] == [batch.names[i] for i in PICKED]
 
 
 def test_report_says_what_was_asked_what_came_out_and_what_it_cost(

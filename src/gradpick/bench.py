@@ -28,6 +28,7 @@ from gradpick import models
 from gradpick.compare import (
     CAPTUM,
     FLOOR,
+    MAX_RUNS_PER_ROUND,
     MIN_MEASURED_SECONDS,
     captum_unavailable_reason,
     compare_strategies,
@@ -402,8 +403,9 @@ def report_text(report: BenchReport) -> str:
     lines = [
         f"Gradients of the predicted class's logit on {environment['device']} "
         f"({environment['threads']} threads), seeded random images; "
-        f"median of at least {report.config.repeats} runs (more for calls that take under "
-        f"{MIN_MEASURED_SECONDS} s in all).",
+        f"median of at least {report.config.repeats} runs, interleaved (cheap calls run up to "
+        f"{MAX_RUNS_PER_ROUND} times per round, and rounds go on until {MIN_MEASURED_SECONDS} s "
+        "were measured).",
         *(f"- {name}: {weights}" for name, weights in report.weights.items()),
         "",
         markdown_table(report.rows),

@@ -20,7 +20,7 @@ from torch import nn
 
 from gradpick import data, models
 from gradpick.devices import DEVICE_CHOICES
-from gradpick.errors import GradpickError, InputError
+from gradpick.errors import GradpickError, InputError, ModelError
 from gradpick.gradients import REDUCTIONS, STRATEGIES, TARGETS, GradientResult, input_gradients
 from gradpick.infer import as_model_input, infer
 from gradpick.measure import MemoryFigure, MemoryReport
@@ -63,7 +63,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gradpick import train
 
     config = train.default_config(args.model, args.epochs)
-    overrides = {"seed": args.seed, "batch_size": args.batch_size}
+    warm_start = Path(args.warm_start) if args.warm_start else None
+    if warm_start is not None and not warm_start.is_file():
+        raise ModelError(f"{warm_start}: no such weights file to start from.")
+    overrides = {
+        "seed": args.seed,
+        "batch_size": args.batch_size,
+        "max_lr": args.max_lr,
+        "warm_start_sha256": models.sha256_file(warm_start) if warm_start else None,
+    }
     config = train.TrainConfig(
         **{
             **train.asdict(config),
@@ -73,10 +81,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
     )
     run_dir = Path(args.run_dir or f"runs/{args.model}")
     model = train.train(
-        config, _source(args.data, "train"), run_dir, resume=args.resume, device=args.device
+        config,
+        _source(args.data, "train"),
+        run_dir,
+        resume=args.resume,
+        device=args.device,
+        warm_start=warm_start,
     )
+    card_beside = warm_start.with_suffix(".json") if warm_start else None
     weights_path, card_path, evaluation = train.export(
-        model, config, run_dir, Path(args.export_dir), _source(args.data, "test")
+        model,
+        config,
+        run_dir,
+        Path(args.export_dir),
+        _source(args.data, "test"),
+        json.loads(card_beside.read_text()) if card_beside and card_beside.is_file() else None,
     )
     print(evaluation.table())
     print(f"\nwrote {weights_path} and {card_path}")
@@ -105,6 +124,13 @@ def _train_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--epochs", type=int, help="number of epochs (default per model)")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--batch-size", type=int, help="images per step (default per model)")
+    parser.add_argument("--max-lr", type=float, help="peak learning rate (default per model)")
+    parser.add_argument(
+        "--warm-start",
+        metavar="WEIGHTS",
+        help="start from these weights (a finished run's export): a warm restart, recorded "
+        "with the weights' sha256 and, when it lies beside them, their card",
+    )
     parser.add_argument(
         "--no-compile", action="store_true", help="skip torch.compile (slower steps, no warm-up)"
     )

@@ -101,9 +101,12 @@ def captum_unavailable_reason(target: str) -> str | None:
 
 
 MIN_MEASURED_SECONDS = 0.25
-"""Cheap calls get more rounds until this much time was measured: a median of three
-millisecond-long runs is mostly noise."""
+"""Rounds go on until this much time was measured: a median of three millisecond-long runs is
+mostly noise."""
 MAX_ROUNDS = 200
+MAX_RUNS_PER_ROUND = 25
+"""Within a round, a call much cheaper than the slowest runs up to this many times, so a 1 ms
+call beside a 1 s one gets dozens of samples instead of ``repeats``."""
 
 
 def interleaved_medians(
@@ -111,26 +114,38 @@ def interleaved_medians(
 ) -> dict[str, float]:
     """Median wall time (ms, device synchronised) of each call over at least ``repeats`` rounds.
 
-    Each round runs every call once, so a machine that gets busier or quieter part-way
-    through shifts all of them alike instead of favouring whichever ran first. One unmeasured
-    warm-up round comes first; rounds go on (up to ``MAX_ROUNDS``) until
-    ``MIN_MEASURED_SECONDS`` have been measured.
+    Each round runs every call, so a machine that gets busier or quieter part-way through
+    shifts all of them alike instead of favouring whichever ran first; cheap calls run several
+    times per round (about as long as the slowest call, at most ``MAX_RUNS_PER_ROUND`` times).
+    One unmeasured warm-up run and one timed calibration run come first; rounds go on (up to
+    ``MAX_ROUNDS``) until ``MIN_MEASURED_SECONDS`` have been measured.
     """
     if repeats < 1:
         raise InputError(f"repeats must be at least 1; got {repeats}.")
     for call in calls.values():  # warm-up: first-call costs (lazy init, caches) are not the cost
         call()
+    calibration = {name: _timed(call, device) for name, call in calls.items()}
+    slowest = max(calibration.values())
+    runs_per_round = {
+        name: max(1, min(MAX_RUNS_PER_ROUND, int(slowest / max(milliseconds, 1e-3))))
+        for name, milliseconds in calibration.items()
+    }
     times: dict[str, list[float]] = {name: [] for name in calls}
     measured = 0.0
     rounds = 0
     while rounds < repeats or (measured < MIN_MEASURED_SECONDS * 1000 and rounds < MAX_ROUNDS):
         for name, call in calls.items():
-            with Stopwatch(device) as watch:
-                call()
-            times[name].append(watch.milliseconds)
-            measured += watch.milliseconds
+            for _ in range(runs_per_round[name]):
+                times[name].append(_timed(call, device))
+                measured += times[name][-1]
         rounds += 1
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _timed(call: Callable[[], object], device: torch.device) -> float:
+    with Stopwatch(device) as watch:
+        call()
+    return watch.milliseconds
 
 
 def _measured(function: Callable[[], torch.Tensor], device: torch.device) -> Runner:

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -411,6 +411,10 @@ def _download_file(url: str, target: Path, progress: ProgressCallback | None) ->
     partial.replace(target)
 
 
+CIFAR10_FOLDER = "cifar-10-batches-py"
+CIFAR10_FILES = ("batches.meta", "test_batch", *(f"data_batch_{i}" for i in range(1, 6)))
+
+
 def cifar10(
     split: str = "test",
     root: str | Path | None = None,
@@ -420,14 +424,34 @@ def cifar10(
 ) -> ArraySource:
     """CIFAR-10 through ``torchvision.datasets.CIFAR10`` with a progress callback.
 
-    ``root`` defaults to ``<cache dir>/cifar10``. Offline with no cached copy, the DownloadError
-    says how to use a local folder instead.
+    ``root`` defaults to ``<cache dir>/cifar10``. torchvision downloads, verifies and extracts the
+    archive once; a complete extracted copy is then read directly, like any cache, which keeps
+    torchvision (and its memory) out of a server that only serves the cached data. Offline with
+    no cached copy, the DownloadError says how to use a local folder instead.
     """
     _check_split(split)
     root = Path(root) if root is not None else cache_dir() / "cifar10"
+    folder = root / CIFAR10_FOLDER
+    if not all((folder / name).is_file() for name in CIFAR10_FILES):
+        _fetch_cifar10(root, split, download, progress, mirror)
+    try:
+        source = cifar10_batches_folder(folder, split)
+    except DataError as error:
+        raise DataError(f"{error} Delete {folder} to download CIFAR-10 again.") from None
+    return replace(source, description=f"CIFAR-10 {split} (torchvision, {root})")
+
+
+def _fetch_cifar10(
+    root: Path,
+    split: str,
+    download: bool,
+    progress: ProgressCallback | None,
+    mirror: Cifar10Mirror | None,
+) -> None:
+    """Let torchvision download, check and extract the archive into ``root``."""
     dataset_class = _streaming_cifar10_class(mirror or _torchvision_mirror(), progress)
     try:
-        dataset = dataset_class(str(root), train=split == "train", download=download)
+        dataset_class(str(root), train=split == "train", download=download)
     except (urllib.error.URLError, OSError, TimeoutError) as error:
         raise DownloadError(
             f"Could not download CIFAR-10 into {root} ({getattr(error, 'reason', error)}) and no "
@@ -441,13 +465,6 @@ def cifar10(
             f"No CIFAR-10 copy in {root} ({error}). Enable the download, or point "
             f"${CIFAR10_DIR_ENV} at a local folder."
         ) from None
-    images = torch.from_numpy(np.ascontiguousarray(dataset.data.transpose(0, 3, 1, 2)))
-    return ArraySource(
-        images=images,
-        label_tensor=torch.tensor(dataset.targets, dtype=torch.long),
-        class_names=tuple(dataset.classes),
-        description=f"CIFAR-10 {split} (torchvision, {root})",
-    )
 
 
 def default_cifar10(split: str = "test", progress: ProgressCallback | None = None) -> ImageSource:

@@ -20,6 +20,7 @@ one model can serve several threads (Streamlit sessions) at once.
 from __future__ import annotations
 
 import copy
+import math
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -119,23 +120,29 @@ def _class_tensor(values: Sequence[int] | torch.Tensor | int, what: str) -> torc
 
 
 def _as_index_tensor(indices: Sequence[int] | torch.Tensor, size: int) -> torch.Tensor:
-    try:
-        tensor = torch.as_tensor(indices)
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise SelectionError(f"Indices must be whole numbers; got {indices!r} ({error}).") from None
-    if tensor.numel() == 0:
+    if isinstance(indices, list | tuple | range) and all(type(i) is int for i in indices):
+        # Plain Python ints, the usual case, are checked without tensor ops: for a handful of
+        # indices those cost more than the check, and this runs on every click.
+        values: Sequence[int] = indices
+    else:
+        try:
+            tensor = torch.as_tensor(indices)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise SelectionError(
+                f"Indices must be whole numbers; got {indices!r} ({error})."
+            ) from None
+        if not _is_integral(tensor):
+            raise SelectionError(f"Indices must be whole numbers, not {tensor.dtype}.")
+        values = tensor.reshape(-1).tolist()
+    if not values:
         raise SelectionError("No images selected: pick at least one index.")
-    if not _is_integral(tensor):
-        raise SelectionError(f"Indices must be whole numbers, not {tensor.dtype}.")
-    tensor = tensor.reshape(-1).to(torch.long).cpu()
-    low, high = (int(bound) for bound in torch.aminmax(tensor))
-    if low < 0 or high >= size:
-        bad = tensor[(tensor < 0) | (tensor >= size)]
+    if min(values) < 0 or max(values) >= size:
+        bad = next(index for index in values if not 0 <= index < size)
         raise SelectionError(
-            f"Index {int(bad[0])} is out of range: the batch holds {size} images "
+            f"Index {bad} is out of range: the batch holds {size} images "
             f"(valid indices 0 to {size - 1})."
         )
-    return tensor
+    return torch.tensor(values, dtype=torch.long)
 
 
 def _validate(
@@ -211,20 +218,21 @@ def _check_logits(logits: torch.Tensor, rows: int) -> None:
 
 
 def _picked_targets(
-    request: _Request, logits: torch.Tensor, order: torch.Tensor
+    request: _Request, logits: torch.Tensor, order: slice
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Target values of the picked rows (positions ``order`` into ``request.indices``).
 
     Returns (targets, classes): the class whose logit or loss each target is.
     """
-    _check_logits(logits, int(order.numel()))
+    rows = request.indices[order]
+    _check_logits(logits, int(rows.numel()))
     num_classes = logits.shape[1]
     if request.target == "loss" or request.classes is not None:
         # Given classes are checked on the CPU before they reach the device: an out-of-range
         # class would be a device-side assert on CUDA, which no error message can explain.
         if request.target == "loss":
             assert request.labels is not None
-            given = request.labels[request.indices[order]]
+            given = request.labels[rows]
         else:
             assert request.classes is not None
             given = request.classes[order]
@@ -247,12 +255,16 @@ def _picked_targets(
 def _check_finite(request: _Request, values: torch.Tensor) -> None:
     """A NaN or infinite picked image makes its target, and so its gradient, meaningless.
 
-    Checked on the k target values after the step (one small op) rather than by scanning the
-    images first: the per-call cost must stay negligible next to a forward of one image.
+    Checked on the k target values after the step rather than by scanning the images first: the
+    per-call cost must stay negligible next to a forward of one image. A finite sum settles it
+    in one reduction; only a non-finite one (or an overflowing sum of finite values) looks closer.
     """
-    if bool(torch.isfinite(values).all()):
+    if math.isfinite(float(values.sum())):
         return
-    position = int((~torch.isfinite(values)).nonzero()[0])
+    finite = torch.isfinite(values)
+    if bool(finite.all()):
+        return
+    position = int((~finite).nonzero()[0])
     index = int(request.indices[position])
     image = request.images[index]
     if not bool(torch.isfinite(image).all()):
@@ -278,14 +290,14 @@ _StepOutput = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 """(gradients [k, C, H, W], target values [k], classes [k]) on the run device."""
 
 
-def _recompute(request: _Request, order: torch.Tensor) -> _StepOutput:
+def _recompute(request: _Request, order: slice) -> _StepOutput:
     picked = request.images[request.indices[order]].to(request.device).requires_grad_(True)
     values, classes = _picked_targets(request, call_model(request.model, picked), order)
     (gradients,) = torch.autograd.grad(_scaled_sum(request, values), picked)
     return gradients, values.detach(), classes
 
 
-def _vmap(request: _Request, order: torch.Tensor) -> _StepOutput:
+def _vmap(request: _Request, order: slice) -> _StepOutput:
     """``vmap(grad(f))``: each picked image runs through the model as a batch of one."""
     from torch.func import grad, vmap
 
@@ -296,13 +308,13 @@ def _vmap(request: _Request, order: torch.Tensor) -> _StepOutput:
     elif request.classes is not None:
         given = request.classes[order]
     else:
-        given = torch.full((len(order),), -1)  # -1: use the predicted class
+        given = torch.full((picked.shape[0],), -1)  # -1: use the predicted class
     if request.target == "loss" or request.classes is not None:
         # Out-of-range classes must fail with a clear message here, not as an indexing error
         # deep inside vmap: one image's logits give the number of classes.
         with torch.no_grad():
             logits = call_model(request.model, picked[:1])
-        _picked_targets(request, logits.expand(len(order), -1), order)
+        _picked_targets(request, logits.expand(picked.shape[0], -1), order)
     scale = _scale(request)
 
     def target_of_one(
@@ -327,7 +339,7 @@ def _vmap(request: _Request, order: torch.Tensor) -> _StepOutput:
     return gradients, values, classes
 
 
-def _summed(request: _Request, order: torch.Tensor) -> _StepOutput:
+def _summed(request: _Request, order: slice) -> _StepOutput:
     """One forward of all N, one backward of the summed picked targets, each distinct one once.
 
     Two targets of one image (an index picked with two classes) would add up in that image's
@@ -365,7 +377,7 @@ def _summed(request: _Request, order: torch.Tensor) -> _StepOutput:
     return gradients, values.detach(), classes
 
 
-def _retain_graph(request: _Request, order: torch.Tensor) -> _StepOutput:
+def _retain_graph(request: _Request, order: slice) -> _StepOutput:
     """The question's loop: one backward per picked index through the whole batch's graph."""
     everything = request.images.to(request.device).requires_grad_(True)
     logits = call_model(request.model, everything)
@@ -381,7 +393,7 @@ def _retain_graph(request: _Request, order: torch.Tensor) -> _StepOutput:
     return torch.stack(gradients), values.detach(), classes
 
 
-_STEPS: dict[str, Callable[[_Request, torch.Tensor], _StepOutput]] = {
+_STEPS: dict[str, Callable[[_Request, slice], _StepOutput]] = {
     "recompute": _recompute,
     "summed": _summed,
     "retain_graph": _retain_graph,
@@ -422,7 +434,7 @@ def saved_bytes_per_image(model: nn.Module, images: torch.Tensor, device: torch.
 def _chunk_size(request: _Request, strategy: str, budget: int, chunk_size: int | None) -> int:
     if chunk_size is not None and chunk_size < 1:
         raise InputError(f"chunk_size must be at least 1; got {chunk_size}.")
-    if strategy not in _CHUNKED:
+    if strategy not in _CHUNKED or request.count == 1:
         return request.count
     if chunk_size is not None:
         return chunk_size
@@ -436,7 +448,7 @@ def _run_chunks(request: _Request, strategy: str, chunk: int) -> tuple[list[_Ste
     while True:
         try:
             outputs = [
-                step(request, torch.arange(start, min(start + chunk, request.count)))
+                step(request, slice(start, start + chunk))
                 for start in range(0, request.count, chunk)
             ]
             return outputs, chunk
@@ -552,7 +564,7 @@ def naive_loop_error(
         logits = call_model(request.model, everything)
         _check_logits(logits, int(everything.shape[0]))
         values, _ = _picked_targets(
-            request, logits[request.indices.to(request.device)], torch.arange(request.count)
+            request, logits[request.indices.to(request.device)], slice(None)
         )
         try:
             for value in values:
@@ -602,7 +614,7 @@ def cross_sample_leakage(
     with torch.enable_grad():
         batch = request.images[unique].to(request.device).requires_grad_(True)
         logits = call_model(request.model, batch)
-        values, _ = _picked_targets(request, logits, torch.arange(unique.numel()))
+        values, _ = _picked_targets(request, logits, slice(None))
         magnitudes = [
             torch.autograd.grad(values[position], batch, retain_graph=True)[0]
             .abs()

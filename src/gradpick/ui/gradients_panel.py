@@ -215,8 +215,16 @@ def _downloads(
     )
     columns = st.columns(4)
     downloads: tuple[tuple[str, Callable[[], bytes], str], ...] = (
-        ("Gradients (.pt)", functools.partial(heatmaps.gradients_pt, result, picked), "pt"),
-        ("Gradients (.npz)", functools.partial(heatmaps.gradients_npz, result, picked), "npz"),
+        (
+            "Gradients (.pt)",
+            functools.partial(heatmaps.gradients_pt, result, loaded.batch, picked),
+            "pt",
+        ),
+        (
+            "Gradients (.npz)",
+            functools.partial(heatmaps.gradients_npz, result, loaded.batch, picked),
+            "npz",
+        ),
         ("Heatmap grid (.png)", grid, "png"),
         ("Report (.json)", report, "json"),
     )

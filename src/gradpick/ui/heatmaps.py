@@ -11,7 +11,6 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -240,9 +239,15 @@ def colourbar(cmap: str = "inferno", signed: bool = False, width: int = 256) -> 
 # ----------------------------------------------------------------------------- exports
 
 
-def _export_arrays(result: Attribution, indices: Sequence[int]) -> dict[str, np.ndarray]:
+def _export_arrays(
+    result: Attribution, batch: ImageBatch, indices: Sequence[int]
+) -> dict[str, np.ndarray]:
+    """Positions and names say where each picked image came from, so anyone can recompute its
+    gradient from the source itself."""
     return {
         "indices": np.asarray(indices, dtype=np.int64),
+        "positions": np.asarray([batch.positions[i] for i in indices], dtype=np.int64),
+        "names": np.asarray([batch.names[i] for i in indices], dtype=np.str_),
         "gradients": result.gradients.gradients.detach().cpu().numpy(),
         "maps": result.maps.detach().cpu().numpy(),
         "classes": result.gradients.classes.numpy(),
@@ -250,19 +255,22 @@ def _export_arrays(result: Attribution, indices: Sequence[int]) -> dict[str, np.
     }
 
 
-def gradients_npz(result: Attribution, indices: Sequence[int]) -> bytes:
-    """indices [k], gradients and maps [k, C, H, W], classes and target values [k]."""
+def gradients_npz(result: Attribution, batch: ImageBatch, indices: Sequence[int]) -> bytes:
+    """indices, source positions and names [k], gradients and maps [k, C, H, W], classes and
+    target values [k]."""
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, allow_pickle=False, **_export_arrays(result, indices))
+    np.savez_compressed(buffer, allow_pickle=False, **_export_arrays(result, batch, indices))
     return buffer.getvalue()
 
 
-def gradients_pt(result: Attribution, indices: Sequence[int]) -> bytes:
-    """The same tensors as the .npz, as a dict for ``torch.load(..., weights_only=True)``."""
+def gradients_pt(result: Attribution, batch: ImageBatch, indices: Sequence[int]) -> bytes:
+    """The same content as the .npz, as a dict for ``torch.load(..., weights_only=True)``."""
     buffer = io.BytesIO()
-    arrays = _export_arrays(result, indices)
+    arrays = _export_arrays(result, batch, indices)
+    names = [str(name) for name in arrays.pop("names")]
     tensors = {name: torch.from_numpy(array) for name, array in arrays.items()}
-    torch.save({**tensors, "method": result.method, "target": result.gradients.target}, buffer)
+    extras = {"names": names, "method": result.method, "target": result.gradients.target}
+    torch.save({**tensors, **extras}, buffer)
     return buffer.getvalue()
 
 
@@ -270,7 +278,7 @@ def library_versions() -> dict[str, str]:
     """The versions gradpick records beside every result, plus the app's own libraries."""
     return {
         **versions.library_versions(),
-        **{name: metadata.version(name) for name in APP_LIBRARIES},
+        **{name: versions.installed_version(name) for name in APP_LIBRARIES},
     }
 
 
