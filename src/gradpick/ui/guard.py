@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import traceback
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -10,16 +10,21 @@ import streamlit as st
 
 from gradpick.errors import GradpickError
 
+LOG = logging.getLogger("gradpick.ui")
+
 
 @contextmanager
 def guarded(what: str) -> Iterator[None]:
-    """Run a section; a gradpick error shows its message, anything else a short error with
-    the details folded away. Streamlit's own rerun/stop signals are BaseExceptions and pass."""
+    """Run a section; a gradpick error shows its message, anything else a short error whose
+    traceback goes to the server's log, not the page. Streamlit's own rerun/stop signals are
+    BaseExceptions and pass."""
     try:
         yield
     except GradpickError as error:
         st.error(str(error))
     except Exception as error:
-        st.error(f"{what} failed: {type(error).__name__}: {str(error)[:300]}")
-        with st.expander("Details"):
-            st.code(traceback.format_exc(), language="text")
+        LOG.exception("%s failed", what)
+        st.error(
+            f"{what} failed: {type(error).__name__}: {str(error)[:300]} "
+            "(the full traceback is in the server's log)."
+        )
