@@ -62,6 +62,11 @@ def captioned_indices(app: AppTest) -> list[int]:
     return [int(caption.split()[0].lstrip("#")) for caption in heatmap_captions(app)]
 
 
+def index_box(app: AppTest) -> Any:
+    """The editable picked-indices box (its key changes with every selection)."""
+    return app.text_input(key=state.text_key(app.session_state))
+
+
 def table(app: AppTest) -> Any:
     return app.dataframe[0].value
 
@@ -92,7 +97,7 @@ def test_a_scatter_selection_shows_heatmaps_and_readouts_for_exactly_those_image
     app = select(open_app(), state.SCATTER_CHART, [5, 3])
     no_errors(app)
     assert app.session_state[state.PICKED] == [5, 3]
-    assert app.text_input(key=state.TEXT).value == "5, 3"
+    assert index_box(app).value == "5, 3"
     assert captioned_indices(app) == [5, 3]
     shown = metrics(app)
     assert shown["Picked k / batch N"] == f"2 / {IMAGES}"
@@ -146,18 +151,18 @@ def test_the_misclassified_picker_takes_the_first_wrong_images(generated: Path) 
     next(button for button in app.button if button.label == "Pick").click().run()
     no_errors(app)
     assert captioned_indices(app) == expected
-    assert app.text_input(key=state.TEXT).value == selection.format_indices(expected)
+    assert index_box(app).value == selection.format_indices(expected)
 
 
 def test_typed_indices_are_parsed_and_bad_ones_explained(generated: Path) -> None:
     app = open_app(**TUTORIAL)
-    app.text_input(key=state.TEXT).input("3, 7, x").run()
+    index_box(app).input("3, 7, x").run()
     assert any("'x'" in error.value for error in app.error)
     assert captioned_indices(app) == []
-    app.text_input(key=state.TEXT).input("10-12, 2").run()
+    index_box(app).input("10-12, 2").run()
     no_errors(app)
     assert captioned_indices(app) == [10, 11, 12, 2]
-    app.text_input(key=state.TEXT).input(f"1, {IMAGES}").run()
+    index_box(app).input(f"1, {IMAGES}").run()
     assert any("out of range" in error.value for error in app.error)
     assert captioned_indices(app) == [10, 11, 12, 2]
 
@@ -266,7 +271,7 @@ def test_on_the_real_cifar10_test_split(
     if shipped:
         assert app.sidebar.selectbox(key="model").value.startswith(shipped[0])
         assert float(metrics(app)["Accuracy"].rstrip("%")) > 40
-    app.text_input(key=state.TEXT).input("0-15").run()
+    index_box(app).input("0-15").run()
     no_errors(app)
     assert captioned_indices(app) == list(range(16))
     assert metrics(app)["Picked k / batch N"] == "16 / 1,000"
@@ -274,7 +279,7 @@ def test_on_the_real_cifar10_test_split(
 
 def test_many_picks_get_a_compact_grid_and_a_detail_selector(generated: Path) -> None:
     app = open_app(**TUTORIAL)
-    app.text_input(key=state.TEXT).input("0-13").run()
+    index_box(app).input("0-13").run()
     no_errors(app)
     assert captioned_indices(app) == list(range(14))
     assert any(caption.value == gradients_panel.PANELS_COMPACT for caption in app.caption)

@@ -18,7 +18,16 @@ import pytest
 import torch
 from PIL import Image
 from streamlit.testing.v1 import AppTest
-from test_app import TUTORIAL, captioned_indices, metrics, no_errors, open_app, select, table
+from test_app import (
+    TUTORIAL,
+    captioned_indices,
+    index_box,
+    metrics,
+    no_errors,
+    open_app,
+    select,
+    table,
+)
 from test_models import Payload, torch_zip_with
 
 from gradpick import models
@@ -452,7 +461,7 @@ def test_an_animated_gif_gives_its_first_frame_with_a_note(generated: Path) -> N
 
 def test_typed_indices_with_text_keep_the_picks(generated: Path) -> None:
     app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [1, 2])
-    app.text_input(key=state.TEXT).input("3, 7, x").run()
+    index_box(app).input("3, 7, x").run()
     assert "'x'" in errors(app)
     assert app.session_state[state.PICKED] == [1, 2]
     assert captioned_indices(app) == [1, 2]

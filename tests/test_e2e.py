@@ -10,90 +10,38 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from serving import (
+    ARTIFACTS,
+    CHROMIUM_ARGS,
+    REPO,
+    SCATTER_POINTS_JS,
+    VIEWPORT,
+    chromium_executable,
+    cifar10_images,
+    metric_value,
+    open_explorer,
+    pick_by_text,
+    streamlit_server,
+    text_box,
+    wait_for_heatmaps,
+)
 
 from gradpick import data, selection
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[1]
-ARTIFACTS = REPO / "artifacts"
 SCREENSHOTS = REPO / "assets" / "screenshots"
 UPDATE_SCREENSHOTS = os.environ.get("GRADPICK_UPDATE_SCREENSHOTS") == "1"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
-LOAD_TIMEOUT_MS = 240_000
-"""First page load infers the batch (and may load a model) on a busy CI machine."""
-
-SCATTER_POINTS_JS = """
-(selector) => {
-  const gd = document.querySelector(selector + ' .js-plotly-plot');
-  const box = gd.getBoundingClientRect();
-  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-  const points = [];
-  for (const trace of gd._fullData) {
-    if (!trace.mode.includes('markers') || trace.name === 'picked') continue;
-    for (let i = 0; i < trace.x.length; i++) {
-      const x = box.left + xa._offset + xa.c2p(trace.x[i]);
-      const y = box.top + ya._offset + ya.c2p(trace.y[i]);
-      if (Number.isFinite(x) && Number.isFinite(y)) {
-        points.push({index: Number(trace.customdata[i]), x: x, y: y});
-      }
-    }
-  }
-  return {points: points, plot: {left: box.left + xa._offset, top: box.top + ya._offset,
-                                 width: xa._length, height: ya._length}};
-}
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"streamlit exited with code {process.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.read().strip() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"{url} did not become healthy within {timeout} s")
 
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.skip(
-            "Debian's chromium is not installed (make browser, or apt-get install chromium)"
-        )
-    return path
+    return chromium_executable()
 
 
 @pytest.fixture(scope="module")
@@ -101,40 +49,12 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, cifar_like_factory: Callable[[int], Path]
 ) -> Iterator[str]:
     """``streamlit run app.py`` on a free port; yields its URL."""
-    shared = REPO.parent / "shared" / "data" / "cifar10-jpg"
-    configured = os.environ.get(data.CIFAR10_DIR_ENV)
-    if configured and (Path(configured) / "test").is_dir():
-        images = Path(configured)
-    elif (shared / "test").is_dir():
-        images = shared
-    else:
-        images = cifar_like_factory(200)
-    port = _free_port()
     env = {
-        **os.environ,
-        data.CIFAR10_DIR_ENV: str(images),
+        data.CIFAR10_DIR_ENV: str(cifar10_images(cifar_like_factory)),
         "GRADPICK_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
-        # One intra-op thread: on a CI machine whose cores are busy, two spin-waiting OpenMP
-        # threads make each small gradient step tens of times slower.
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = (ARTIFACTS / "e2e-server.log").open("wb")
-    command = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py")]
-    command += ["--server.port", str(port), "--server.headless", "true"]
-    command += ["--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, process)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    with streamlit_server(env) as running:
+        yield running.url
 
 
 @pytest.fixture
@@ -142,12 +62,7 @@ def page(chromium: str, server: str) -> Iterator[Any]:
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1500, "height": 1900})
-        page = context.new_page()
-        page.set_default_timeout(LOAD_TIMEOUT_MS)
-        page.goto(server)
-        page.get_by_text("Images N").wait_for()
-        yield page
+        yield open_explorer(browser, server)
         browser.close()
 
 
@@ -167,29 +82,11 @@ def _shot_of_section(page: Any, name: str, first: Any, last: Any) -> None:
     top = first.bounding_box()["y"] - 12
     bottom = last.bounding_box()["y"] + last.bounding_box()["height"] + 12
     _shot(page, name, readme=True, clip={"x": 0, "y": top, "width": 1500, "height": bottom - top})
-    page.set_viewport_size({"width": 1500, "height": 1900})
-
-
-def _heatmap_indices(page: Any) -> list[int]:
-    captions = page.locator('.st-key-heatmaps [data-testid="stImageCaption"]').all_inner_texts()
-    return [int(caption.split()[0].lstrip("#")) for caption in captions]
-
-
-def _wait_for_heatmaps(page: Any, expected: list[int]) -> None:
-    """Wait until the heatmap captions name exactly ``expected`` (as a set, each once)."""
-    deadline = time.monotonic() + LOAD_TIMEOUT_MS / 1000
-    shown: list[int] = []
-    while time.monotonic() < deadline:
-        shown = _heatmap_indices(page)
-        if sorted(shown) == sorted(expected) and len(set(shown)) == len(shown):
-            return
-        page.wait_for_timeout(250)
-    raise AssertionError(f"heatmaps show {shown}, expected {expected}")
+    page.set_viewport_size(VIEWPORT)
 
 
 def _metric(page: Any, label: str) -> str:
-    metric = page.locator('[data-testid="stMetric"]').filter(has_text=label)
-    return str(metric.locator('[data-testid="stMetricValue"]').inner_text())
+    return str(metric_value(page, label).inner_text())
 
 
 def _clear_of_edges(point: dict[str, Any], box: tuple[float, ...], margin: float) -> bool:
@@ -248,7 +145,7 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: A
 
     clicked = _isolated_point(page.evaluate(SCATTER_POINTS_JS, chart))
     page.mouse.click(clicked["x"], clicked["y"])
-    _wait_for_heatmaps(page, [clicked["index"]])
+    wait_for_heatmaps(page, [clicked["index"]])
     assert _metric(page, "Picked k / batch N").startswith("1 / ")
     first_update_ms = _metric(page, "Server time for this update")
 
@@ -264,13 +161,12 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: A
     page.mouse.move(right, bottom, steps=5)
     page.mouse.up()
     expected = [clicked["index"], *boxed]
-    _wait_for_heatmaps(page, expected)
+    wait_for_heatmaps(page, expected)
 
     assert _metric(page, "Picked k / batch N").startswith(f"{len(expected)} / ")
     # The outputs (with the text box) are redrawn after the heatmaps, in the same rerun.
-    text_box = page.get_by_label("Picked indices (editable, e.g. 3, 7, 10-12)")
     sync_api = pytest.importorskip("playwright.sync_api")
-    sync_api.expect(text_box).to_have_value(selection.format_indices(expected))
+    sync_api.expect(text_box(page)).to_have_value(selection.format_indices(expected))
     strips = page.locator('.st-key-heatmaps [data-testid="stImage"] img')
     assert strips.count() == len(expected)
     assert _metric(page, "Gradient step").endswith("ms")
@@ -326,15 +222,9 @@ def test_dark_theme_is_readable(chromium: str, server: str) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1500, "height": 1900}, color_scheme="dark")
-        page = context.new_page()
-        page.set_default_timeout(LOAD_TIMEOUT_MS)
-        page.goto(server)
-        page.get_by_text("Images N").wait_for()
-        box = page.get_by_label("Picked indices (editable, e.g. 3, 7, 10-12)")
-        box.fill("3, 7, 11")
-        box.press("Enter")
-        _wait_for_heatmaps(page, [3, 7, 11])
+        page = open_explorer(browser, server, color_scheme="dark")
+        pick_by_text(page, [3, 7, 11])
+        wait_for_heatmaps(page, [3, 7, 11])
         background = page.evaluate(
             "getComputedStyle(document.querySelector('.stApp')).backgroundColor"
         )

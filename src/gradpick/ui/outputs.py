@@ -249,12 +249,13 @@ def _selection_tools(loaded: Loaded) -> None:
         st.info(notice)
     chosen = state.picked(session)
     st.markdown(f"**Picked: {len(chosen)}** image(s)")
-    session.setdefault(state.TEXT, selection.format_indices(chosen))
+    text_key = state.text_key(session)
+    session.setdefault(text_key, selection.format_indices(chosen))
     st.text_input(
         "Picked indices (editable, e.g. 3, 7, 10-12)",
-        key=state.TEXT,
+        key=text_key,
         on_change=state.edit_text,
-        args=(session, len(loaded)),
+        args=(session, len(loaded), text_key),
     )
     error = session.get(state.TEXT_ERROR)
     if error:

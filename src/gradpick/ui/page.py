@@ -10,7 +10,15 @@ import time
 
 import streamlit as st
 
-from gradpick.ui import cache, gradients_panel, outputs, service, sidebar, strategies_panel
+from gradpick.ui import (
+    cache,
+    gradients_panel,
+    outputs,
+    process,
+    service,
+    sidebar,
+    strategies_panel,
+)
 from gradpick.ui.config import (
     HOSTED_MAX_BATCH_SIZE,
     HOSTED_MAX_IMAGE_BYTES,
@@ -57,6 +65,7 @@ def _load(settings: sidebar.Settings) -> Loaded | None:
 
 def main() -> None:
     started = time.perf_counter()
+    process.return_freed_memory_promptly()
     st.set_page_config(page_title="gradpick", page_icon=":mag:", layout="wide")
     st.markdown(PIXELATED, unsafe_allow_html=True)
     gradients_panel.absorb_target_click()

@@ -55,7 +55,7 @@ def render(config: AppConfig) -> Settings:
         st.header("Gradients")
         labelled = source is None or source.labels() is not None
         names = source.class_names if source is not None else ()
-        request, shared, measure = _gradients(labelled, names)
+        request, shared, measure = _gradients(labelled, names, measure_by_default=not config.hosted)
     return Settings(choice, source, option, device, request, shared, measure)
 
 
@@ -234,7 +234,9 @@ def _device() -> torch.device:
     return device
 
 
-def _gradients(labelled: bool, class_names: tuple[str, ...]) -> tuple[HeatmapRequest, bool, bool]:
+def _gradients(
+    labelled: bool, class_names: tuple[str, ...], measure_by_default: bool
+) -> tuple[HeatmapRequest, bool, bool]:
     strategy = st.selectbox("Gradient strategy", STRATEGIES, key="strategy", help=STRATEGY_HELP)
     modes = [mode for mode in TARGET_MODES if labelled or mode != "loss"]
     mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=TARGET_MODE)
@@ -270,7 +272,8 @@ def _gradients(labelled: bool, class_names: tuple[str, ...]) -> tuple[HeatmapReq
     )
     measure = st.checkbox(
         "Measure memory",
-        value=True,
+        # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
+        value=measure_by_default,
         key="measure_memory",
         help="Saved-for-backward bytes and the peak of the gradient step, from one more run "
         "of it with measurement on (the profiler's overhead never reaches the timings).",

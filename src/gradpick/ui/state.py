@@ -23,6 +23,7 @@ SEEN = "selections_seen"
 NOTICE = "selection_notice"
 MERGE_MODE = "merge_mode"
 TEXT = "picked_text"
+TEXT_VERSION = "picked_text_version"
 TEXT_ERROR = "picked_text_error"
 
 GRID_CHART = "grid_chart"
@@ -40,10 +41,21 @@ def picked(state: State) -> list[int]:
     return list(state.get(PICKED, []))
 
 
+def text_key(state: State) -> str:
+    """The index text box's key, new for every selection change.
+
+    A browser that sends the box's old text (the user acted before the rerun that rewrote it
+    reached the page) then speaks for a widget that no longer exists, so the stale text cannot
+    pass for an edit and wipe the selection.
+    """
+    return f"{TEXT}:{state.get(TEXT_VERSION, 0)}"
+
+
 def set_picked(state: State, indices: Sequence[int], notice: str | None = None) -> None:
     """Replace the selection; the text box follows it and any text error is cleared."""
     state[PICKED] = [int(index) for index in indices]
-    state[TEXT] = selection.format_indices(state[PICKED])
+    state[TEXT_VERSION] = state.get(TEXT_VERSION, 0) + 1
+    state[text_key(state)] = selection.format_indices(state[PICKED])
     state.pop(TEXT_ERROR, None)
     if notice is not None:
         state[NOTICE] = notice
@@ -126,9 +138,9 @@ def confusion_cells(event: Mapping[str, Any] | None) -> list[tuple[int, int]]:
     return cells
 
 
-def edit_text(state: State, size: int) -> None:
-    """The text box changed: parse it; a bad entry keeps the selection and shows why."""
-    text = str(state.get(TEXT, "")).strip()
+def edit_text(state: State, size: int, key: str) -> None:
+    """The text box ``key`` changed: parse it; a bad entry keeps the selection and shows why."""
+    text = str(state.get(key, "")).strip()
     try:
         indices = selection.parse_indices(text, size) if text else []
     except SelectionError as error:
