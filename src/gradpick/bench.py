@@ -70,13 +70,22 @@ class BenchConfig:
     """An expensive row estimated to take longer than this (all its runs) is skipped."""
     batch_size: int = 500
     seed: int = 0
+    min_seconds: float = MIN_MEASURED_SECONDS
+    """Each timed call is repeated until this much of its own time was measured."""
     threads: int | None = None
     """torch intra-op threads for the run (None: leave torch's setting). One thread is the
     steady choice on a machine whose cores are busy with other work: two threads that wait on
     each other there turn a millisecond step into a hundred."""
 
 
-QUICK = BenchConfig(sizes=(256, 1024), picks=(1, 16), repeats=3, row_budget_seconds=1.5, threads=1)
+QUICK = BenchConfig(
+    sizes=(256, 1024),
+    picks=(1, 16),
+    repeats=3,
+    row_budget_seconds=1.5,
+    min_seconds=0.25,
+    threads=1,
+)
 
 
 @dataclass(frozen=True)
@@ -224,7 +233,9 @@ def _inference_rows(
 
     with torch.inference_mode():  # lazy initialisation only; the median absorbs the rest
         model(batches[0][:2])
-    medians = interleaved_medians({DIRECT: direct, INFER: through_infer}, device, config.repeats)
+    medians = interleaved_medians(
+        {DIRECT: direct, INFER: through_infer}, device, config.repeats, config.min_seconds
+    )
     n = int(images.shape[0])
     throughput = medians[DIRECT] / medians[INFER]
     rows = [
@@ -296,6 +307,7 @@ def _cell_rows(
         strategies=[strategy for strategy in STRATEGIES if strategy not in skipped],
         repeats=config.repeats,
         include_captum=captum_reason is None,
+        min_seconds=config.min_seconds,
     )
     by_name = {run.name: run for run in runs}
     floor_ms = by_name[FLOOR].milliseconds
@@ -307,6 +319,7 @@ def _cell_rows(
         },
         device,
         config.repeats,
+        config.min_seconds,
     )[RECOMPUTE_MEASURED]
 
     def row(label: str, milliseconds: float, run_name: str, note: str = "") -> BenchRow:
@@ -403,9 +416,9 @@ def report_text(report: BenchReport) -> str:
     lines = [
         f"Gradients of the predicted class's logit on {environment['device']} "
         f"({environment['threads']} threads), seeded random images; "
-        f"median of at least {report.config.repeats} runs, interleaved (cheap calls run up to "
-        f"{MAX_RUNS_PER_ROUND} times per round, and rounds go on until {MIN_MEASURED_SECONDS} s "
-        "were measured).",
+        f"median of at least {report.config.repeats} runs and {report.config.min_seconds} s "
+        "of each call's own time; calls take turns in rounds (a cheap call up to "
+        f"{MAX_RUNS_PER_ROUND} times a round).",
         *(f"- {name}: {weights}" for name, weights in report.weights.items()),
         "",
         markdown_table(report.rows),

@@ -100,45 +100,55 @@ def captum_unavailable_reason(target: str) -> str | None:
     return None
 
 
-MIN_MEASURED_SECONDS = 0.25
-"""Rounds go on until this much time was measured: a median of three millisecond-long runs is
-mostly noise."""
+MIN_MEASURED_SECONDS = 0.5
+"""Each call is timed until this much of its own time was measured: a median of a few
+millisecond-long runs is mostly noise, a median of hundreds is not."""
+INTERACTIVE_MIN_SECONDS = 0.1
+"""What the explorer's comparison measures per call: enough for a steady median there, quick
+enough for a click (the benchmark measures longer)."""
+ROUND_SECONDS = 0.05
+"""A cheap call runs several times per round, about this long, so cheap calls that are compared
+with each other (gradpick and the floor) alternate often while a busy machine drifts."""
+MAX_RUNS_PER_ROUND = 100
 MAX_ROUNDS = 200
-MAX_RUNS_PER_ROUND = 25
-"""Within a round, a call much cheaper than the slowest runs up to this many times, so a 1 ms
-call beside a 1 s one gets dozens of samples instead of ``repeats``."""
 
 
 def interleaved_medians(
-    calls: dict[str, Callable[[], object]], device: torch.device, repeats: int
+    calls: dict[str, Callable[[], object]],
+    device: torch.device,
+    repeats: int,
+    min_seconds: float = MIN_MEASURED_SECONDS,
 ) -> dict[str, float]:
-    """Median wall time (ms, device synchronised) of each call over at least ``repeats`` rounds.
+    """Median wall time (ms, device synchronised) of each call, over at least ``repeats`` runs
+    and at least ``min_seconds`` of its own measured time (up to ``MAX_ROUNDS`` rounds).
 
-    Each round runs every call, so a machine that gets busier or quieter part-way through
-    shifts all of them alike instead of favouring whichever ran first; cheap calls run several
-    times per round (about as long as the slowest call, at most ``MAX_RUNS_PER_ROUND`` times).
-    One unmeasured warm-up run and one timed calibration run come first; rounds go on (up to
-    ``MAX_ROUNDS``) until ``MIN_MEASURED_SECONDS`` have been measured.
+    Calls take turns in rounds, so a machine that gets busier or quieter part-way through
+    shifts all of them alike instead of favouring whichever ran first; within a round a call
+    runs about ``ROUND_SECONDS`` long (at least once, at most ``MAX_RUNS_PER_ROUND`` times). A
+    call leaves the rounds once it has enough. One unmeasured warm-up run and one timed
+    calibration run come first.
     """
     if repeats < 1:
         raise InputError(f"repeats must be at least 1; got {repeats}.")
     for call in calls.values():  # warm-up: first-call costs (lazy init, caches) are not the cost
         call()
     calibration = {name: _timed(call, device) for name, call in calls.items()}
-    slowest = max(calibration.values())
     runs_per_round = {
-        name: max(1, min(MAX_RUNS_PER_ROUND, int(slowest / max(milliseconds, 1e-3))))
-        for name, milliseconds in calibration.items()
+        name: max(1, min(MAX_RUNS_PER_ROUND, int(ROUND_SECONDS * 1000 / max(ms, 1e-3))))
+        for name, ms in calibration.items()
     }
     times: dict[str, list[float]] = {name: [] for name in calls}
-    measured = 0.0
-    rounds = 0
-    while rounds < repeats or (measured < MIN_MEASURED_SECONDS * 1000 and rounds < MAX_ROUNDS):
-        for name, call in calls.items():
-            for _ in range(runs_per_round[name]):
-                times[name].append(_timed(call, device))
-                measured += times[name][-1]
-        rounds += 1
+    active = list(calls)
+    for _ in range(MAX_ROUNDS):
+        for name in active:
+            times[name].extend(_timed(calls[name], device) for _ in range(runs_per_round[name]))
+        active = [
+            name
+            for name in active
+            if len(times[name]) < repeats or sum(times[name]) < min_seconds * 1000
+        ]
+        if not active:
+            break
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -213,6 +223,7 @@ def compare_strategies(
     include_floor: bool = True,
     include_captum: bool = False,
     device: str | torch.device | None = None,
+    min_seconds: float = INTERACTIVE_MIN_SECONDS,
 ) -> list[StrategyRun]:
     """Time each strategy (and the floor, and captum's Saliency) on the same picked images.
 
@@ -249,7 +260,10 @@ def compare_strategies(
         name: float((run(False)[0] - floor).abs().max()) for name, run in runners.items()
     }
     medians = interleaved_medians(
-        {name: partial(run, False) for name, run in runners.items()}, run_device, repeats
+        {name: partial(run, False) for name, run in runners.items()},
+        run_device,
+        repeats,
+        min_seconds,
     )
 
     rows = []

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradpick import measure
-from gradpick.devices import device_for
+from gradpick.devices import device_for, first_tensor, modules_of
 from gradpick.errors import DeviceMemoryError, InputError, SampleCouplingError, SelectionError
 from gradpick.infer import call_model, check_images
 from gradpick.measure import MemoryReport, SavedTensorCounter, Stopwatch
@@ -87,7 +87,9 @@ class _Request:
 
 
 def _training_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Every (name, module) in training mode, in one pass over the model."""
+    """Every (name, module) in training mode; names are only built when there is one."""
+    if not any(module.training for module in modules_of(model)):
+        return []
     return [
         (name or type(module).__name__, module)
         for name, module in model.named_modules()
@@ -166,10 +168,10 @@ def _validate(
     if reduction not in REDUCTIONS:
         raise InputError(f"Unknown reduction '{reduction}'; use 'sum' or 'mean'.")
     run_device = device_for(model, device)
-    parameter = next(model.parameters(), None)
-    if parameter is not None and parameter.is_floating_point() and parameter.dtype != images.dtype:
+    weights = first_tensor(model)
+    if weights is not None and weights.is_floating_point() and weights.dtype != images.dtype:
         raise InputError(
-            f"Images are {images.dtype} but the model's parameters are {parameter.dtype}; "
+            f"Images are {images.dtype} but the model's parameters are {weights.dtype}; "
             f"convert one to match (e.g. model.to({images.dtype}) on a copy)."
         )
     if run_device.type == "mps" and images.dtype == torch.float64:
