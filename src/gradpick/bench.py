@@ -79,7 +79,7 @@ class BenchConfig:
 
 
 QUICK = BenchConfig(
-    sizes=(256, 1024),
+    sizes=(256, 512),
     picks=(1, 16),
     repeats=3,
     row_budget_seconds=1.5,

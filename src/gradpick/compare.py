@@ -125,13 +125,12 @@ def interleaved_medians(
     Calls take turns in rounds, so a machine that gets busier or quieter part-way through
     shifts all of them alike instead of favouring whichever ran first; within a round a call
     runs about ``ROUND_SECONDS`` long (at least once, at most ``MAX_RUNS_PER_ROUND`` times). A
-    call leaves the rounds once it has enough. One unmeasured warm-up run and one timed
-    calibration run come first.
+    call leaves the rounds once it has enough. One warm-up run of each call comes first.
     """
     if repeats < 1:
         raise InputError(f"repeats must be at least 1; got {repeats}.")
-    for call in calls.values():  # warm-up: first-call costs (lazy init, caches) are not the cost
-        call()
+    # The warm-up run is not measured (first-call costs such as lazy initialisation are not the
+    # cost), only used to size the rounds; it can only overestimate, which means fewer runs.
     calibration = {name: _timed(call, device) for name, call in calls.items()}
     runs_per_round = {
         name: max(1, min(MAX_RUNS_PER_ROUND, int(ROUND_SECONDS * 1000 / max(ms, 1e-3))))
