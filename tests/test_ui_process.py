@@ -18,7 +18,7 @@ def rss():
 applied = process.return_freed_memory_promptly() if sys.argv[1] == "apply" else None
 torch.ones(1000).add_(1)  # page in the code a first tensor op runs, before the baseline
 kept, before = [], rss()
-for _ in range(8):
+for _ in range(16):
     block = torch.ones(2 * 1024 * 1024)  # 8 MB, like a batch's float copy, written
     kept.append(torch.ones(1000))  # a small object that outlives it, as a cache entry does
     del block
@@ -35,14 +35,14 @@ def _resident_growth_mb(apply: bool) -> tuple[str, int]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
 def test_freed_large_blocks_leave_resident_memory() -> None:
-    """Freed 8 MB blocks with small survivors after them: glibc's default keeps most of them
+    """Sixteen freed 8 MB blocks with small survivors after them: glibc's default keeps most of them
     resident (its raised threshold puts them in the heap, where the survivors pin them); with
     the setting each goes back to the system."""
     _, default_growth = _resident_growth_mb(apply=False)
     applied, growth = _resident_growth_mb(apply=True)
     assert applied == "True"
-    assert default_growth > 32, f"the default kept only {default_growth} MB: nothing to show"
-    assert growth < 16 and growth * 4 < default_growth, (
+    assert default_growth >= 24, f"the default kept only {default_growth} MB: nothing to show"
+    assert growth < 16 and growth * 3 < default_growth, (
         f"{growth} MB stayed resident after freeing (without the setting: {default_growth} MB)"
     )
 
