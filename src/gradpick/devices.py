@@ -86,24 +86,34 @@ def first_tensor(model: torch.nn.Module) -> torch.Tensor | None:
     return None
 
 
+def _device_of(weights: torch.Tensor | None) -> torch.device:
+    """The device of a model's first tensor; cpu for a stateless model (it runs anywhere)."""
+    return torch.device("cpu") if weights is None else weights.device
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device a model's parameters (or buffers) live on; cpu for a stateless model."""
-    tensor = first_tensor(model)
-    return torch.device("cpu") if tensor is None else tensor.device
+    return _device_of(first_tensor(model))
 
 
 def device_for(model: torch.nn.Module, device: str | torch.device | None) -> torch.device:
-    """The device to run on: the model's own unless one is named, which must then match it.
+    """The device to run on: the model's own unless one is named, which must then match it."""
+    return device_matching(first_tensor(model), device)
+
+
+def device_matching(
+    weights: torch.Tensor | None, device: str | torch.device | None
+) -> torch.device:
+    """``device_for`` given the model's first tensor, for callers that already walked the model.
 
     gradpick never moves a caller's model (that would mutate it under other sessions), so a
     mismatch is an error that says how to load the model where it is wanted.
     """
-    tensor = first_tensor(model)
-    current = torch.device("cpu") if tensor is None else tensor.device
+    current = _device_of(weights)
     if device is None:
         return current
     wanted = resolve_device(device)
-    if tensor is not None and (wanted.type, wanted.index or 0) != (
+    if weights is not None and (wanted.type, wanted.index or 0) != (
         current.type,
         current.index or 0,
     ):

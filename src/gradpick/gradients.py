@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradpick import measure
-from gradpick.devices import device_for, first_tensor, modules_of
+from gradpick.devices import device_matching, first_tensor, modules_of
 from gradpick.errors import DeviceMemoryError, InputError, SampleCouplingError, SelectionError
 from gradpick.infer import call_model, check_images
 from gradpick.measure import MemoryReport, SavedTensorCounter, Stopwatch
@@ -167,8 +167,8 @@ def _validate(
         raise InputError(f"Unknown target '{target}'; use one of {', '.join(TARGETS)}.")
     if reduction not in REDUCTIONS:
         raise InputError(f"Unknown reduction '{reduction}'; use 'sum' or 'mean'.")
-    run_device = device_for(model, device)
     weights = first_tensor(model)
+    run_device = device_matching(weights, device)
     if weights is not None and weights.is_floating_point() and weights.dtype != images.dtype:
         raise InputError(
             f"Images are {images.dtype} but the model's parameters are {weights.dtype}; "
