@@ -52,10 +52,11 @@ def test_a_tiny_run_trains_checkpoints_and_writes_history(ten_classes: Any, tmp_
     assert list((tmp_path / "cache" / "decoded").glob("*.pt")), "decoded once into the cache"
 
 
+@pytest.mark.parametrize("swa", [False, True], ids=["one-cycle", "swa"])
 def test_an_interrupted_run_resumes_where_it_stopped_and_matches_a_straight_run(
-    ten_classes: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ten_classes: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swa: bool
 ) -> None:
-    config = TrainConfig("tutorial", epochs=3, batch_size=16, compile=False)
+    config = TrainConfig("tutorial", epochs=3, batch_size=16, compile=False, swa=swa)
     straight, _ = run(config, ten_classes, tmp_path / "straight")
 
     real_epoch = train._train_epoch
@@ -108,6 +109,51 @@ def test_a_warm_start_begins_from_those_weights_and_checks_their_checksum(
     wrong = replace(config, warm_start_sha256="0" * 64)
     with pytest.raises(ModelError, match="sha256 differs"):
         train.train(wrong, ten_classes, tmp_path / "third", device="cpu", warm_start=weights)
+
+
+def test_swa_returns_the_mean_of_every_epochs_weights_with_batchnorm_recomputed(
+    ten_classes: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = TrainConfig("resnet20", epochs=3, batch_size=16, max_lr=0.05, compile=False, swa=True)
+    snapshots: list[dict[str, torch.Tensor]] = []
+    real_epoch = train._train_epoch
+
+    def recording(*args: Any, **kwargs: Any) -> dict[str, float]:
+        stats = real_epoch(*args, **kwargs)
+        snapshots.append({name: p.detach().clone() for name, p in args[0].named_parameters()})
+        return stats
+
+    monkeypatch.setattr(train, "_train_epoch", recording)
+    model, messages = run(config, ten_classes, tmp_path / "run")
+
+    assert len(snapshots) == 3 and any("BatchNorm" in message for message in messages)
+    assert not torch.equal(snapshots[0]["fc.weight"], snapshots[2]["fc.weight"])
+    for name, parameter in model.named_parameters():
+        expected = torch.stack([snapshot[name] for snapshot in snapshots]).mean(0)
+        torch.testing.assert_close(parameter, expected, msg=name)
+    # The first BatchNorm's statistics: the mean over un-augmented batches of its input.
+    images = load_batch(ten_classes).images.float() / 255.0
+    with torch.no_grad():
+        inputs = [model.conv1(model.normalize(chunk)) for chunk in images.split(16)]
+    torch.testing.assert_close(
+        model.bn1.running_mean, torch.stack([x.mean((0, 2, 3)) for x in inputs]).mean(0)
+    )
+    torch.testing.assert_close(
+        model.bn1.running_var, torch.stack([x.var((0, 2, 3)) for x in inputs]).mean(0)
+    )
+
+
+def test_a_checkpoint_from_before_a_setting_existed_still_resumes(
+    ten_classes: Any, tmp_path: Path
+) -> None:
+    run(TINY, ten_classes, tmp_path / "run")
+    path = tmp_path / "run" / "checkpoint.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    del checkpoint["config"]["swa"], checkpoint["average"]
+    torch.save(checkpoint, path)
+
+    _, messages = run(TINY, ten_classes, tmp_path / "run", resume=True)
+    assert any("resuming tutorial after epoch 2 of 2" in message for message in messages)
 
 
 def test_resume_without_a_checkpoint_starts_from_scratch(ten_classes: Any, tmp_path: Path) -> None:
