@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from gradpick import models, train
-from gradpick.data import CIFAR10_CLASSES, image_folder, load_batch
+from gradpick.data import CIFAR10_CLASSES, ArraySource, image_folder, load_batch
 from gradpick.errors import DataError, ModelError
 from gradpick.infer import infer
 from gradpick.train import TrainConfig, augment_batch, evaluate
@@ -131,16 +131,32 @@ def test_swa_returns_the_mean_of_every_epochs_weights_with_batchnorm_recomputed(
     for name, parameter in model.named_parameters():
         expected = torch.stack([snapshot[name] for snapshot in snapshots]).mean(0)
         torch.testing.assert_close(parameter, expected, msg=name)
-    # The first BatchNorm's statistics: the mean over un-augmented batches of its input.
-    images = load_batch(ten_classes).images.float() / 255.0
+    # The first BatchNorm's statistics: the mean over one more training-like pass of its input.
+    generator = torch.Generator().manual_seed(config.seed * 1000 + config.epochs)
+    batches = train._training_batches(load_batch(ten_classes), config, generator)
     with torch.no_grad():
-        inputs = [model.conv1(model.normalize(chunk)) for chunk in images.split(16)]
+        inputs = [model.conv1(model.normalize(images.float() / 255.0)) for images, _ in batches]
     torch.testing.assert_close(
         model.bn1.running_mean, torch.stack([x.mean((0, 2, 3)) for x in inputs]).mean(0)
     )
     torch.testing.assert_close(
         model.bn1.running_var, torch.stack([x.var((0, 2, 3)) for x in inputs]).mean(0)
     )
+
+
+def test_recomputed_batchnorm_sees_every_class_of_a_source_sorted_by_class() -> None:
+    # Class c is a flat grey of brightness 25c: batches in folder order would hold one or two
+    # classes and miss nearly all of the variance, which lies between classes.
+    labels = torch.arange(10).repeat_interleave(8)
+    images = (labels * 25).view(-1, 1, 1, 1).expand(-1, 3, 32, 32).to(torch.uint8)
+    source = ArraySource(images, labels, CIFAR10_CLASSES, "sorted greys")
+    model = models.build("resnet20")
+    config = TrainConfig("resnet20", epochs=1, batch_size=16, augment=False)
+    train._recompute_batchnorm(model, load_batch(source), config, torch.device("cpu"))
+
+    with torch.no_grad():
+        everything = model.conv1(model.normalize(images.float() / 255.0)).var((0, 2, 3))
+    assert (model.bn1.running_var > 0.7 * everything).all()
 
 
 def test_a_checkpoint_from_before_a_setting_existed_still_resumes(
