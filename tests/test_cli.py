@@ -254,13 +254,14 @@ def test_a_warm_restart_starts_from_the_given_weights_and_keeps_both_cards(
     first = ["train", "tutorial", *common, "--epochs", "1", "--run-dir", str(tmp_path / "one")]
     assert main([*first, "--export-dir", str(tmp_path / "first")]) == 0
     started = tmp_path / "first" / "tutorial.pt"
-    second = ["train", "tutorial", *common, "--epochs", "2", "--max-lr", "0.01"]
+    second = ["train", "tutorial", *common, "--epochs", "2", "--max-lr", "0.01", "--swa"]
     second += ["--warm-start", str(started), "--run-dir", str(tmp_path / "two")]
     assert main([*second, "--export-dir", str(tmp_path / "second")]) == 0
 
     first_card = json.loads((tmp_path / "first" / "tutorial.json").read_text())
     card = json.loads((tmp_path / "second" / "tutorial.json").read_text())
-    assert card["recipe"]["max_lr"] == 0.01
+    assert card["recipe"]["max_lr"] == 0.01 and card["recipe"]["swa"] is True
+    assert "weight averaging" in card["recipe"]["schedule"]
     assert card["warm_start"] == {"sha256": models.sha256_file(started), "card": first_card}
     assert card["recipe"]["warm_start_sha256"] == first_card["sha256"]
     assert (card["epochs"], card["total_epochs"]) == (2, 3)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from gradpick import models, train
-from gradpick.data import CIFAR10_CLASSES, image_folder, load_batch
+from gradpick.data import CIFAR10_CLASSES, ArraySource, image_folder, load_batch
 from gradpick.errors import DataError, ModelError
 from gradpick.infer import infer
 from gradpick.train import TrainConfig, augment_batch, evaluate
@@ -52,10 +52,11 @@ def test_a_tiny_run_trains_checkpoints_and_writes_history(ten_classes: Any, tmp_
     assert list((tmp_path / "cache" / "decoded").glob("*.pt")), "decoded once into the cache"
 
 
+@pytest.mark.parametrize("swa", [False, True], ids=["one-cycle", "swa"])
 def test_an_interrupted_run_resumes_where_it_stopped_and_matches_a_straight_run(
-    ten_classes: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ten_classes: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swa: bool
 ) -> None:
-    config = TrainConfig("tutorial", epochs=3, batch_size=16, compile=False)
+    config = TrainConfig("tutorial", epochs=3, batch_size=16, compile=False, swa=swa)
     straight, _ = run(config, ten_classes, tmp_path / "straight")
 
     real_epoch = train._train_epoch
@@ -108,6 +109,67 @@ def test_a_warm_start_begins_from_those_weights_and_checks_their_checksum(
     wrong = replace(config, warm_start_sha256="0" * 64)
     with pytest.raises(ModelError, match="sha256 differs"):
         train.train(wrong, ten_classes, tmp_path / "third", device="cpu", warm_start=weights)
+
+
+def test_swa_returns_the_mean_of_every_epochs_weights_with_batchnorm_recomputed(
+    ten_classes: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = TrainConfig("resnet20", epochs=3, batch_size=16, max_lr=0.05, compile=False, swa=True)
+    snapshots: list[dict[str, torch.Tensor]] = []
+    real_epoch = train._train_epoch
+
+    def recording(*args: Any, **kwargs: Any) -> dict[str, float]:
+        stats = real_epoch(*args, **kwargs)
+        snapshots.append({name: p.detach().clone() for name, p in args[0].named_parameters()})
+        return stats
+
+    monkeypatch.setattr(train, "_train_epoch", recording)
+    model, messages = run(config, ten_classes, tmp_path / "run")
+
+    assert len(snapshots) == 3 and any("BatchNorm" in message for message in messages)
+    assert not torch.equal(snapshots[0]["fc.weight"], snapshots[2]["fc.weight"])
+    for name, parameter in model.named_parameters():
+        expected = torch.stack([snapshot[name] for snapshot in snapshots]).mean(0)
+        torch.testing.assert_close(parameter, expected, msg=name)
+    # The first BatchNorm's statistics: the mean over one more training-like pass of its input.
+    generator = torch.Generator().manual_seed(config.seed * 1000 + config.epochs)
+    batches = train._training_batches(load_batch(ten_classes), config, generator)
+    with torch.no_grad():
+        inputs = [model.conv1(model.normalize(images.float() / 255.0)) for images, _ in batches]
+    torch.testing.assert_close(
+        model.bn1.running_mean, torch.stack([x.mean((0, 2, 3)) for x in inputs]).mean(0)
+    )
+    torch.testing.assert_close(
+        model.bn1.running_var, torch.stack([x.var((0, 2, 3)) for x in inputs]).mean(0)
+    )
+
+
+def test_recomputed_batchnorm_sees_every_class_of_a_source_sorted_by_class() -> None:
+    # Class c is a flat grey of brightness 25c: batches in folder order would hold one or two
+    # classes and miss nearly all of the variance, which lies between classes.
+    labels = torch.arange(10).repeat_interleave(8)
+    images = (labels * 25).view(-1, 1, 1, 1).expand(-1, 3, 32, 32).to(torch.uint8)
+    source = ArraySource(images, labels, CIFAR10_CLASSES, "sorted greys")
+    model = models.build("resnet20")
+    config = TrainConfig("resnet20", epochs=1, batch_size=16, augment=False)
+    train._recompute_batchnorm(model, load_batch(source), config, torch.device("cpu"))
+
+    with torch.no_grad():
+        everything = model.conv1(model.normalize(images.float() / 255.0)).var((0, 2, 3))
+    assert (model.bn1.running_var > 0.7 * everything).all()
+
+
+def test_a_checkpoint_from_before_a_setting_existed_still_resumes(
+    ten_classes: Any, tmp_path: Path
+) -> None:
+    run(TINY, ten_classes, tmp_path / "run")
+    path = tmp_path / "run" / "checkpoint.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    del checkpoint["config"]["swa"], checkpoint["average"]
+    torch.save(checkpoint, path)
+
+    _, messages = run(TINY, ten_classes, tmp_path / "run", resume=True)
+    assert any("resuming tutorial after epoch 2 of 2" in message for message in messages)
 
 
 def test_resume_without_a_checkpoint_starts_from_scratch(ten_classes: Any, tmp_path: Path) -> None:

@@ -77,6 +77,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             **train.asdict(config),
             **{key: value for key, value in overrides.items() if value is not None},
             "compile": config.compile and not args.no_compile,
+            "swa": args.swa,
         }
     )
     run_dir = Path(args.run_dir or f"runs/{args.model}")
@@ -130,6 +131,12 @@ def _train_parser(commands: argparse._SubParsersAction) -> None:
         metavar="WEIGHTS",
         help="start from these weights (a finished run's export): a warm restart, recorded "
         "with the weights' sha256 and, when it lies beside them, their card",
+    )
+    parser.add_argument(
+        "--swa",
+        action="store_true",
+        help="stochastic weight averaging instead of one-cycle: a constant --max-lr, the weights "
+        "averaged over every epoch, BatchNorm recomputed (for a warm restart)",
     )
     parser.add_argument(
         "--no-compile", action="store_true", help="skip torch.compile (slower steps, no warm-up)"
