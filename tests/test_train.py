@@ -132,8 +132,7 @@ def test_swa_returns_the_mean_of_every_epochs_weights_with_batchnorm_recomputed(
         expected = torch.stack([snapshot[name] for snapshot in snapshots]).mean(0)
         torch.testing.assert_close(parameter, expected, msg=name)
     # The first BatchNorm's statistics: the mean over one more training-like pass of its input.
-    generator = torch.Generator().manual_seed(config.seed * 1000 + config.epochs)
-    batches = train._training_batches(load_batch(ten_classes), config, generator)
+    batches = train._training_batches(load_batch(ten_classes), config, epoch=config.epochs)
     with torch.no_grad():
         inputs = [model.conv1(model.normalize(images.float() / 255.0)) for images, _ in batches]
     torch.testing.assert_close(

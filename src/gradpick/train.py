@@ -282,19 +282,22 @@ def _recompute_batchnorm(
     the variance between classes, and augmented, since the weights learnt to expect the
     statistics of padded crops (on un-augmented images ResNet-20 loses about 2 points).
     """
-    generator = torch.Generator().manual_seed(config.seed * 1000 + config.epochs)
     batches = (
         images.to(device).float() / 255.0
-        for images, _ in _training_batches(data, config, generator)
+        for images, _ in _training_batches(data, config, epoch=config.epochs)
     )
     torch.optim.swa_utils.update_bn(batches, model, device)
 
 
 def _training_batches(
-    data: ImageBatch, config: TrainConfig, generator: torch.Generator
+    data: ImageBatch, config: TrainConfig, epoch: int
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """One epoch's full batches in a shuffled order, augmented if the recipe says so (uint8)."""
+    """An epoch's full batches, shuffled and augmented (if the recipe augments) as uint8.
+
+    The order and augmentation depend only on (seed, epoch), so a resumed run matches.
+    """
     assert data.labels is not None
+    generator = torch.Generator().manual_seed(config.seed * 1000 + epoch)
     order = torch.randperm(len(data), generator=generator)
     for step in range(len(data) // config.batch_size):
         chosen = order[step * config.batch_size : (step + 1) * config.batch_size]
@@ -315,12 +318,11 @@ def _train_epoch(
     steps: int,
     device: torch.device,
 ) -> dict[str, float]:
-    """One epoch; its shuffling and augmentation depend only on (seed, epoch), so resumes match."""
-    generator = torch.Generator().manual_seed(config.seed * 1000 + epoch)
+    """One epoch of steps over ``_training_batches``; returns its loss and training accuracy."""
     model.train()
     bar = ProgressLine(epoch + 1, config.epochs, steps)
     loss_sum = correct = seen = 0.0
-    for step, (images, batch_labels) in enumerate(_training_batches(data, config, generator)):
+    for step, (images, batch_labels) in enumerate(_training_batches(data, config, epoch)):
         inputs = images.to(device).float() / 255.0
         labels = batch_labels.to(device)
         logits = step_model(inputs)
