@@ -293,3 +293,27 @@ def test_resume_from_a_corrupt_checkpoint_is_one_clear_line(
     assert main(arguments) == 2
     error = capsys.readouterr().err
     assert "checkpoint is corrupt" in error and "Traceback" not in error
+
+
+def test_distilling_with_cutout_records_the_teachers_in_the_card(
+    cifar_like_factory: Callable[[int], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = cifar_like_factory(40)
+    common = ["--data", str(folder), "--batch-size", "8", "--no-compile", "--epochs", "1"]
+    first = ["train", "resnet20", *common, "--run-dir", str(tmp_path / "one")]
+    assert main([*first, "--export-dir", str(tmp_path / "first")]) == 0
+    teacher = tmp_path / "first" / "resnet20.pt"
+    second = ["train", "resnet20", *common, "--run-dir", str(tmp_path / "two"), "--cutout", "8"]
+    second += ["--teacher", str(teacher), "--distill-weight", "0.3"]
+    assert main([*second, "--export-dir", str(tmp_path / "second")]) == 0
+
+    card = json.loads((tmp_path / "second" / "resnet20.json").read_text())
+    assert card["recipe"]["teachers"] == [models.sha256_file(teacher)]
+    assert card["recipe"]["distill_weight"] == 0.3 and card["recipe"]["cutout"] == 8
+    assert card["recipe"]["augmentation"].endswith("cutout 8x8")
+    capsys.readouterr()
+    assert main([*second[:-4], "--teacher", str(tmp_path / "missing.pt")]) == 2
+    assert "missing.pt: no such teacher weights file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*second[:-2], "--distill-weight", "1.5"])
+    assert "must be between 0 and 1" in capsys.readouterr().err

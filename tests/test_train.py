@@ -62,7 +62,7 @@ def test_an_interrupted_run_resumes_where_it_stopped_and_matches_a_straight_run(
     real_epoch = train._train_epoch
 
     def interrupted(*args: Any, **kwargs: Any) -> dict[str, float]:
-        if args[6] == 2:  # the third epoch: the machine goes down mid-run
+        if args[7] == 2:  # the third epoch: the machine goes down mid-run
             raise KeyboardInterrupt
         return real_epoch(*args, **kwargs)
 
@@ -252,3 +252,79 @@ def test_augment_batch_crops_the_padded_image_and_may_flip_it() -> None:
             for candidate in (crop, crop.flip(-1))
         ]
         assert any(torch.equal(image, crop) for crop in crops)
+
+
+def test_cutout_erases_one_square_per_image_after_the_same_crops_and_flips() -> None:
+    images = torch.randint(1, 256, (12, 3, 32, 32), dtype=torch.uint8)  # no zero pixels
+    plain = augment_batch(images, torch.Generator().manual_seed(5))
+    cut = augment_batch(images, torch.Generator().manual_seed(5), cutout=8)
+
+    erased = (cut != plain).any(1)
+    assert (cut[(cut != plain)] == 0).all(), "cutout only ever zeroes pixels"
+    for mask in erased:
+        rows, columns = mask.any(1).nonzero(), mask.any(0).nonzero()
+        if len(rows):
+            assert rows.max() - rows.min() < 8 and columns.max() - columns.min() < 8
+    assert int(erased.sum((1, 2)).max()) == 64, "a square inside the image is erased whole"
+
+
+@pytest.fixture
+def two_teachers(tmp_path: Path) -> list[Path]:
+    paths = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        paths.append(tmp_path / f"teacher{seed}.pt")
+        torch.save(models.build("tutorial").state_dict(), paths[-1])
+    return paths
+
+
+def test_teacher_probabilities_are_the_mean_softmax_over_each_image_and_its_mirror(
+    ten_classes: Any, two_teachers: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = load_batch(ten_classes)
+    device = torch.device("cpu")
+    probabilities = train.teacher_probabilities("tutorial", two_teachers, batch, tmp_path, device)
+
+    inputs = batch.images.float() / 255.0
+    expected = torch.zeros(len(batch), 10)
+    for path in two_teachers:
+        teacher = models.load("tutorial", path)
+        expected += (teacher(inputs).softmax(1) + teacher(inputs.flip(-1)).softmax(1)) / 4
+    torch.testing.assert_close(probabilities, expected)
+    assert torch.allclose(probabilities.sum(1), torch.ones(len(batch)))
+
+    def no_loading(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the kept probabilities should have been reused")
+
+    monkeypatch.setattr(models, "load", no_loading)  # a resume reads them back
+    again = train.teacher_probabilities("tutorial", two_teachers, batch, tmp_path, device)
+    assert torch.equal(again, probabilities)
+    with pytest.raises(AssertionError, match="reused"):  # other teachers: computed afresh
+        train.teacher_probabilities("tutorial", two_teachers[:1], batch, tmp_path, device)
+
+
+def test_distillation_targets_mix_the_labels_with_the_teachers(
+    ten_classes: Any, two_teachers: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sha256s = tuple(models.sha256_file(path) for path in two_teachers)
+    config = replace(TINY, epochs=1, batch_size=8, teachers=sha256s, distill_weight=0.25)
+    seen: list[torch.Tensor] = []
+    real_epoch = train._train_epoch
+
+    def recording(*args: Any, **kwargs: Any) -> dict[str, float]:
+        seen.append(args[3])
+        return real_epoch(*args, **kwargs)
+
+    monkeypatch.setattr(train, "_train_epoch", recording)
+    model = train.train(config, ten_classes, tmp_path / "run", device="cpu", teachers=two_teachers)
+
+    batch = load_batch(ten_classes)
+    assert batch.labels is not None
+    taught = train.teacher_probabilities(
+        "tutorial", two_teachers, batch, tmp_path / "run", torch.device("cpu")
+    )
+    expected = 0.75 * F.one_hot(batch.labels, 10).float() + 0.25 * taught
+    torch.testing.assert_close(seen[0], expected)
+    assert all(torch.isfinite(value).all() for value in model.state_dict().values())
+    with pytest.raises(ModelError, match="teachers' sha256s differ"):
+        train.train(config, ten_classes, tmp_path / "other", teachers=two_teachers[::-1])

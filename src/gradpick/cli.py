@@ -66,11 +66,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     warm_start = Path(args.warm_start) if args.warm_start else None
     if warm_start is not None and not warm_start.is_file():
         raise ModelError(f"{warm_start}: no such weights file to start from.")
+    teachers = [Path(path) for path in args.teacher]
+    for teacher in teachers:
+        if not teacher.is_file():
+            raise ModelError(f"{teacher}: no such teacher weights file.")
     overrides = {
         "seed": args.seed,
         "batch_size": args.batch_size,
         "max_lr": args.max_lr,
+        "cutout": args.cutout,
+        "distill_weight": args.distill_weight,
         "warm_start_sha256": models.sha256_file(warm_start) if warm_start else None,
+        "teachers": tuple(models.sha256_file(path) for path in teachers) or None,
     }
     config = train.TrainConfig(
         **{
@@ -88,6 +95,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         resume=args.resume,
         device=args.device,
         warm_start=warm_start,
+        teachers=teachers,
     )
     card_beside = warm_start.with_suffix(".json") if warm_start else None
     weights_path, card_path, evaluation = train.export(
@@ -131,6 +139,25 @@ def _train_parser(commands: argparse._SubParsersAction) -> None:
         metavar="WEIGHTS",
         help="start from these weights (a finished run's export): a warm restart, recorded "
         "with the weights' sha256 and, when it lies beside them, their card",
+    )
+    parser.add_argument(
+        "--cutout",
+        type=_cutout_side,
+        metavar="PIXELS",
+        help="side of the square erased from each augmented image (0: none; default per model)",
+    )
+    parser.add_argument(
+        "--teacher",
+        action="append",
+        default=[],
+        metavar="WEIGHTS",
+        help="distil from these weights of the same model (repeat for an ensemble): targets mix "
+        "the labels with the teachers' mean probabilities on each training image",
+    )
+    parser.add_argument(
+        "--distill-weight",
+        type=_fraction,
+        help="the teachers' share of each target (default 0.5)",
     )
     parser.add_argument(
         "--swa",
@@ -177,6 +204,26 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+def _cutout_side(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if not 0 <= value <= 32:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 32 pixels, got {value}")
     return value
 
 
