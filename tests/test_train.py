@@ -301,6 +301,9 @@ def test_teacher_probabilities_are_the_mean_softmax_over_each_image_and_its_mirr
     assert torch.equal(again, probabilities)
     with pytest.raises(AssertionError, match="reused"):  # other teachers: computed afresh
         train.teacher_probabilities("tutorial", two_teachers[:1], batch, tmp_path, device)
+    reordered = type(batch)(**{**batch.__dict__, "images": batch.images.flip(0)})
+    with pytest.raises(AssertionError, match="reused"):  # other images: computed afresh
+        train.teacher_probabilities("tutorial", two_teachers, reordered, tmp_path, device)
 
 
 def test_distillation_targets_mix_the_labels_with_the_teachers(

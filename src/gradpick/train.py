@@ -12,6 +12,7 @@ atomic checkpoint, so an interrupted run loses at most the current epoch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import sys
@@ -346,9 +347,11 @@ def teacher_probabilities(
 
     The teachers see whole images while the student sees augmented ones, so the targets say what
     the whole image looks like. Kept in ``run_dir`` for resumes (four ResNet-20 teachers take
-    minutes on a CPU), keyed by the teachers' sha256s and the data's size.
+    minutes on a CPU), keyed by the teachers' sha256s and the images' own sha256, since rows
+    must line up with images (a folder and torchvision's download order them differently).
     """
-    key = {"teachers": [models.sha256_file(path) for path in teachers], "images": len(data)}
+    images_sha256 = hashlib.sha256(data.images.numpy().tobytes()).hexdigest()
+    key = {"teachers": [models.sha256_file(path) for path in teachers], "images": images_sha256}
     cached = run_dir / "teacher_probabilities.pt"
     if cached.is_file():
         stored = torch.load(cached, map_location="cpu", weights_only=True)
