@@ -197,34 +197,29 @@ WHOLE_BATCH_STRATEGIES = ("summed", "retain_graph")
 OUTPUT_SUFFIXES = (".pt", ".npz")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _bounded(
+    convert: Callable[[str], Any], low: float, high: float | None = None, unit: str = ""
+) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text (int or float), refusing values outside the bounds."""
+    kind = "a whole number" if convert is int else "a number"
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not {kind}") from None
+        if high is None and value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}{unit}, got {value}")
+        return value
+
+    return parse
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
-    return value
-
-
-def _cutout_side(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if not 0 <= value <= 32:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 32 pixels, got {value}")
-    return value
+_positive_int = _bounded(int, 1)
+_fraction = _bounded(float, 0, 1)
+_cutout_side = _bounded(int, 0, 32, " pixels")
 
 
 def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
