@@ -219,7 +219,7 @@ def _bounded(
 
 _positive_int = _bounded(int, 1)
 _fraction = _bounded(float, 0, 1)
-_cutout_side = _bounded(int, 0, 32, " pixels")
+_cutout_side = _bounded(int, 0, data.IMAGE_SIZE, " pixels")
 
 
 def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
