@@ -331,3 +331,14 @@ def test_distillation_targets_mix_the_labels_with_the_teachers(
     assert all(torch.isfinite(value).all() for value in model.state_dict().values())
     with pytest.raises(ModelError, match="teachers' sha256s differ"):
         train.train(config, ten_classes, tmp_path / "other", teachers=two_teachers[::-1])
+
+    def no_teachers(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a finished run has no epoch left to teach")
+
+    (tmp_path / "run" / "teacher_probabilities.pt").unlink()  # as on a fresh checkout
+    monkeypatch.setattr(train, "teacher_probabilities", no_teachers)
+    exported = train.train(
+        config, ten_classes, tmp_path / "run", resume=True, device="cpu", teachers=two_teachers
+    )
+    for key, value in model.state_dict().items():
+        assert torch.equal(exported.state_dict()[key], value), key

@@ -225,12 +225,6 @@ def train(
             f"{len(data)} training images give {steps} step(s) of {config.batch_size} per epoch; "
             "a one-cycle schedule needs at least 3 steps in all. Lower --batch-size or add data."
         )
-    targets = data.labels
-    if teachers:
-        log(f"the {len(teachers)} teachers' probabilities on every training image...")
-        taught = teacher_probabilities(config.model, teachers, data, run_dir, run_device)
-        one_hot = F.one_hot(data.labels, NUM_CLASSES).float()
-        targets = (1 - config.distill_weight) * one_hot + config.distill_weight * taught
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=config.max_lr,
@@ -264,6 +258,12 @@ def train(
         log(f"resuming {config.model} after epoch {first_epoch} of {config.epochs}")
     elif resume:
         log(f"no checkpoint in {run_dir}; starting from scratch")
+    targets = data.labels
+    if teachers and first_epoch < config.epochs:  # a finished run resumed only exports
+        log(f"the {len(teachers)} teachers' probabilities on every training image...")
+        taught = teacher_probabilities(config.model, teachers, data, run_dir, run_device)
+        one_hot = F.one_hot(data.labels, NUM_CLASSES).float()
+        targets = (1 - config.distill_weight) * one_hot + config.distill_weight * taught
     started = time.perf_counter()
     for epoch in range(first_epoch, config.epochs):
         stats = _train_epoch(
