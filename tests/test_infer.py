@@ -44,8 +44,10 @@ def test_uint8_and_float_images_give_the_same_logits(
     tiny_cnn: nn.Module, random_batch: Any
 ) -> None:
     pixels = (random_batch.images * 255).round().to(torch.uint8)
+    # The same batches for both: a float32 convolution may round differently at another batch
+    # size (the CPU backend picks its kernel by shape), which is not what this test is about.
     from_uint8 = infer(tiny_cnn, pixels, batch_size=7)
-    from_float = infer(tiny_cnn, pixels.float() / 255, batch_size=16)
+    from_float = infer(tiny_cnn, pixels.float() / 255, batch_size=7)
     assert torch.equal(from_uint8.logits, from_float.logits)
     assert torch.equal(as_model_input(pixels), pixels.float() / 255)
 
