@@ -1,0 +1,257 @@
+"""Inference outputs on disk: one Parquet dataset per (model, source), written atomically.
+
+One row per image, in the source's positions; the schema metadata key ``gradpick`` holds JSON
+saying which model (identity, weights sha256, input spec), which source (root, fingerprint) and
+which gradpick wrote it. Every writer (in-process inference, a Ray cluster) builds its rows with
+``output_table`` from the model's logits, so the derived columns are computed one way only, and
+publishes through ``StoreWriter``, so a store that exists is complete: parts are written into a
+hidden sibling folder and moved into place only when the last one is done.
+
+Read it back with ``open_store`` or any Parquet reader, e.g.
+``pyarrow.dataset.dataset("outputs/").to_table().to_pandas()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from gradpick import __version__
+from gradpick.errors import DataError
+
+__all__ = [
+    "METADATA_KEY",
+    "STORE_FORMAT",
+    "OpenedStore",
+    "StoreWriter",
+    "output_schema",
+    "output_table",
+    "open_store",
+    "source_fingerprint",
+]
+
+METADATA_KEY = b"gradpick"
+STORE_FORMAT = 1
+"""Bumped when the columns change meaning; a store of another format is refused, not misread."""
+
+PART_ROWS = 8192
+"""Rows per Parquet file part: small enough to write as inference goes, large enough to scan."""
+
+
+def _pa() -> Any:
+    """pyarrow, imported when a store is used: the explorer without stores never pays for it."""
+    try:
+        import pyarrow
+    except ImportError:
+        raise DataError(
+            "Stored outputs need pyarrow: pip install pyarrow (it comes with gradpick)."
+        ) from None
+    return pyarrow
+
+
+def output_schema(metadata: dict[str, Any] | None = None, embeddings: bool = False) -> Any:
+    """The Parquet schema of stored outputs; ``metadata`` goes under the ``gradpick`` key."""
+    pa = _pa()
+    fields = [
+        pa.field("position", pa.int64(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("label", pa.int64()),
+        pa.field("prediction", pa.int64(), nullable=False),
+        pa.field("confidence", pa.float32(), nullable=False),
+        pa.field("loss", pa.float32()),
+        pa.field("logits", pa.list_(pa.float32()), nullable=False),
+    ]
+    if embeddings:
+        fields.append(pa.field("embedding", pa.list_(pa.float32()), nullable=False))
+    encoded = None if metadata is None else {METADATA_KEY: json.dumps(metadata).encode()}
+    return pa.schema(fields, metadata=encoded)
+
+
+def output_table(
+    positions: Sequence[int],
+    names: Sequence[str],
+    labels: torch.Tensor | None,
+    logits: torch.Tensor,
+    embeddings: torch.Tensor | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Any:
+    """Rows for one batch of images from their logits (prediction, confidence and loss derived).
+
+    The derivation matches ``gradpick.infer.infer``: softmax in float32, argmax, cross-entropy
+    with the label (null where there is none).
+    """
+    pa = _pa()
+    logits = logits.detach().to("cpu", torch.float32)
+    probabilities = logits.softmax(dim=1)
+    confidences, predictions = probabilities.max(dim=1)
+    count = int(logits.shape[0])
+    if labels is not None:
+        labels = labels.to("cpu", torch.long)
+        losses = F.cross_entropy(logits, labels, reduction="none")
+        label_column = pa.array(labels.numpy(), type=pa.int64())
+        loss_column = pa.array(losses.numpy(), type=pa.float32())
+    else:
+        label_column = pa.nulls(count, type=pa.int64())
+        loss_column = pa.nulls(count, type=pa.float32())
+    columns = [
+        pa.array(list(positions), type=pa.int64()),
+        pa.array(list(names), type=pa.string()),
+        label_column,
+        pa.array(predictions.numpy(), type=pa.int64()),
+        pa.array(confidences.numpy(), type=pa.float32()),
+        loss_column,
+        _list_column(logits),
+    ]
+    if embeddings is not None:
+        columns.append(_list_column(embeddings.detach().to("cpu", torch.float32)))
+    schema = output_schema(metadata, embeddings=embeddings is not None)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _list_column(rows: torch.Tensor) -> Any:
+    """A [N, D] float32 tensor as a Parquet list column without a Python list per row."""
+    pa = _pa()
+    flat = pa.array(rows.contiguous().view(-1).numpy(), type=pa.float32())
+    offsets = pa.array(range(0, rows.numel() + 1, max(int(rows.shape[1]), 1)), type=pa.int32())
+    if rows.shape[1] == 0:
+        offsets = pa.array([0] * (int(rows.shape[0]) + 1), type=pa.int32())
+    return pa.ListArray.from_arrays(offsets, flat)
+
+
+def source_fingerprint(root: str | Path, names: Iterable[str]) -> str:
+    """sha256 over each image's relative name, size and modification time, in order.
+
+    Cheap (one ``stat`` per file, no decoding) and changes whenever a file is added, removed,
+    renamed or rewritten, which is what decides whether stored outputs still describe a folder.
+    """
+    root = Path(root)
+    digest = hashlib.sha256()
+    for name in names:
+        status = (root / name).stat()
+        digest.update(f"{name}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+class StoreWriter:
+    """Writes parts into a hidden sibling folder and publishes them only when complete.
+
+    ``with StoreWriter(out, metadata) as writer: writer.write(table)``; an exception inside the
+    block (or an interrupted process) leaves no folder at ``out`` that looks finished. Any
+    earlier run's leftovers for the same ``out`` are removed when a new one starts, and
+    ``discarded`` says so, since a run starts over rather than resume from parts of unknown state.
+    """
+
+    def __init__(self, out: str | Path, metadata: dict[str, Any], embeddings: bool = False) -> None:
+        self.out = Path(out)
+        self.metadata = {"format": STORE_FORMAT, "gradpick_version": __version__, **metadata}
+        self.schema = output_schema(self.metadata, embeddings=embeddings)
+        self.partial = self.out.parent / f".{self.out.name}.partial-{uuid.uuid4().hex[:12]}"
+        self.discarded = self._remove_leftovers()
+        self.rows = 0
+        self._parts = 0
+        self._pending: list[Any] = []
+        self._pending_rows = 0
+
+    def _remove_leftovers(self) -> int:
+        leftovers = list(self.out.parent.glob(f".{self.out.name}.partial-*"))
+        for leftover in leftovers:
+            shutil.rmtree(leftover, ignore_errors=True)
+        return len(leftovers)
+
+    def __enter__(self) -> StoreWriter:
+        if self.out.exists() and not (self.out.is_dir() and _is_store(self.out)):
+            raise DataError(
+                f"{self.out} exists and is not a gradpick output store; choose another --out or "
+                "remove it."
+            )
+        self.partial.mkdir(parents=True)
+        return self
+
+    def write(self, table: Any) -> None:
+        """Queue one batch of rows (from ``output_table``); parts are flushed every PART_ROWS."""
+        self._pending.append(table.replace_schema_metadata(self.schema.metadata))
+        self._pending_rows += table.num_rows
+        self.rows += table.num_rows
+        if self._pending_rows >= PART_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        import pyarrow.parquet as pq
+
+        pa = _pa()
+        table = pa.concat_tables(self._pending).cast(self.schema)
+        pq.write_table(table, self.partial / f"part-{self._parts:05d}.parquet")
+        self._parts += 1
+        self._pending, self._pending_rows = [], 0
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        if kind is not None:
+            shutil.rmtree(self.partial, ignore_errors=True)
+            return
+        self._flush()
+        if self._parts == 0:
+            import pyarrow.parquet as pq
+
+            pq.write_table(self.schema.empty_table(), self.partial / "part-00000.parquet")
+        publish(self.partial, self.out)
+
+
+def publish(partial: Path, out: Path) -> None:
+    """Move a finished folder of parts to ``out``, replacing an older store there."""
+    if out.exists():
+        retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:12]}"
+        os.replace(out, retired)
+        os.replace(partial, out)
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        os.replace(partial, out)
+
+
+def _is_store(folder: Path) -> bool:
+    return any(folder.glob("*.parquet"))
+
+
+@dataclass(frozen=True)
+class OpenedStore:
+    """A stored table and what wrote it."""
+
+    table: Any
+    metadata: dict[str, Any]
+    path: Path
+
+    def __len__(self) -> int:
+        return int(self.table.num_rows)
+
+
+def open_store(path: str | Path) -> OpenedStore:
+    """Read a store, sorted by position, refusing anything gradpick did not write."""
+    import pyarrow.dataset as ds
+
+    path = Path(path).expanduser()
+    if not path.is_dir() or not _is_store(path):
+        raise DataError(f"{path}: no stored outputs here (expected a folder of .parquet files).")
+    dataset = ds.dataset(str(path), format="parquet")
+    raw = (dataset.schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise DataError(f"{path}: these Parquet files were not written by gradpick.")
+    metadata = json.loads(raw)
+    if metadata.get("format") != STORE_FORMAT:
+        raise DataError(
+            f"{path}: written in store format {metadata.get('format')} by gradpick "
+            f"{metadata.get('gradpick_version', '?')}; this gradpick reads format {STORE_FORMAT}. "
+            "Infer again to rewrite it."
+        )
+    table = dataset.to_table().sort_by("position")
+    return OpenedStore(table=table, metadata=metadata, path=path)
