@@ -6,29 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+import test_cli
 
 from gradpick import data, models
 from gradpick.cli import main
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.report import CheckOptions, report_dict, run_checks
 
+folder, weights = test_cli.folder, test_cli.weights
+"""The command line tests' fixtures: a 12-image folder (3 classes) and tiny tutorial weights."""
 QUICK = ["--samples", "3", "--steps", "4", "--layers", "2", "--ig-steps", "6"]
-
-
-@pytest.fixture
-def folder(image_folder_factory) -> Path:
-    return image_folder_factory(classes=3, per_class=3)
-
-
-@pytest.fixture
-def weights(tmp_path: Path) -> Path:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        state = models.build("tutorial").state_dict()
-    path = tmp_path / "tutorial.pt"
-    torch.save(state, path)
-    return path
 
 
 def check(capsys, folder: Path, weights: Path, *extra: str) -> tuple[int, str, str]:

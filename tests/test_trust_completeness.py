@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from torch import nn
@@ -16,27 +14,17 @@ from gradpick.trust.completeness import completeness
 PICKS = [2, 0, 5]
 
 
-@pytest.fixture
-def double_cnn(tiny_cnn: nn.Module) -> nn.Module:
-    return freeze(copy.deepcopy(tiny_cnn).double())
-
-
-@pytest.fixture
-def images() -> torch.Tensor:
-    return torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-
-
 @pytest.mark.parametrize("baseline", BASELINES)
 def test_delta_equals_captums_convergence_delta(
-    double_cnn: nn.Module, images: torch.Tensor, baseline: str
+    float64_cnn: nn.Module, float64_images: torch.Tensor, baseline: str
 ) -> None:
     captum_attr = pytest.importorskip("captum.attr")
-    rows = completeness(double_cnn, images, PICKS, baseline=baseline, steps=12, seed=4)
-    picked = images[PICKS]
+    rows = completeness(float64_cnn, float64_images, PICKS, baseline=baseline, steps=12, seed=4)
+    picked = float64_images[PICKS]
     references = baseline_images(picked, baseline, PICKS, seed=4)
     classes = torch.tensor([row.target_class for row in rows])
-    assert torch.equal(classes, double_cnn(picked).argmax(dim=1))
-    attributions, delta = captum_attr.IntegratedGradients(double_cnn).attribute(
+    assert torch.equal(classes, float64_cnn(picked).argmax(dim=1))
+    attributions, delta = captum_attr.IntegratedGradients(float64_cnn).attribute(
         picked,
         baselines=references,
         target=classes,
@@ -52,30 +40,34 @@ def test_delta_equals_captums_convergence_delta(
         assert row.relative_error == pytest.approx(abs(row.delta) / abs(row.difference))
 
 
-def test_a_linear_model_is_exact_with_one_step(images: torch.Tensor) -> None:
+def test_a_linear_model_is_exact_with_one_step(float64_images: torch.Tensor) -> None:
     torch.manual_seed(0)
     linear = freeze(nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 4)).double())
-    for row in completeness(linear, images, PICKS, baseline="uniform_noise", steps=1):
+    for row in completeness(linear, float64_images, PICKS, baseline="uniform_noise", steps=1):
         assert abs(row.delta) < 1e-10
 
 
 def test_automatic_steps_stop_at_the_first_count_within_the_tolerance(
-    double_cnn: nn.Module, images: torch.Tensor
+    float64_cnn: nn.Module, float64_images: torch.Tensor
 ) -> None:
-    rows = completeness(double_cnn, images, PICKS, steps="auto", tolerance=0.01, max_steps=256)
+    rows = completeness(
+        float64_cnn, float64_images, PICKS, steps="auto", tolerance=0.05, max_steps=1024
+    )
     for row in rows:
-        assert row.automatic and row.relative_error <= 0.01
-        assert row.steps in (16, 32, 64, 128, 256)
+        assert row.automatic and row.relative_error <= 0.05
+        assert row.steps in (16, 32, 64, 128, 256, 512, 1024)
         if row.steps > 16:  # the count before it was not enough
-            (fewer,) = completeness(double_cnn, images, [row.index], steps=row.steps // 2)
-            assert fewer.relative_error > 0.01
+            (fewer,) = completeness(float64_cnn, float64_images, [row.index], steps=row.steps // 2)
+            assert fewer.relative_error > 0.05
 
 
 def test_an_unreachable_tolerance_is_a_clear_error(
-    double_cnn: nn.Module, images: torch.Tensor
+    float64_cnn: nn.Module, float64_images: torch.Tensor
 ) -> None:
     with pytest.raises(InputError, match=r"did not reach 0\.0% relative error .* within 32 steps"):
-        completeness(double_cnn, images, PICKS, steps="auto", tolerance=1e-12, max_steps=32)
+        completeness(
+            float64_cnn, float64_images, PICKS, steps="auto", tolerance=1e-12, max_steps=32
+        )
 
 
 @pytest.mark.parametrize(
@@ -92,7 +84,7 @@ def test_an_unreachable_tolerance_is_a_clear_error(
     ],
 )
 def test_bad_options_are_refused(
-    double_cnn: nn.Module, images: torch.Tensor, options: dict, message: str
+    float64_cnn: nn.Module, float64_images: torch.Tensor, options: dict, message: str
 ) -> None:
     with pytest.raises(InputError, match=message):
-        completeness(double_cnn, images, PICKS, **options)
+        completeness(float64_cnn, float64_images, PICKS, **options)

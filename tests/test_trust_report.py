@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -10,7 +9,6 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError
-from gradpick.models import freeze
 from gradpick.trust.engine import METHODS, MethodSettings
 from gradpick.trust.faithfulness import RANDOM
 from gradpick.trust.report import CheckOptions, TrustReport, report_dict, run_checks
@@ -22,16 +20,6 @@ QUICK = CheckOptions(
     deletion_steps=4,
     seed=2,
 )
-
-
-@pytest.fixture
-def double_cnn(tiny_bn_cnn: nn.Module) -> nn.Module:
-    return freeze(copy.deepcopy(tiny_bn_cnn).double())
-
-
-@pytest.fixture
-def images() -> torch.Tensor:
-    return torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
 
 
 def per_image(report: TrustReport) -> dict[str, torch.Tensor]:
@@ -53,11 +41,11 @@ def per_image(report: TrustReport) -> dict[str, torch.Tensor]:
 
 
 def test_results_do_not_depend_on_how_the_picks_are_batched(
-    double_cnn: nn.Module, images: torch.Tensor
+    float64_cnn: nn.Module, float64_images: torch.Tensor
 ) -> None:
-    together = per_image(run_checks(double_cnn, images, [4, 1, 3], options=QUICK))
-    first = per_image(run_checks(double_cnn, images, [4], options=QUICK))
-    rest = per_image(run_checks(double_cnn, images, [1, 3], options=QUICK))
+    together = per_image(run_checks(float64_cnn, float64_images, [4, 1, 3], options=QUICK))
+    first = per_image(run_checks(float64_cnn, float64_images, [4], options=QUICK))
+    rest = per_image(run_checks(float64_cnn, float64_images, [1, 3], options=QUICK))
     assert together.keys() == first.keys()
     for name, values in together.items():
         joined = torch.cat([first[name], rest[name]])
@@ -65,9 +53,9 @@ def test_results_do_not_depend_on_how_the_picks_are_batched(
 
 
 def test_the_report_is_plain_json_with_every_check(
-    double_cnn: nn.Module, images: torch.Tensor
+    float64_cnn: nn.Module, float64_images: torch.Tensor
 ) -> None:
-    record = report_dict(run_checks(double_cnn, images, [0, 5], options=QUICK))
+    record = report_dict(run_checks(float64_cnn, float64_images, [0, 5], options=QUICK))
     text = json.dumps(record, allow_nan=False)
     assert json.loads(text) == record
     assert record["indices"] == [0, 5]
@@ -89,7 +77,7 @@ def test_the_report_is_plain_json_with_every_check(
         "random_insertion_auc",
     }
     assert record["settings"]["smoothgrad"]["samples"] == 4
-    spread = [float(image.max() - image.min()) for image in images[[0, 5]]]
+    spread = [float(image.max() - image.min()) for image in float64_images[[0, 5]]]
     noise = record["settings"]["smoothgrad"]["noise_std_per_image"]
     assert noise == pytest.approx([0.15 * value for value in spread])
     assert len(record["class_maps"]["top_classes"][0]) == 3

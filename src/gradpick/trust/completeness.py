@@ -174,7 +174,7 @@ def completeness(
                 baseline=baseline,
                 steps=points,
                 automatic=automatic,
-                attribution_sum=float(maps.double().sum()),
+                attribution_sum=float(maps.cpu().double().sum()),
                 output=float(outputs[position]),
                 baseline_output=float(outputs[count + position]),
             )

@@ -112,7 +112,7 @@ def noise_std(
 ) -> torch.Tensor:
     """SmoothGrad's noise standard deviation for each pick [k]: noise x (max - min) of it."""
     picked = images[torch.tensor(list(indices), dtype=torch.long, device=images.device)]
-    flat = picked.detach().flatten(1).double()
+    flat = picked.detach().flatten(1).cpu().double()
     return (settings.noise * (flat.amax(dim=1) - flat.amin(dim=1))).cpu()
 
 

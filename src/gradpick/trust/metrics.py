@@ -1,6 +1,7 @@
 """How alike two attribution maps are: Spearman rank correlation and SSIM, per picked image.
 
 Both take batches [k, H, W] and return one value per row, so a whole pick is compared at once.
+They compute in float64 on the CPU (MPS has no float64; k maps are small).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def _pairs(first: torch.Tensor, second: torch.Tensor) -> tuple[torch.Tensor, tor
             f"Compare maps of one shape [k, ...]; got {tuple(first.shape)} and "
             f"{tuple(second.shape)}."
         )
-    return first.detach().flatten(1).double(), second.detach().flatten(1).double()
+    return first.detach().flatten(1).cpu().double(), second.detach().flatten(1).cpu().double()
 
 
 def ranks(values: torch.Tensor) -> torch.Tensor:
@@ -71,8 +72,8 @@ def ssim(first: torch.Tensor, second: torch.Tensor, data_range: float = 1.0) -> 
     size = 2 * SSIM_RADIUS + 1
     if min(first.shape[1:]) < size:
         raise InputError(f"SSIM needs maps of at least {size} x {size} pixels.")
-    a = first.detach().double().unsqueeze(1)
-    b = second.detach().double().unsqueeze(1)
+    a = first.detach().cpu().double().unsqueeze(1)
+    b = second.detach().cpu().double().unsqueeze(1)
     window = _gaussian_window(a.dtype, a.device)
 
     def local(values: torch.Tensor) -> torch.Tensor:

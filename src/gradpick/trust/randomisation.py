@@ -115,13 +115,13 @@ def randomise_layer(layer: nn.Module, seed: int, position: int) -> None:
     generator = seeded_generator(seed, position)
     with torch.no_grad():
         for parameter in layer.parameters(recurse=False):
-            scale = float(parameter.detach().double().square().mean().sqrt())
+            scale = float(parameter.detach().cpu().double().square().mean().sqrt())
             draw = torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
             parameter.copy_((draw * scale).to(parameter.dtype))
 
 
 def _normalised(maps: torch.Tensor) -> torch.Tensor:
-    values = saliency(maps).double()
+    values = saliency(maps).cpu().double()
     peak = values.flatten(1).amax(dim=1).clamp_min(torch.finfo(values.dtype).tiny)
     return values / peak.view(-1, 1, 1)
 

@@ -163,11 +163,6 @@ def run_checks(
     return TrustReport(tuple(indices), held, options, curves, rows, faithful, maps, spread, times)
 
 
-def original_maps(report: TrustReport, method: str) -> torch.Tensor:
-    """The trained model's maps [k, C, H, W] of ``method`` (as the explorer shows them)."""
-    return report.randomisation[method].original
-
-
 def _number(value: float) -> float | None:
     return None if not math.isfinite(value) else float(value)
 
@@ -176,13 +171,18 @@ def _numbers(values: torch.Tensor) -> list[float | None]:
     return [_number(float(value)) for value in values.flatten().tolist()]
 
 
-def _spread(values: torch.Tensor) -> dict[str, float | None]:
+def mean_and_std(values: torch.Tensor) -> tuple[float | None, float | None]:
     """Mean and standard deviation over the picks, leaving out undefined (NaN) values."""
-    finite = values[torch.isfinite(values)].double()
+    finite = values[torch.isfinite(values)].cpu().double()
     if finite.numel() == 0:
-        return {"mean": None, "std": None}
+        return None, None
     std = float(finite.std(unbiased=False)) if finite.numel() > 1 else 0.0
-    return {"mean": float(finite.mean()), "std": std}
+    return float(finite.mean()), std
+
+
+def _spread(values: torch.Tensor) -> dict[str, float | None]:
+    mean, std = mean_and_std(values)
+    return {"mean": mean, "std": std}
 
 
 def _randomisation_dict(curve: RandomisationCurve) -> dict[str, Any]:
