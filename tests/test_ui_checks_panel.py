@@ -7,6 +7,7 @@ from pathlib import Path
 
 from test_app import TUTORIAL, captioned_indices, no_errors, open_app, select
 
+from gradpick.data import CIFAR10_CLASSES
 from gradpick.trust.report import TrustReport
 from gradpick.ui import state
 from gradpick.ui.checks_panel import MAX_CHECKED, StoredChecks
@@ -34,8 +35,9 @@ def test_the_checks_run_on_the_picks_when_asked(generated: Path) -> None:
     assert ["Spearman rank correlation", "SSIM"] in titles and ["deletion", "insertion"] in titles
     lines = next(spec for spec in specs if "SSIM" in str(spec["layout"].get("annotations")))
     assert lines["data"][0]["x"] == ["trained", "fc3", "fc2"]
-    table = frame_with(app, "relative error")
-    assert list(table["image"]) == ["#4", "#1"] and (table["relative error"] <= 0.05).all()
+    table = frame_with(app, "relative error (%)")
+    assert list(table["image"]) == ["#4", "#1"] and (table["relative error (%)"] <= 5).all()
+    assert list(table["class"]) == [CIFAR10_CLASSES[c] for c in report.classes.tolist()]
     aucs = frame_with(app, "deletion AUC (lower is better)")
     assert list(aucs["order"]) == ["Gradient", "SmoothGrad", "random"]
     captions = [caption.value for caption in app.caption]

@@ -129,7 +129,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
     with guarded("The randomisation test"):
         _randomisation(loaded, stored.report, titles)
     with guarded("The completeness table"):
-        _completeness(stored.report)
+        _completeness(stored.report, loaded.batch.class_names)
     with guarded("The deletion and insertion curves"):
         _faithfulness(stored.report)
     with guarded("The class maps"):
@@ -196,19 +196,23 @@ def _randomisation(loaded: Loaded, report: TrustReport, titles: list[str]) -> No
     st.image(pictures, caption=labels, width=96)
 
 
-def _completeness(report: TrustReport) -> None:
+def _class_name(class_names: tuple[str, ...], index: int) -> str:
+    return class_names[index] if 0 <= index < len(class_names) else str(index)
+
+
+def _completeness(report: TrustReport, class_names: tuple[str, ...]) -> None:
     st.markdown("**Integrated Gradients completeness** (sum of attributions = F(x) − F(baseline))")
     rows = report.completeness
     st.dataframe(
         pd.DataFrame(
             {
                 "image": [f"#{row.index}" for row in rows],
-                "class": [row.target_class for row in rows],
+                "class": [_class_name(class_names, row.target_class) for row in rows],
                 "baseline": [row.baseline for row in rows],
                 "steps": [row.steps for row in rows],
                 "Σ attributions": [row.attribution_sum for row in rows],
                 "F(x) − F(baseline)": [row.difference for row in rows],
-                "relative error": [row.relative_error for row in rows],
+                "relative error (%)": [100 * row.relative_error for row in rows],
             }
         ),
         hide_index=True,
@@ -261,10 +265,6 @@ def _class_maps(loaded: Loaded, report: TrustReport, titles: list[str]) -> None:
     st.markdown("**Top classes and a contrast** (gradients, one forward for all of them)")
     maps = report.class_maps
     names = loaded.batch.class_names
-
-    def name(index: int) -> str:
-        return names[index] if 0 <= index < len(names) else str(index)
-
     for position, title in enumerate(titles):
         image = loaded.batch.images[report.indices[position]]
         stacked = torch.cat([maps.top_maps[position], maps.contrast_maps[position : position + 1]])
@@ -273,12 +273,12 @@ def _class_maps(loaded: Loaded, report: TrustReport, titles: list[str]) -> None:
         a, b = maps.contrast[position].tolist()
         captions = [title]
         captions += [
-            f"{name(c)} ({p:.0%})"
+            f"{_class_name(names, c)} ({p:.0%})"
             for c, p in zip(
                 maps.top_classes[position].tolist(),
                 maps.top_probabilities[position].tolist(),
                 strict=True,
             )
         ]
-        captions.append(f"{name(a)} − {name(b)}")
+        captions.append(f"{_class_name(names, a)} − {_class_name(names, b)}")
         st.image(pictures, caption=captions, width=96)
