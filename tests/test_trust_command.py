@@ -82,3 +82,17 @@ def test_check_has_help(capsys):
         main(["check", "--help"])
     assert exit_info.value.code == 0
     assert "--ig-steps" in capsys.readouterr().out
+
+
+def test_a_class_by_name_is_explained_for_every_pick(capsys, folder, weights, tmp_path):
+    out = tmp_path / "checks.json"
+    names = data.image_folder(folder).class_names
+    extra = ["--methods", "gradient", "--baselines", "black", "--class", names[2]]
+    status, _, err = check(
+        capsys, folder, weights, "--indices", "0, 4", *QUICK, *extra, "--json", str(out)
+    )
+    assert status == 0, err
+    record = json.loads(out.read_text())
+    assert record["classes"] == [2, 2] and record["class_names"] == [names[2]] * 2
+    assert [row["class"] for row in record["completeness"]] == [2, 2]
+    assert list(record["randomisation"]) == ["gradient"]
