@@ -82,3 +82,16 @@ def test_many_picks_are_checked_up_to_the_cap(generated: Path) -> None:
     picks = list(range(MAX_CHECKED + 2))
     app = select(open_app(**TUTORIAL), state.SCATTER_CHART, picks)
     assert any(f"the first {MAX_CHECKED} of {len(picks)}" in c.value for c in app.caption)
+
+
+def test_a_chosen_class_is_the_class_every_check_explains(generated: Path) -> None:
+    app = open_app(**TUTORIAL, target_mode="class", target_class=3)
+    app = select(app, state.SCATTER_CHART, [6, 2])
+    assert any("explaining the logit of cat" in caption.value for caption in app.caption)
+    app.number_input(key="trust_layers").set_value(1)
+    app.run()
+    app.button(key="run_trust_checks").click().run()
+    no_errors(app)
+    report: TrustReport = app.session_state[state.TRUST_CHECKS].report
+    assert report.classes.tolist() == [3, 3]
+    assert [row.target_class for row in report.completeness] == [3, 3]

@@ -95,7 +95,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
     request = settings.request
     classes = request.target_class if request.target_mode == "class" else None
     explained = (
-        f"the logit of {loaded.batch.class_names[classes]}"
+        f"the logit of {_class_name(loaded.batch.class_names, classes)}"
         if classes is not None
         else "each image's predicted logit"
     )
@@ -114,10 +114,12 @@ def render(loaded: Loaded, settings: Settings) -> None:
             def advance(done: int, total: int) -> None:
                 bar.progress(done / total, text=f"Randomised {done} of {total} layers")
 
-            report = run_checks(
-                loaded.model, loaded.batch.float_images(), checked, classes, options, advance
-            )
-            bar.empty()
+            try:
+                report = run_checks(
+                    loaded.model, loaded.batch.float_images(), checked, classes, options, advance
+                )
+            finally:
+                bar.empty()
             session[state.TRUST_CHECKS] = StoredChecks(key, report)
     stored: StoredChecks | None = session.get(state.TRUST_CHECKS)
     if stored is None:
