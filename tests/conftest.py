@@ -5,6 +5,7 @@ Everything here is small on purpose: the suite runs on two busy CPU cores.
 
 from __future__ import annotations
 
+import copy
 import os
 import struct
 import zlib
@@ -83,6 +84,18 @@ def tiny_cnn() -> nn.Module:
 def tiny_bn_cnn() -> nn.Module:
     """The tiny conv net with a BatchNorm2d after its first conv, eval mode, frozen."""
     return freeze(_seeded(lambda: _tiny_cnn(batch_norm=True), seed=1))
+
+
+@pytest.fixture
+def float64_cnn(tiny_bn_cnn: nn.Module) -> nn.Module:
+    """A float64 copy of the tiny BatchNorm net (eval, frozen), for exact comparisons."""
+    return freeze(copy.deepcopy(tiny_bn_cnn).double())
+
+
+@pytest.fixture
+def float64_images() -> torch.Tensor:
+    """Seeded float64 images [6, 3, 32, 32] in [0, 1]."""
+    return torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
 
 
 class Batch(NamedTuple):

@@ -198,6 +198,13 @@ def test_attribution_views(generated: Path, method: str, unit: str) -> None:
     assert any(unit in image.captions[0] for image in app.image if image.captions)
 
 
+def test_smoothgrad_shows_its_noise_and_sample_count_with_the_maps(generated: Path) -> None:
+    app = select(open_app(**TUTORIAL, method="smoothgrad", samples=8), state.SCATTER_CHART, [2])
+    no_errors(app)
+    shown = [caption.value for caption in app.caption]
+    assert any("8 noisy copies" in c and "0.15 × each image's range" in c for c in shown)
+
+
 def test_an_unavailable_device_is_refused_with_its_reason(generated: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA, so cuda is not an unavailable device here")

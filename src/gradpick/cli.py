@@ -1,4 +1,4 @@
-"""The ``gradpick`` command line: train, eval, infer, grads and bench.
+"""The ``gradpick`` command line: train, eval, infer, grads, check and bench.
 
 Every gradpick error is printed as one clear line (exit status 2), never as a traceback.
 """
@@ -534,6 +534,47 @@ def _grads_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_cmd_grads)
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from gradpick.trust import command
+
+    out, options = command.output_path(args.json), command.options_of(args)
+    source = _source(args.data, args.split)
+    positions = data.batch_positions(len(source), args.start, args.size, args.seed)
+    indices = parse_indices(args.indices, len(positions))
+    classes = _class_argument(args.class_, source.class_names, "logit")
+    loaded = _load_model(args)
+    # A batch index seeds SmoothGrad's noise and the random orders, so the batch is read up to
+    # the largest picked index: the numbers match the explorer's for the same batch.
+    images = as_model_input(source.read(positions[: max(indices) + 1]))
+    context = {
+        "model": loaded.provenance(),
+        "source": {"description": source.description, "split": args.split, "start": args.start},
+        "image_names": source.names([positions[i] for i in indices]),
+        "versions": library_versions(),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    print(f"model: {loaded.describe()}")
+    command.run(out, options, loaded.model, images, indices, classes, source.class_names, context)
+    return 0
+
+
+def _check_parser(commands: argparse._SubParsersAction) -> None:
+    from gradpick.trust import command
+
+    parser = commands.add_parser(
+        "check",
+        help="sanity checks of the attribution maps of picked images, written to JSON",
+        description="Run the trust checks on the picked indices of a batch: the "
+        "model-parameter randomisation test, Integrated Gradients completeness, deletion and "
+        "insertion curves, and the top classes' and contrastive maps; write one JSON report.",
+    )
+    _add_batch_arguments(parser)
+    _add_model_arguments(parser)
+    parser.add_argument("--indices", required=True, help='batch indices, e.g. "3, 7, 10-12"')
+    command.add_arguments(parser)
+    parser.set_defaults(handler=_cmd_check)
+
+
 # ----------------------------------------------------------------------------- bench
 
 
@@ -597,6 +638,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _eval_parser,
     _infer_parser,
     _grads_parser,
+    _check_parser,
     _bench_parser,
 ]
 

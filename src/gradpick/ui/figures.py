@@ -526,3 +526,70 @@ def sweep_lines(series: Series, axis_label: str) -> go.Figure:
     for suffix in ("", "2"):
         layout[f"xaxis{suffix}"].update(title={"text": axis_label}, type="log", tickvals=ticks)
     return _figure(traces, height=330, select=False, **layout)
+
+
+# ----------------------------------------------------------------------------- trust checks
+
+TrustSeries = Mapping[str, tuple[Sequence[float | None], Sequence[float | None]]]
+"""Per name (an attribution method, or 'random'): two curves, (left panel, right panel)."""
+
+
+def _method_colour(name: str, names: Sequence[str]) -> str:
+    return NEUTRAL if name == "random" else _class_colour(list(names).index(name))
+
+
+def _paired_lines(
+    x: Sequence[Any],
+    series: TrustSeries,
+    titles: tuple[str, str],
+    spreads: TrustSeries | None = None,
+) -> list[Trace]:
+    traces: list[Trace] = []
+    names = [name for name in series if name != "random"]
+    for name, curves in series.items():
+        line = {"color": _method_colour(name, names), "dash": "dot" if name == "random" else None}
+        for panel, values in enumerate(curves):
+            trace: Trace = {
+                "type": "scatter",
+                "x": list(x),
+                "y": list(values),
+                "mode": "lines+markers",
+                "line": line,
+                "name": name,
+                "legendgroup": name,
+                "showlegend": panel == 0,
+                "hovertemplate": f"{name}<br>{titles[panel]} %{{y:.3f}}<extra>%{{x}}</extra>",
+            }
+            if spreads is not None:
+                trace["error_y"] = {"type": "data", "array": list(spreads[name][panel])}
+            if panel == 1:
+                trace.update(xaxis="x2", yaxis="y2")
+            traces.append(trace)
+    return traces
+
+
+def randomisation_lines(
+    labels: Sequence[str], means: TrustSeries, spreads: TrustSeries
+) -> go.Figure:
+    """Spearman of |attribution| and SSIM against the randomised layers, one line per method.
+
+    ``labels`` name the steps ('trained', then each layer as it is randomised); error bars are
+    the standard deviation over the picked images.
+    """
+    titles = ("Spearman rank correlation", "SSIM")
+    layout = _side_by_side(titles, gap=0.08)
+    for suffix in ("", "2"):
+        layout[f"xaxis{suffix}"].update(type="category", tickangle=-60)
+        layout[f"yaxis{suffix}"].update(range=[-0.3, 1.05])
+    traces = _paired_lines(labels, means, titles, spreads)
+    return _figure(traces, height=380, select=False, **layout)
+
+
+def faithfulness_lines(fractions: Sequence[float], curves: TrustSeries) -> go.Figure:
+    """Probability of the held class as pixels are deleted and as they are inserted."""
+    titles = ("deletion", "insertion")
+    layout = _side_by_side(titles, gap=0.08)
+    for suffix in ("", "2"):
+        layout[f"xaxis{suffix}"].update(title={"text": "share of pixels"}, range=[0, 1])
+        layout[f"yaxis{suffix}"].update(title={"text": "probability"}, range=[0, 1.02])
+    return _figure(_paired_lines(fractions, curves, titles), height=330, select=False, **layout)

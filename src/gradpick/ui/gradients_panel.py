@@ -105,6 +105,11 @@ def _step_readouts(loaded: Loaded, result: Attribution, request: HeatmapRequest)
     )
     if request.method != "gradient":
         st.metric(heatmaps.METHOD_LABELS[request.method], f"{result.milliseconds:,.1f} ms")
+    if request.method == "smoothgrad":
+        st.caption(
+            f"SmoothGrad: {result.settings['samples']} noisy copies per image, noise standard "
+            f"deviation {result.settings['noise']:g} × each image's range (max − min)."
+        )
 
 
 def _memory_readouts(memory: MemoryReport | None) -> None:

@@ -12,6 +12,7 @@ import streamlit as st
 
 from gradpick.ui import (
     cache,
+    checks_panel,
     gradients_panel,
     outputs,
     process,
@@ -85,7 +86,7 @@ def main() -> None:
         return
     outputs.absorb_selections(loaded)
     outputs.readouts(loaded)
-    explore, strategies = st.tabs(["Explore", "Strategies"])
+    explore, strategies, trust = st.tabs(["Explore", "Strategies", "Trust"])
     with explore:
         # The outputs sit above the gradients but are drawn after them: a click's heatmaps
         # reach the browser first, the charts' picked highlights follow.
@@ -96,3 +97,5 @@ def main() -> None:
             outputs.render(loaded)
     with strategies, guarded("The strategies"):
         strategies_panel.render(loaded, settings)
+    with trust, guarded("The trust checks"):
+        checks_panel.render(loaded, settings)

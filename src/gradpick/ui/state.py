@@ -25,6 +25,8 @@ MERGE_MODE = "merge_mode"
 TEXT = "picked_text"
 TEXT_VERSION = "picked_text_version"
 TEXT_ERROR = "picked_text_error"
+TRUST_CHECKS = "trust_checks"
+"""The last trust checks run, with the selection and options they were run on."""
 
 GRID_CHART = "grid_chart"
 SCATTER_CHART = "scatter_chart"

@@ -1,0 +1,175 @@
+"""The one door from the trust checks to the attribution methods, and what every check shares.
+
+``attribute_maps`` is the only place the checks call an attribution method; each check explains
+the logit of a class held fixed per picked image (the original model's prediction unless given),
+so a randomised model, a path point or a masked image is always asked about the same class.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from gradpick import attribution
+from gradpick.devices import device_for, modules_of
+from gradpick.errors import InputError
+from gradpick.infer import call_model
+
+METHODS: tuple[str, ...] = attribution.METHODS
+MAX_SAMPLES = 1024
+"""Most SmoothGrad copies per image a check may ask for."""
+MAX_STEPS = 4096
+"""Most Integrated Gradients path points per image a check may ask for."""
+
+
+@dataclass(frozen=True)
+class MethodSettings:
+    """How SmoothGrad and Integrated Gradients are run in every check.
+
+    ``noise`` is the standard deviation of SmoothGrad's Gaussian noise as a fraction of each
+    image's range (max - min); ``samples`` its noisy copies per image; ``steps`` the midpoint-rule
+    path points of Integrated Gradients; ``seed`` seeds the noise by (seed, batch index).
+    """
+
+    samples: int = 16
+    noise: float = 0.15
+    steps: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_count("SmoothGrad samples", self.samples, MAX_SAMPLES)
+        check_count("Integrated Gradients steps", self.steps, MAX_STEPS)
+        if isinstance(self.noise, bool) or not isinstance(self.noise, int | float):
+            raise InputError(f"SmoothGrad noise must be a number; got {self.noise!r}.")
+        if not (math.isfinite(self.noise) and 0 <= self.noise <= 1):
+            raise InputError(
+                "SmoothGrad noise is a fraction of each image's range (max - min): give a "
+                f"number from 0 to 1; got {self.noise!r}."
+            )
+        check_count("The seed", self.seed, None, least=0)
+
+    def of(self, method: str) -> dict[str, float | int]:
+        """The keyword arguments ``method`` takes (none for the gradient views)."""
+        if method == "smoothgrad":
+            return {"samples": self.samples, "noise": self.noise, "seed": self.seed}
+        if method == "integrated_gradients":
+            return {"steps": self.steps}
+        return {}
+
+
+def check_count(name: str, value: object, most: int | None, least: int = 1) -> int:
+    """A whole number in [least, most] (no upper bound when ``most`` is None), else InputError."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < least
+        or (most is not None and value > most)
+    ):
+        bound = f"from {least} to {most:,}" if most is not None else f"of at least {least}"
+        raise InputError(f"{name} must be a whole number {bound}; got {value!r}.")
+    return value
+
+
+def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(methods))
+    if not chosen:
+        raise InputError(f"Choose at least one attribution method: {', '.join(METHODS)}.")
+    unknown = [method for method in chosen if method not in METHODS]
+    if unknown:
+        raise InputError(
+            f"Unknown attribution method '{unknown[0]}'; use one of {', '.join(METHODS)}."
+        )
+    return chosen
+
+
+def attribute_maps(
+    model: nn.Module,
+    images: torch.Tensor,
+    indices: Sequence[int],
+    method: str,
+    classes: torch.Tensor,
+    settings: MethodSettings,
+) -> torch.Tensor:
+    """Signed maps [k, C, H, W] of d logit[classes] / d images[indices] by ``method``."""
+    return attribution.attribute(
+        model,
+        images,
+        list(indices),
+        target="logit",
+        classes=classes,
+        method=method,
+        **settings.of(method),  # type: ignore[arg-type]
+    ).maps
+
+
+def noise_std(
+    images: torch.Tensor, indices: Sequence[int], settings: MethodSettings
+) -> torch.Tensor:
+    """SmoothGrad's noise standard deviation for each pick [k]: noise x (max - min) of it."""
+    picked = images[torch.tensor(list(indices), dtype=torch.long, device=images.device)]
+    flat = picked.detach().flatten(1).cpu().double()
+    return (settings.noise * (flat.amax(dim=1) - flat.amin(dim=1))).cpu()
+
+
+def saliency(maps: torch.Tensor) -> torch.Tensor:
+    """|attribution| [k, H, W], the largest over colour channels, as the explorer draws it."""
+    return maps.detach().abs().amax(dim=1)
+
+
+def served_view(model: nn.Module) -> nn.Module:
+    """The model as the checks explain it: itself in eval mode, else an eval() deep copy.
+
+    A module in training mode (dropout, BatchNorm) would make every map depend on chance or on
+    the other picked images, and switching the caller's model would change it for every other
+    session, so a model not in eval mode is copied first.
+    """
+    if not any(module.training for module in modules_of(model)):
+        return model
+    return copy.deepcopy(model).eval()
+
+
+def picked_images(model: nn.Module, images: torch.Tensor, indices: Sequence[int]) -> torch.Tensor:
+    """``images[indices]`` detached, on the model's device."""
+    rows = torch.tensor(list(indices), dtype=torch.long, device=images.device)
+    return images[rows].detach().to(device_for(model, None))
+
+
+def logits_of(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """The model's logits [N, classes] without a graph, checked for shape."""
+    with torch.no_grad():
+        logits = call_model(model, images)
+    if logits.dim() != 2 or logits.shape[0] != images.shape[0]:
+        raise InputError(
+            f"The model must map [N, C, H, W] to [N, classes]; it returned {tuple(logits.shape)}."
+        )
+    return logits
+
+
+def held_classes(
+    model: nn.Module,
+    images: torch.Tensor,
+    indices: Sequence[int],
+    classes: int | Sequence[int] | torch.Tensor | None,
+) -> torch.Tensor:
+    """The class each pick is explained for [k] (CPU, long): given, or the model's prediction."""
+    logits = logits_of(model, picked_images(model, images, indices))
+    count, outputs = len(indices), int(logits.shape[1])
+    if classes is None:
+        return logits.argmax(dim=1).cpu()
+    held = torch.as_tensor(classes).reshape(-1).to(torch.long).cpu()
+    if held.numel() == 1:
+        held = held.expand(count).clone()
+    if held.numel() != count:
+        raise InputError(f"Give one class, or one class per picked image ({count}).")
+    outside = [value for value in held.tolist() if not 0 <= value < outputs]
+    if outside:
+        raise InputError(
+            f"Class {outside[0]} is out of range for a model with {outputs} outputs "
+            f"(valid classes 0 to {outputs - 1})."
+        )
+    return held

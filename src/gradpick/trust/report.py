@@ -1,0 +1,292 @@
+"""All trust checks on one pick, and their JSON report (what ``gradpick check`` writes).
+
+``run_checks`` runs the randomisation test, IG completeness, the deletion and insertion
+curves and the class maps on ``images[indices]`` with one set of options; ``report_dict``
+turns the result into plain JSON values (NaN becomes null), its fields documented in the
+README's "Trust checks" section.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from gradpick.devices import device_for
+from gradpick.errors import InputError
+from gradpick.measure import Stopwatch
+from gradpick.trust.baselines import BASELINES, BLUR_SIGMA
+from gradpick.trust.completeness import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_TOLERANCE,
+    Completeness,
+    check_baseline,
+    completeness,
+    steps_to_try,
+)
+from gradpick.trust.contrastive import DEFAULT_TOP, ClassMaps, class_maps
+from gradpick.trust.engine import (
+    METHODS,
+    MethodSettings,
+    check_count,
+    check_methods,
+    held_classes,
+    noise_std,
+    served_view,
+)
+from gradpick.trust.faithfulness import (
+    DEFAULT_STEPS,
+    INSERTION_START,
+    MAX_CURVE_STEPS,
+    RANDOM,
+    REMOVED,
+    Curves,
+    attribution_order,
+    faithfulness,
+)
+from gradpick.trust.randomisation import (
+    Progress,
+    RandomisationCurve,
+    check_mode,
+    randomisation_test,
+)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What every check is run with; the defaults are ``gradpick check``'s."""
+
+    methods: tuple[str, ...] = METHODS
+    settings: MethodSettings = field(default_factory=MethodSettings)
+    randomisation: str = "cascade"
+    layers: int | None = None
+    """Randomise only this many layers from the output (None: all)."""
+    baselines: tuple[str, ...] = BASELINES
+    ig_steps: int | Literal["auto"] = "auto"
+    tolerance: float = DEFAULT_TOLERANCE
+    max_steps: int = DEFAULT_MAX_STEPS
+    deletion_steps: int = DEFAULT_STEPS
+    top: int = DEFAULT_TOP
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Refuse bad options before any check runs, with the checks' own messages."""
+        object.__setattr__(self, "methods", check_methods(self.methods))
+        check_mode(self.randomisation)
+        if self.layers is not None:
+            check_count("The number of layers to randomise", self.layers, None)
+        if not self.baselines:
+            raise InputError(f"Choose at least one baseline: {', '.join(BASELINES)}.")
+        for baseline in self.baselines:
+            check_baseline(baseline)
+        steps_to_try(self.ig_steps, self.tolerance, self.max_steps)
+        check_count("Deletion and insertion steps", self.deletion_steps, MAX_CURVE_STEPS)
+        check_count("The number of top classes", self.top, None)
+
+
+@dataclass(frozen=True)
+class TrustReport:
+    indices: tuple[int, ...]
+    classes: torch.Tensor
+    """The class each pick is explained for [k] (the model's prediction unless given)."""
+    options: CheckOptions
+    randomisation: dict[str, RandomisationCurve]
+    completeness: list[Completeness]
+    faithfulness: dict[str, Curves]
+    class_maps: ClassMaps
+    noise_std: torch.Tensor
+    """SmoothGrad's noise standard deviation for each pick [k]: noise x (max - min)."""
+    milliseconds: dict[str, float]
+    """Wall time of each check, device synchronised."""
+
+
+def run_checks(
+    model: nn.Module,
+    images: torch.Tensor,
+    indices: Sequence[int],
+    classes: int | Sequence[int] | torch.Tensor | None = None,
+    options: CheckOptions | None = None,
+    progress: Progress | None = None,
+) -> TrustReport:
+    """Every trust check on ``images[indices]``; ``progress`` follows the randomisation steps."""
+    options = options or CheckOptions()
+    indices = [int(index) for index in indices]
+    served = served_view(model)
+    held = held_classes(served, images, indices, classes)
+    times: dict[str, float] = {}
+    device = device_for(served, None)
+    with Stopwatch(device) as watch:
+        curves = randomisation_test(
+            served,
+            images,
+            indices,
+            options.methods,
+            held,
+            options.settings,
+            options.randomisation,
+            options.layers,
+            options.seed,
+            progress,
+        )
+    times["randomisation"] = watch.milliseconds
+    with Stopwatch(device) as watch:
+        rows = [
+            row
+            for baseline in options.baselines
+            for row in completeness(
+                served,
+                images,
+                indices,
+                held,
+                baseline,
+                options.ig_steps,
+                options.tolerance,
+                options.max_steps,
+                options.seed,
+            )
+        ]
+    times["completeness"] = watch.milliseconds
+    with Stopwatch(device) as watch:
+        orders = {method: attribution_order(curve.original) for method, curve in curves.items()}
+        faithful = faithfulness(
+            served, images, indices, orders, held, options.deletion_steps, options.seed
+        )
+    times["faithfulness"] = watch.milliseconds
+    with Stopwatch(device) as watch:
+        maps = class_maps(served, images, indices, options.top)
+    times["class_maps"] = watch.milliseconds
+    spread = noise_std(images, indices, options.settings)
+    return TrustReport(tuple(indices), held, options, curves, rows, faithful, maps, spread, times)
+
+
+def _number(value: float) -> float | None:
+    return None if not math.isfinite(value) else float(value)
+
+
+def _numbers(values: torch.Tensor) -> list[float | None]:
+    return [_number(float(value)) for value in values.flatten().tolist()]
+
+
+def mean_and_std(values: torch.Tensor) -> tuple[float | None, float | None]:
+    """Mean and standard deviation over the picks, leaving out undefined (NaN) values."""
+    finite = values[torch.isfinite(values)].cpu().double()
+    if finite.numel() == 0:
+        return None, None
+    std = float(finite.std(unbiased=False)) if finite.numel() > 1 else 0.0
+    return float(finite.mean()), std
+
+
+def _spread(values: torch.Tensor) -> dict[str, float | None]:
+    mean, std = mean_and_std(values)
+    return {"mean": mean, "std": std}
+
+
+def _randomisation_dict(curve: RandomisationCurve) -> dict[str, Any]:
+    return {
+        "mode": curve.mode,
+        "steps": [
+            {
+                "layer": step.layer,
+                "randomised_layers": len(step.randomised),
+                "spearman": _spread(step.spearman),
+                "ssim": _spread(step.ssim),
+                "spearman_per_image": _numbers(step.spearman),
+                "ssim_per_image": _numbers(step.ssim),
+            }
+            for step in curve.steps
+        ],
+    }
+
+
+def _completeness_dict(row: Completeness) -> dict[str, Any]:
+    return {
+        "index": row.index,
+        "class": row.target_class,
+        "baseline": row.baseline,
+        "steps": row.steps,
+        "automatic": row.automatic,
+        "attribution_sum": row.attribution_sum,
+        "output": row.output,
+        "baseline_output": row.baseline_output,
+        "difference": row.difference,
+        "delta": row.delta,
+        "relative_error": _number(row.relative_error),
+    }
+
+
+def _faithfulness_dict(curves: dict[str, Curves], steps: int) -> dict[str, Any]:
+    reference = curves[RANDOM]
+
+    def one(name: str) -> dict[str, Any]:
+        curve = curves[name]
+        return {
+            "deletion_auc": _spread(curve.deletion_auc),
+            "insertion_auc": _spread(curve.insertion_auc),
+            "random_deletion_auc": _spread(reference.deletion_auc),
+            "random_insertion_auc": _spread(reference.insertion_auc),
+            "deletion_auc_per_image": _numbers(curve.deletion_auc),
+            "insertion_auc_per_image": _numbers(curve.insertion_auc),
+            "deletion_curve": _numbers(curve.deletion.mean(dim=0)),
+            "insertion_curve": _numbers(curve.insertion.mean(dim=0)),
+        }
+
+    return {
+        "steps": steps,
+        "fractions": _numbers(reference.fractions),
+        "removed_pixels": REMOVED,
+        "insertion_start": INSERTION_START,
+        "random_order": {
+            "deletion_curve": _numbers(reference.deletion.mean(dim=0)),
+            "insertion_curve": _numbers(reference.insertion.mean(dim=0)),
+        },
+        "methods": {name: one(name) for name in curves if name != RANDOM},
+    }
+
+
+def _class_maps_dict(maps: ClassMaps) -> dict[str, Any]:
+    return {
+        "top_classes": maps.top_classes.tolist(),
+        "top_probabilities": maps.top_probabilities.tolist(),
+        "contrast": maps.contrast.tolist(),
+        "contrast_values": maps.contrast_values.tolist(),
+    }
+
+
+def report_dict(report: TrustReport) -> dict[str, Any]:
+    """The report as JSON values; the maps themselves stay out (see the explorer's Trust tab)."""
+    options = report.options
+    return {
+        "indices": list(report.indices),
+        "classes": report.classes.tolist(),
+        "settings": {
+            "methods": list(options.methods),
+            "smoothgrad": {
+                "samples": options.settings.samples,
+                "noise_fraction_of_range": options.settings.noise,
+                "noise_std_per_image": report.noise_std.tolist(),
+                "seed": options.settings.seed,
+            },
+            "integrated_gradients_steps": options.settings.steps,
+            "randomisation": {"mode": options.randomisation, "layers": options.layers},
+            "completeness": {
+                "baselines": list(options.baselines),
+                "steps": options.ig_steps,
+                "tolerance": options.tolerance,
+                "max_steps": options.max_steps,
+                "blur_sigma": BLUR_SIGMA,
+            },
+            "top_classes": options.top,
+            "seed": options.seed,
+        },
+        "randomisation": {
+            method: _randomisation_dict(curve) for method, curve in report.randomisation.items()
+        },
+        "completeness": [_completeness_dict(row) for row in report.completeness],
+        "faithfulness": _faithfulness_dict(report.faithfulness, options.deletion_steps),
+        "class_maps": _class_maps_dict(report.class_maps),
+        "milliseconds": dict(report.milliseconds),
+    }

@@ -1,0 +1,98 @@
+"""``gradpick check`` on a generated image folder with tiny weights: JSON round trip, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import test_cli
+
+from gradpick import data, models
+from gradpick.cli import main
+from gradpick.trust.engine import MethodSettings
+from gradpick.trust.report import CheckOptions, report_dict, run_checks
+
+folder, weights = test_cli.folder, test_cli.weights
+"""The command line tests' fixtures: a 12-image folder (3 classes) and tiny tutorial weights."""
+QUICK = ["--samples", "3", "--steps", "4", "--layers", "2", "--ig-steps", "6"]
+
+
+def check(capsys, folder: Path, weights: Path, *extra: str) -> tuple[int, str, str]:
+    arguments = ["--data", str(folder), "--model", "tutorial", "--weights", str(weights)]
+    status = main(["check", *arguments, *extra])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_the_json_report_round_trips_and_equals_the_library(capsys, folder, weights, tmp_path):
+    out = tmp_path / "checks.json"
+    status, printed, _ = check(
+        capsys, folder, weights, "--indices", "5, 1-2", *QUICK, "--json", str(out)
+    )
+    assert status == 0, printed
+    record = json.loads(out.read_text())
+    assert record["indices"] == [5, 1, 2]
+    assert record["image_names"] == data.image_folder(folder).names([5, 1, 2])
+    assert record["model"]["name"] == "tutorial" and "versions" in record
+    assert len(record["class_names"]) == 3
+    batch = data.load_batch(data.image_folder(folder))
+    model = models.load("tutorial", weights)
+    options = CheckOptions(settings=MethodSettings(samples=3, steps=4), layers=2, ig_steps=6)
+    expected = json.loads(
+        json.dumps(report_dict(run_checks(model, batch.float_images(), [5, 1, 2], None, options)))
+    )
+    for field in ("classes", "randomisation", "completeness", "faithfulness", "class_maps"):
+        assert json.dumps(record[field]) == json.dumps(expected[field]), field
+    assert "randomisation (Spearman / SSIM" in printed and f"wrote {out}" in printed
+    assert not list(tmp_path.glob(".*.partial"))
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--samples", "0"], "SmoothGrad samples must be a whole number from 1 to 1,024"),
+        (["--steps", "9999"], "Integrated Gradients steps must be a whole number from 1 to 4,096"),
+        (["--layers", "9"], "layers to randomise must be a whole number from 1 to 5"),
+        (["--tolerance", "1e-12", "--max-steps", "16"], "did not reach"),
+        (["--indices", "99"], "out of range"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_writes_nothing(
+    capsys, folder, weights, tmp_path, extra, message
+):
+    out = tmp_path / "checks.json"
+    indices = [] if "--indices" in extra else ["--indices", "0"]
+    status, _, err = check(capsys, folder, weights, *indices, *extra, "--json", str(out))
+    assert status == 2
+    assert "gradpick check: error:" in err and message in err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_the_output_must_be_json_in_an_existing_folder(capsys, folder, weights, tmp_path):
+    status, _, err = check(capsys, folder, weights, "--indices", "0", "--json", "x.txt")
+    assert status == 2 and "--json must end in .json" in err
+    missing = tmp_path / "nowhere" / "x.json"
+    status, _, err = check(capsys, folder, weights, "--indices", "0", "--json", str(missing))
+    assert status == 2 and "does not exist" in err
+
+
+def test_check_has_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check", "--help"])
+    assert exit_info.value.code == 0
+    assert "--ig-steps" in capsys.readouterr().out
+
+
+def test_a_class_by_name_is_explained_for_every_pick(capsys, folder, weights, tmp_path):
+    out = tmp_path / "checks.json"
+    names = data.image_folder(folder).class_names
+    extra = ["--methods", "gradient", "--baselines", "black", "--class", names[2]]
+    status, _, err = check(
+        capsys, folder, weights, "--indices", "0, 4", *QUICK, *extra, "--json", str(out)
+    )
+    assert status == 0, err
+    record = json.loads(out.read_text())
+    assert record["classes"] == [2, 2] and record["class_names"] == [names[2]] * 2
+    assert [row["class"] for row in record["completeness"]] == [2, 2]
+    assert list(record["randomisation"]) == ["gradient"]

@@ -1,0 +1,70 @@
+"""Top classes' maps and the contrast A - B from one forward equal plain per-sample autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from gradpick.errors import InputError
+from gradpick.trust.contrastive import class_maps
+
+PICKS = [3, 0, 4]
+
+
+def one_gradient(
+    model: nn.Module, image: torch.Tensor, first: int, second: int | None
+) -> torch.Tensor:
+    image = image.clone().unsqueeze(0).requires_grad_(True)
+    logits = model(image)[0]
+    target = logits[first] - (logits[second] if second is not None else 0)
+    return torch.autograd.grad(target, image)[0][0]
+
+
+def test_top_maps_and_contrast_equal_per_sample_autograd(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    calls: list[int] = []
+    hook = float64_cnn.register_forward_pre_hook(lambda _, inputs: calls.append(len(inputs[0])))
+    try:
+        maps = class_maps(float64_cnn, float64_images, PICKS, top=3)
+    finally:
+        hook.remove()
+    assert calls == [3]  # one forward for every target
+    with torch.no_grad():
+        expected = float64_cnn(float64_images[PICKS]).softmax(dim=1).topk(3, dim=1)
+    assert torch.equal(maps.top_classes, expected.indices)
+    assert torch.allclose(maps.top_probabilities, expected.values)
+    assert torch.equal(maps.contrast, expected.indices[:, :2])
+    for row, index in enumerate(PICKS):
+        for rank in range(3):
+            wanted = one_gradient(
+                float64_cnn, float64_images[index], int(maps.top_classes[row, rank]), None
+            )
+            assert torch.allclose(maps.top_maps[row, rank], wanted, rtol=0, atol=1e-12)
+        a, b = maps.contrast[row].tolist()
+        wanted = one_gradient(float64_cnn, float64_images[index], a, b)
+        assert torch.allclose(maps.contrast_maps[row], wanted, rtol=0, atol=1e-12)
+        logits = float64_cnn(float64_images[index : index + 1])[0]
+        assert float(maps.contrast_values[row]) == pytest.approx(float(logits[a] - logits[b]))
+    assert maps.top_maps.dtype == torch.float64 and maps.indices == tuple(PICKS)
+
+
+def test_a_given_pair_applies_to_every_pick(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    maps = class_maps(float64_cnn, float64_images, PICKS, top=1, contrast=(3, 5))
+    assert maps.contrast.tolist() == [[3, 5]] * 3 and maps.top_maps.shape[1] == 1
+    wanted = one_gradient(float64_cnn, float64_images[PICKS[1]], 3, 5)
+    assert torch.allclose(maps.contrast_maps[1], wanted, rtol=0, atol=1e-12)
+
+
+def test_bad_pairs_and_counts_are_refused(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    with pytest.raises(InputError, match="Class 10 is out of range"):
+        class_maps(float64_cnn, float64_images, PICKS, contrast=(1, 10))
+    with pytest.raises(InputError, match="one per picked image"):
+        class_maps(float64_cnn, float64_images, PICKS, contrast=[(1, 2), (2, 3)])
+    with pytest.raises(InputError, match="top classes must be a whole number from 1 to 10"):
+        class_maps(float64_cnn, float64_images, PICKS, top=11)

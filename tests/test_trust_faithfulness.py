@@ -1,0 +1,88 @@
+"""Deletion and insertion curves: a linear model where every point is known, one forward a step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from gradpick.errors import InputError
+from gradpick.models import freeze
+from gradpick.trust.baselines import blurred
+from gradpick.trust.faithfulness import RANDOM, attribution_order, faithfulness, random_order
+
+SIDE = 4
+PIXELS = SIDE * SIDE
+
+
+@pytest.fixture
+def linear() -> nn.Module:
+    """logit 0 = w . x over a 1 x 4 x 4 image, logit 1 = 0: P(class 0) = sigmoid(w . x)."""
+    weights = torch.linspace(-1.5, 2.0, PIXELS, dtype=torch.float64)
+    weights = weights[torch.randperm(PIXELS, generator=torch.Generator().manual_seed(0))]
+    layer = nn.Linear(PIXELS, 2, bias=False).double()
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.weight[0] = weights
+    return freeze(nn.Sequential(nn.Flatten(), layer))
+
+
+def sigmoid(value: float) -> float:
+    return 1 / (1 + math.exp(-value))
+
+
+def test_the_curves_of_a_linear_model_by_hand(linear: nn.Module) -> None:
+    images = torch.rand(3, 1, SIDE, SIDE, generator=torch.Generator().manual_seed(1)).double()
+    weights = linear[1].weight[0].detach()
+    maps = (weights.view(1, 1, SIDE, SIDE) * images).detach()  # gradient x input of logit 0
+    order = attribution_order(maps)
+    curves = faithfulness(linear, images, [0, 2], {"map": order[[0, 2]]}, classes=0, steps=PIXELS)
+    canvas = blurred(images)
+    for row, index in enumerate([0, 2]):
+        x, start = images[index].flatten(), canvas[index].flatten()
+        ranking = sorted(range(PIXELS), key=lambda p: (-abs(float(weights[p] * x[p])), p))
+        for share in range(PIXELS + 1):
+            gone = set(ranking[:share])
+            kept = sum(float(weights[p] * x[p]) for p in range(PIXELS) if p not in gone)
+            shown = sum(
+                float(weights[p] * (x[p] if p in gone else start[p])) for p in range(PIXELS)
+            )
+            assert float(curves["map"].deletion[row, share]) == pytest.approx(sigmoid(kept))
+            assert float(curves["map"].insertion[row, share]) == pytest.approx(sigmoid(shown))
+    fractions = curves["map"].fractions
+    assert fractions.tolist() == pytest.approx([share / PIXELS for share in range(PIXELS + 1)])
+    deletion = curves["map"].deletion[0].tolist()
+    by_hand = sum((a + b) / 2 / PIXELS for a, b in zip(deletion, deletion[1:], strict=False))
+    assert float(curves["map"].deletion_auc[0]) == pytest.approx(by_hand)
+    assert set(curves) == {"map", RANDOM}
+
+
+def test_every_step_is_one_forward_of_all_picks_and_orders(tiny_cnn: nn.Module) -> None:
+    images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    orders = {name: random_order([0, 1, 3], 32 * 32, seed) for name, seed in (("a", 5), ("b", 6))}
+    rows: list[int] = []
+    hook = tiny_cnn.register_forward_pre_hook(lambda _, inputs: rows.append(inputs[0].shape[0]))
+    try:
+        faithfulness(tiny_cnn, images, [0, 1, 3], orders, steps=8)
+    finally:
+        hook.remove()
+    # One forward for the predicted classes, then one per step: 2 curves x 3 orders x 3 picks.
+    assert rows == [3] + [18] * 9
+
+
+def test_random_orders_follow_the_batch_index() -> None:
+    together = random_order([7, 2, 9], 64, seed=1)
+    assert torch.equal(together[1], random_order([2], 64, seed=1)[0])
+    assert sorted(together[0].tolist()) == list(range(64))
+
+
+def test_bad_orders_and_steps_are_refused(tiny_cnn: nn.Module) -> None:
+    images = torch.rand(2, 3, 32, 32)
+    with pytest.raises(InputError, match=r"must be \[k, H \* W\]"):
+        faithfulness(tiny_cnn, images, [0, 1], {"map": torch.zeros(2, 10, dtype=torch.long)})
+    with pytest.raises(InputError, match="steps must be a whole number from 1"):
+        faithfulness(tiny_cnn, images, [0, 1], {}, steps=0)
+    with pytest.raises(InputError, match="random-order reference"):
+        faithfulness(tiny_cnn, images, [0, 1], {RANDOM: random_order([0, 1], 1024)})

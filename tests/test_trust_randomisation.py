@@ -1,0 +1,118 @@
+"""The randomisation test: layer order, cascade and independent steps, metrics, no mutation."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from gradpick.errors import InputError
+from gradpick.models import freeze
+from gradpick.trust.engine import METHODS, MethodSettings, saliency
+from gradpick.trust.metrics import spearman, ssim
+from gradpick.trust.randomisation import randomisable_layers, randomisation_test, randomise_layer
+
+PICKS = [1, 4]
+QUICK = MethodSettings(samples=3, steps=4)
+
+
+@pytest.fixture
+def images() -> torch.Tensor:
+    return torch.rand(5, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+
+
+def snapshot(model: nn.Module) -> tuple[dict, dict, dict]:
+    return (
+        {key: value.clone() for key, value in model.state_dict().items()},
+        {name: p.requires_grad for name, p in model.named_parameters()},
+        {name: module.training for name, module in model.named_modules()},
+    )
+
+
+def assert_unchanged(model: nn.Module, before: tuple[dict, dict, dict]) -> None:
+    states, flags, modes = snapshot(model)
+    assert states.keys() == before[0].keys()
+    assert all(torch.equal(states[key], before[0][key]) for key in states)
+    assert flags == before[1] and modes == before[2]
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_layers_come_in_forward_order(tiny_bn_cnn: nn.Module, images: torch.Tensor) -> None:
+    assert randomisable_layers(tiny_bn_cnn, images[:1]) == ["0", "1", "3", "6"]
+
+
+def test_cascade_randomises_from_the_output_and_never_touches_the_model(
+    tiny_bn_cnn: nn.Module, images: torch.Tensor
+) -> None:
+    before = snapshot(tiny_bn_cnn)
+    curves = randomisation_test(tiny_bn_cnn, images, PICKS, METHODS, settings=QUICK)
+    assert_unchanged(tiny_bn_cnn, before)
+    assert set(curves) == set(METHODS)
+    for curve in curves.values():
+        assert curve.mode == "cascade"
+        assert [step.layer for step in curve.steps] == ["6", "3", "1", "0"]
+        assert [step.randomised for step in curve.steps] == [
+            ("6",),
+            ("6", "3"),
+            ("6", "3", "1"),
+            ("6", "3", "1", "0"),
+        ]
+        original = saliency(curve.original)
+        for step in curve.steps:
+            assert step.maps.shape == curve.original.shape
+            scaled = saliency(step.maps) / saliency(step.maps).flatten(1).amax(1).view(-1, 1, 1)
+            reference = original / original.flatten(1).amax(1).view(-1, 1, 1)
+            assert torch.allclose(step.spearman, spearman(original, saliency(step.maps)))
+            assert torch.allclose(step.ssim, ssim(reference, scaled))
+        # With every layer random, the map no longer looks like the trained model's.
+        assert float(curve.steps[-1].spearman.mean()) < 0.9
+
+
+def test_independent_steps_randomise_one_layer_each_with_the_cascades_draws(
+    tiny_cnn: nn.Module, images: torch.Tensor
+) -> None:
+    cascade = randomisation_test(tiny_cnn, images, PICKS, layers=1)["gradient"]
+    alone = randomisation_test(tiny_cnn, images, PICKS, mode="independent")["gradient"]
+    assert [step.randomised for step in alone.steps] == [("5",), ("2",), ("0",)]
+    # The output layer first: the first step is the same layer with the same draw either way.
+    assert torch.equal(alone.steps[0].maps, cascade.steps[0].maps)
+    assert len(cascade.steps) == 1
+
+
+def test_a_model_in_training_mode_is_explained_in_eval_mode_on_a_copy(
+    tiny_bn_cnn: nn.Module, images: torch.Tensor
+) -> None:
+    training = copy.deepcopy(tiny_bn_cnn).train()
+    before = snapshot(training)
+    served = randomisation_test(tiny_bn_cnn, images, PICKS, layers=2)["gradient"]
+    copied = randomisation_test(training, images, PICKS, layers=2)["gradient"]
+    assert_unchanged(training, before)
+    assert torch.equal(served.steps[1].maps, copied.steps[1].maps)
+
+
+def test_randomise_layer_keeps_the_scale_and_is_seeded() -> None:
+    first, second = nn.Linear(64, 32), nn.Linear(64, 32)
+    second.load_state_dict(first.state_dict())
+    rms = float(first.weight.detach().square().mean().sqrt())
+    randomise_layer(first, seed=3, position=1)
+    randomise_layer(second, seed=3, position=1)
+    assert torch.equal(first.weight, second.weight)
+    assert float(first.weight.detach().square().mean().sqrt()) == pytest.approx(rms, rel=0.1)
+    randomise_layer(second, seed=3, position=2)
+    assert not torch.equal(first.weight, second.weight)
+
+
+def test_a_model_without_parameters_and_bad_counts_are_refused(
+    tiny_cnn: nn.Module, images: torch.Tensor
+) -> None:
+    bare = freeze(nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten()))
+    with pytest.raises(InputError, match="no layers with parameters"):
+        randomisation_test(bare, images, PICKS)
+    with pytest.raises(InputError, match="layers to randomise must be a whole number from 1 to 3"):
+        randomisation_test(tiny_cnn, images, PICKS, layers=4)
+    with pytest.raises(InputError, match="Unknown randomisation mode"):
+        randomisation_test(tiny_cnn, images, PICKS, mode="shuffle")
+    with pytest.raises(InputError, match="Unknown attribution method"):
+        randomisation_test(tiny_cnn, images, PICKS, methods=("lime",))
