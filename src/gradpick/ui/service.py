@@ -89,7 +89,10 @@ def open_source(choice: DataChoice, progress: ProgressCallback | None = None) ->
     if choice.kind == "cifar10":
         with _named_for_visitors(choice):
             source = data.default_cifar10(choice.split, progress=progress)
-        return replace(source, description=choice.public_name) if choice.hosted else source
+        if not choice.hosted:
+            return source
+        assert isinstance(source, data.ArraySource | data.FolderSource), type(source)
+        return replace(source, description=choice.public_name)
     if choice.kind == "folder":
         if not choice.folder.strip():
             raise DataError(
