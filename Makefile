@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run    creates .venv, installs gradpick, starts the Streamlit explorer
 #   make test   the same set-up plus Debian's chromium, then lint, types and the test suite
+# For development, `make quick` runs the suite without the browser and load tests (marker e2e).
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
@@ -21,7 +22,7 @@ CPU_TORCH ?= torch==2.13.0
 PACKAGE_FILES := pyproject.toml README.md $(shell find src -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*')
 export GRADPICK_SERVER_PYTHON ?= $(abspath $(CPU_VENV))/bin/python
 
-.PHONY: run test lint browser bench clean
+.PHONY: run test quick lint browser bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +58,9 @@ lint: $(BIN)/.installed
 
 test: $(BIN)/.installed $(CPU_VENV)/.installed browser lint
 	$(BIN)/python -m pytest
+
+quick: $(BIN)/.installed
+	$(BIN)/python -m pytest -m 'not e2e'
 
 bench: $(BIN)/.installed
 	$(BIN)/gradpick bench --quick
