@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run    creates .venv, installs gradpick, starts the Streamlit explorer
 #   make test   the same set-up plus Debian's chromium, then lint, types and the test suite
+# For development, `make quick` runs the suite without the browser and load tests (marker e2e).
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
@@ -8,16 +9,20 @@ BIN := $(VENV)/bin
 SHARED_CIFAR10 := $(abspath ../shared/data/cifar10-jpg)
 export GRADPICK_CIFAR10_DIR ?= $(if $(wildcard $(SHARED_CIFAR10)/test),$(SHARED_CIFAR10),)
 
-# The hosted demo installs CPU-only torch, whose import costs ~330 MB less than the CUDA build
-# in .venv; the server-memory test serves the app from this second environment. It takes the
-# CPU wheel this machine holds on disk (torch 2.13.0, no matching torchvision: the app needs
-# torchvision only to download CIFAR-10, and the test serves a cached copy) and the app's other
-# pins from requirements.txt.
+# The hosted demo installs requirements.txt: CPU-only torch, whose import costs ~330 MB less than
+# the CUDA build in .venv, and gradpick itself through its `.` line, a normal (not editable)
+# install that reads the shipped weights from the installed package. The server-memory test serves
+# the app from this second environment, made the same way: the pins of requirements.txt and a
+# non-editable install of this checkout, re-made whenever a file of the package changes. The CPU
+# wheel this machine holds on disk stands in for the host's torch (torch 2.13.0, no matching
+# torchvision: the app needs torchvision only to download CIFAR-10, and the test serves a cached
+# copy), so torch and torchvision are left out of the pins and gradpick is installed --no-deps.
 CPU_VENV ?= .venv-cpu
 CPU_TORCH ?= torch==2.13.0
+PACKAGE_FILES := pyproject.toml README.md $(shell find src -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*')
 export GRADPICK_SERVER_PYTHON ?= $(abspath $(CPU_VENV))/bin/python
 
-.PHONY: run test lint browser bench clean
+.PHONY: run test quick lint browser bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,12 +30,17 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
-$(CPU_VENV)/.installed: pyproject.toml requirements.txt
+$(CPU_VENV)/.requirements: requirements.txt
 	$(PYTHON) -m venv $(CPU_VENV)
 	$(CPU_VENV)/bin/python -m pip install -q --upgrade pip
 	$(CPU_VENV)/bin/python -m pip install -q $(CPU_TORCH) \
-		$$(grep -E '^(streamlit|plotly|pillow|numpy)\b' requirements.txt)
-	$(CPU_VENV)/bin/python -m pip install -q --no-deps -e .
+		$$(grep -E '^[A-Za-z]' requirements.txt | grep -vE '^torch(vision)?\b')
+	touch $@
+
+# A stale build/ folder would put files deleted since into the wheel.
+$(CPU_VENV)/.installed: $(CPU_VENV)/.requirements $(PACKAGE_FILES)
+	rm -rf build
+	$(CPU_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
 	touch $@
 
 run: $(BIN)/.installed
@@ -48,6 +58,9 @@ lint: $(BIN)/.installed
 
 test: $(BIN)/.installed $(CPU_VENV)/.installed browser lint
 	$(BIN)/python -m pytest
+
+quick: $(BIN)/.installed
+	$(BIN)/python -m pytest -m 'not e2e'
 
 bench: $(BIN)/.installed
 	$(BIN)/gradpick bench --quick

@@ -30,7 +30,7 @@ from test_app import (
 )
 from test_models import Payload, torch_zip_with
 
-from gradpick import models
+from gradpick import data, models
 from gradpick.errors import InputError
 from gradpick.ui import config, state
 from gradpick.ui.config import AppConfig, UserModelArgs, hosted_mode, parse_user_model
@@ -113,6 +113,33 @@ def test_a_local_page_has_no_hosted_caption(generated: Path) -> None:
     app = open_app(**TUTORIAL)
     assert "Local folder" in app.sidebar.radio(key="source_kind").options
     assert not any("Hosted demo" in caption.value for caption in app.caption)
+    assert f"folder {generated / 'test'}, {IMAGES} images" in page_text(app)
+
+
+def page_text(app: AppTest) -> str:
+    """Every caption, message and metric of the page, sidebar included, one per line."""
+    shown = [app.caption, app.markdown, app.info, app.warning, app.error, app.success]
+    lines = [str(element.value) for elements in shown for element in elements]
+    lines += [f"{metric.label}: {metric.value}" for metric in app.metric]
+    return "\n".join(lines)
+
+
+def test_a_hosted_page_names_the_data_never_the_server_folder(hosted: Path) -> None:
+    app = open_app(**TUTORIAL)
+    no_errors(app)
+    assert f"CIFAR-10, test split, {IMAGES} images" in page_text(app)
+    assert str(hosted) not in page_text(app)
+
+
+def test_a_hosted_page_names_the_data_it_cannot_read(
+    hosted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "cifar10-jpg"
+    monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(missing))
+    app = open_app(**TUTORIAL)
+    assert not app.exception
+    assert errors(app).startswith("CIFAR-10, test split: the images could not be read")
+    assert str(missing) not in page_text(app)
 
 
 def test_hosted_uploads_are_limited_in_count_and_bytes(hosted: Path) -> None:

@@ -228,12 +228,13 @@ def test_train_then_eval_on_a_folder(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The whole training command: train, export weights and a card, then evaluate them."""
+    """The whole training command: train, export weights and a card (by default beside the
+    checkpoint, in RUN_DIR/export), then evaluate them."""
     folder = cifar_like_factory(40)
-    export_dir = tmp_path / "assets"
+    export_dir = tmp_path / "run" / "export"
     arguments = ["train", "tutorial", "--data", str(folder), "--epochs", "1"]
     arguments += ["--batch-size", "8", "--no-compile", "--run-dir", str(tmp_path / "run")]
-    assert main([*arguments, "--export-dir", str(export_dir)]) == 0
+    assert main(arguments) == 0
     card = json.loads((export_dir / "tutorial.json").read_text())
     assert card["sha256"] == models.sha256_file(export_dir / "tutorial.pt")
     assert card["evaluated_images"] == 40 and card["epochs"] == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -13,9 +12,11 @@ from torch import nn
 from gradpick.compare import (
     CAPTUM,
     FLOOR,
+    MAX_ROUNDS,
     MAX_RUNS_PER_ROUND,
     MIN_MEASURED_SECONDS,
     NOT_MEASURED,
+    ROUND_SECONDS,
     captum_unavailable_reason,
     compare_strategies,
     floor_gradients,
@@ -137,32 +138,60 @@ def test_bad_indices_raise_gradpicks_own_error(tiny_cnn, random_batch):
         compare_strategies(tiny_cnn, random_batch.images, [16], random_batch.labels)
 
 
+class FakeClock:
+    """A clock (seconds) that moves only when a fake call says how long it took; the costs
+    below are powers of two, so every sum of them is exact."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.calls: list[str] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def costing(self, name: str, seconds: float) -> Callable[[], None]:
+        def call() -> None:
+            self.calls.append(name)
+            self.now += seconds
+
+        return call
+
+
 def test_interleaved_medians_interleave_rounds_and_sample_cheap_calls_more():
-    calls: list[str] = []
-
-    def call(name: str, seconds: float) -> Callable[[], None]:
-        return lambda: (calls.append(name), time.sleep(seconds))
-
+    clock = FakeClock()
+    slow, quick = 2**-5, 2**-10  # 31.25 ms and 0.9765625 ms
     medians = interleaved_medians(
-        {"slow": call("slow", 0.03), "quick": call("quick", 0.001)},
+        {"slow": clock.costing("slow", slow), "quick": clock.costing("quick", quick)},
         torch.device("cpu"),
         repeats=3,
+        clock=clock,
     )
-    assert calls[:2] == ["slow", "quick"]  # one warm-up run each
-    rounds = "".join("S" if name == "slow" else "q" for name in calls[2:]).split("S")[1:]
-    quick_rounds = [run for run in rounds if run]
-    assert len(set(quick_rounds[:-1])) == 1, "a cheap call runs equally often in every round"
-    assert 10 <= len(quick_rounds[0]) <= MAX_RUNS_PER_ROUND
-    assert rounds[: len(quick_rounds)] == quick_rounds, "cheap calls take turns with slow ones"
-    # Each call is measured for at least MIN_MEASURED_SECONDS of its own time, and then stops.
-    assert len(rounds) * 30 >= MIN_MEASURED_SECONDS * 1000
-    quick_runs = calls[2:].count("quick")
-    assert MIN_MEASURED_SECONDS * 1000 / 2 <= quick_runs <= MIN_MEASURED_SECONDS * 1000
-    assert medians["slow"] >= 30 and 1 <= medians["quick"] < 30
-    slow: list[str] = []
-    interleaved_medians(
-        {"slow": lambda: (slow.append("slow"), time.sleep(0.1))}, torch.device("cpu"), repeats=3
+    assert medians == {"slow": slow * 1000, "quick": quick * 1000}
+    # One warm-up run each; then rounds of about ROUND_SECONDS per call: int(50 / 0.977) = 51
+    # quick runs per slow one. Each call stops once it has MIN_MEASURED_SECONDS of its own time:
+    # quick after 11 rounds (10 give 498 ms), slow after 16 (500 ms).
+    quick_per_round = int(ROUND_SECONDS / quick)
+    assert quick_per_round == 51 and MIN_MEASURED_SECONDS == 0.5
+    rounds = ["slow", *["quick"] * quick_per_round] * 11 + ["slow"] * 5
+    assert clock.calls == ["slow", "quick", *rounds]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "runs"),
+    [(2**-3, 4), (2**-2, 3), (0.0, MAX_ROUNDS * MAX_RUNS_PER_ROUND)],
+    ids=["measuring time decides", "repeats decide", "at most MAX_ROUNDS rounds"],
+)
+def test_interleaved_medians_stop_when_a_call_has_enough(seconds: float, runs: int) -> None:
+    """125 ms calls need 4 runs to fill 0.5 s; 250 ms ones fill it in 2 but 3 repeats are asked
+    for; a call too quick for the clock runs the most rounds, MAX_RUNS_PER_ROUND at a time."""
+    clock = FakeClock()
+    medians = interleaved_medians(
+        {"call": clock.costing("call", seconds)}, torch.device("cpu"), repeats=3, clock=clock
     )
-    assert len(slow) == 1 + 5, "0.1 s calls need 5 runs to fill the measuring time"
+    assert len(clock.calls) == 1 + runs
+    assert medians == {"call": seconds * 1000}
+
+
+def test_interleaved_medians_need_a_repeat():
     with pytest.raises(InputError, match="repeats"):
         interleaved_medians({"a": lambda: None}, torch.device("cpu"), repeats=0)

@@ -67,8 +67,19 @@ def test_a_misspelt_device_lists_the_choices() -> None:
         resolve_device("gpu")
 
 
-def test_synchronize_on_the_cpu_is_a_no_op() -> None:
+def test_synchronize_waits_on_the_devices_own_backend_and_not_for_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU runs eagerly, so there is nothing to wait for; CUDA and MPS queue kernels."""
+    waited: list[object] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: waited.append("mps"))
     synchronize(torch.device("cpu"))
+    assert waited == []
+    synchronize(torch.device("cuda", 1))
+    assert waited == [torch.device("cuda", 1)]
+    synchronize(torch.device("mps"))
+    assert waited == [torch.device("cuda", 1), "mps"]
 
 
 def test_model_device_and_device_for() -> None:

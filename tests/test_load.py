@@ -388,15 +388,37 @@ def _write_cifar10_batches(folder: Path, images: Path | None) -> int:
     return len(rows)
 
 
-def _torch_cuda_version(python: str) -> str:
-    """torch.version.cuda of the server's Python: "None" for a CPU-only build."""
+PAGE_TEXT_JS = """
+() => [document.body.innerText, ...Array.from(document.querySelectorAll('input'), (i) => i.value)]
+  .join('\\n')
+"""
+"""All the page's text and the values of its inputs (a select box shows its choice in one)."""
+SERVER_FACTS = """
+import json, gradpick, torch
+from gradpick.ui import service
+print(json.dumps({"torch_cuda": str(torch.version.cuda), "gradpick": gradpick.__file__,
+                  "model": service.model_options()[0].label}))
+"""
+"""What the server's Python runs: torch.version.cuda ("None" for a CPU-only build), where its
+gradpick lives, and the label of the page's default model."""
+
+
+HOST_ENVIRONMENT = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+"""The host sets no PYTHONPATH: a source folder on it would hide what the install holds."""
+
+
+def _server_facts(python: str) -> dict[str, str]:
+    """SERVER_FACTS as the server sees them (from the checkout, like ``streamlit run``)."""
     answer = subprocess.run(
-        [python, "-c", "import torch; print(torch.version.cuda)"],
+        [python, "-c", SERVER_FACTS],
+        cwd=REPO,
+        env=HOST_ENVIRONMENT,
         capture_output=True,
         text=True,
         check=True,
     )
-    return answer.stdout.strip()
+    facts: dict[str, str] = json.loads(answer.stdout)
+    return facts
 
 
 def test_default_flow_fits_the_smallest_host_tier(chromium: str, tmp_path: Path) -> None:
@@ -404,7 +426,8 @@ def test_default_flow_fits_the_smallest_host_tier(chromium: str, tmp_path: Path)
     python = os.environ.get(SERVER_PYTHON_ENV) or sys.executable
     if os.sep in python:
         python = str(REPO / python)  # a path relative to the repository, or absolute
-    cuda = _torch_cuda_version(python)
+    facts = _server_facts(python)
+    cuda = facts["torch_cuda"]
     cache = tmp_path / "cache"
     test_images = _write_cifar10_batches(
         cache / "cifar10" / "cifar-10-batches-py", real_cifar10_dir()
@@ -413,6 +436,7 @@ def test_default_flow_fits_the_smallest_host_tier(chromium: str, tmp_path: Path)
         config.HOSTED_ENV: "1",
         data.CIFAR10_DIR_ENV: None,
         "GRADPICK_CACHE_DIR": str(cache),
+        "PYTHONPATH": None,
     }
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
@@ -432,11 +456,16 @@ def test_default_flow_fits_the_smallest_host_tier(chromium: str, tmp_path: Path)
             peak = server.memory_bytes("VmHWM")
             resident = server.memory_bytes("VmRSS")
             size = _batch_size(metric_value(page, "Images N").inner_text())
+            accuracy = metric_value(page, "Accuracy").inner_text()
+            shown = page.evaluate(PAGE_TEXT_JS)
             errors = page_errors(page).all_inner_texts()
         browser.close()
     figures = {
         "server_python": python,
         "torch_cuda": cuda,
+        "server_gradpick": facts["gradpick"],
+        "model": facts["model"],
+        "batch_accuracy": accuracy,
         "cifar10_test_images": test_images,
         "batch_n": size,
         "clicked_index": first["index"],
@@ -454,6 +483,12 @@ def test_default_flow_fits_the_smallest_host_tier(chromium: str, tmp_path: Path)
 
     assert hosted_note == 1, "the page does not say it runs in hosted mode"
     assert not errors, errors
+    assert "random weights" not in facts["model"], f"{python} serves no trained weights"
+    assert facts["model"] in shown, f"the page does not show the default model {facts['model']}"
+    if real_cifar10_dir() is not None:
+        assert float(accuracy.rstrip("%")) > 80, f"batch accuracy {accuracy}: untrained weights?"
+    assert f"CIFAR-10, test split, {test_images:,} images" in shown, "the data is not named"
+    assert str(cache) not in shown, "the page shows the server's data folder"
     if cuda != "None":
         pytest.skip(
             f"peak resident memory {peak / 1e6:.0f} MB measured with a CUDA build of torch "
@@ -461,6 +496,10 @@ def test_default_flow_fits_the_smallest_host_tier(chromium: str, tmp_path: Path)
             f"CPU-only build the host installs; run with {SERVER_PYTHON_ENV}=.venv-cpu/bin/python "
             "(torch CPU build, no torchvision) to check the 600 MB limit"
         )
+    assert not Path(facts["gradpick"]).is_relative_to(REPO / "src"), (
+        f"{python} imports gradpick from the checkout ({facts['gradpick']}); the host installs "
+        "it from requirements.txt, not editable: build .venv-cpu with make"
+    )
     assert peak < HOST_MEMORY_LIMIT, (
         f"the hosted default flow peaked at {peak / 1e6:.0f} MB resident, over the host's "
         f"{HOST_MEMORY_LIMIT / 1e6:.0f} MB"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -114,9 +115,19 @@ def test_rules_needing_labels_explain_themselves(rule):
         pick(_result(labelled=False), rule, class_index=0)
 
 
-@pytest.mark.parametrize("rule", ["least_confident", "predicted_class", "random"])
-def test_rules_without_labels_work_on_unlabelled_images(rule):
-    assert pick(_result(labelled=False), rule, k=2, class_index=1)
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        ("least_confident", [4, 1]),  # confidence 0.45, then the 0.58 tie of rows 1 and 5
+        ("predicted_class", [1, 4]),  # rows 1, 4, 5 and 7 predict class 1
+        ("random", sorted(np.random.default_rng(0).choice(8, size=2, replace=False))),
+    ],
+)
+def test_rules_without_labels_work_on_unlabelled_images(rule, expected):
+    """They read only the outputs, so without labels they pick what they pick with them."""
+    unlabelled = pick(_result(labelled=False), rule, k=2, class_index=1)
+    assert unlabelled == expected
+    assert unlabelled == pick(_result(), rule, k=2, class_index=1)
 
 
 @pytest.mark.parametrize(

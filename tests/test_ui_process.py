@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -49,6 +50,21 @@ def test_freed_large_blocks_leave_resident_memory() -> None:
     )
 
 
-def test_it_is_applied_once() -> None:
-    first = process.return_freed_memory_promptly()
-    assert process.return_freed_memory_promptly() is first
+@pytest.mark.parametrize("took_effect", [True, False])
+def test_it_is_applied_once_even_from_several_threads(
+    took_effect: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every page run asks for the setting; glibc is told once, and every caller then gets
+    that first answer, also when it said the setting did not take effect."""
+    applied: list[int] = []
+
+    def set_threshold(size: int) -> bool:
+        applied.append(size)
+        return took_effect
+
+    monkeypatch.setattr(process, "_APPLIED", [])
+    monkeypatch.setattr(process, "_set_mmap_threshold", set_threshold)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(lambda _: process.return_freed_memory_promptly(), range(16)))
+    assert applied == [process.MMAP_THRESHOLD]
+    assert answers == [took_effect] * 16

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from gradpick import data, models
-from gradpick.errors import DataError, InputError, ModelError
+from gradpick.errors import DataError, DownloadError, InputError, ModelError
 from gradpick.infer import infer
 from gradpick.ui import service
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
@@ -60,6 +60,57 @@ def test_the_default_source_reads_the_configured_cifar10_folder(cifar_like: Path
     assert list(batch.positions) == data.batch_positions(30, size=7, seed=3)
     assert batch.labels is not None
     assert torch.equal(batch.labels, source.labels()[list(batch.positions)])
+
+
+def test_a_hosted_page_names_cifar10_instead_of_its_folder(cifar_like: Path) -> None:
+    local = service.open_source(DataChoice())
+    assert str(cifar_like) in local.description
+    hosted = service.open_source(DataChoice(hosted=True))
+    assert hosted.description == "CIFAR-10, test split"
+    assert DataChoice(hosted=True).source_key != DataChoice().source_key
+    batch = service.read_batch(hosted, DataChoice(size=5, hosted=True))
+    assert batch.source == "CIFAR-10, test split"
+    assert DataChoice(split="train", hosted=True).public_name == "CIFAR-10, train split"
+
+
+def test_hosted_data_errors_name_the_data_not_the_server_paths(
+    cifar_like: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hosted = DataChoice(hosted=True)
+    source = service.open_source(hosted)
+    assert isinstance(source, data.FolderSource)
+    first = source.files[0]
+    first.write_bytes(b"not a JPEG")
+    with pytest.raises(DataError) as raised:
+        service.read_batch(source, DataChoice(size=3))
+    assert str(first) in str(raised.value)
+    with pytest.raises(DataError) as raised:
+        service.read_batch(source, DataChoice(size=3, hosted=True))
+    assert str(raised.value).startswith("CIFAR-10, test split: the images could not be read")
+    assert str(cifar_like) not in str(raised.value)
+    first.unlink()
+    with pytest.raises(DataError, match="CIFAR-10, test split") as raised:
+        service.read_batch(source, DataChoice(size=3, hosted=True))
+    assert str(cifar_like) not in str(raised.value)
+    monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(cifar_like / "missing"))
+    with pytest.raises(DataError, match="no such folder"):
+        service.open_source(DataChoice())
+    with pytest.raises(DataError, match="CIFAR-10, test split") as raised:
+        service.open_source(hosted)
+    assert str(cifar_like) not in str(raised.value)
+
+
+def test_a_failed_hosted_download_stays_a_download_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def offline(split: str, progress: object = None) -> data.ImageSource:
+        raise DownloadError(f"Could not download CIFAR-10 into {tmp_path} (offline).")
+
+    monkeypatch.setattr(data, "default_cifar10", offline)
+    with pytest.raises(DownloadError) as raised:
+        service.open_source(DataChoice(hosted=True))
+    assert str(raised.value).startswith("CIFAR-10, test split: the images could not be downloaded")
+    assert str(tmp_path) not in str(raised.value)
 
 
 def test_folder_choices_need_an_existing_folder(tmp_path: Path) -> None:

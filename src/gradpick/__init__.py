@@ -1,23 +1,69 @@
 """gradpick: exact input gradients for the images you pick from a batch.
 
-``gradpick.input_gradients`` is the public entry point; it is resolved lazily so that importing a
-light module such as ``gradpick.errors`` does not pay for importing torch.
+``gradpick.input_gradients`` is the public entry point, and the library's modules are attributes
+of the package (``gradpick.models.load("resnet20")`` after a bare ``import gradpick``). Both are
+resolved lazily (PEP 562), so ``import gradpick`` stays light: it imports no torch until a name
+that needs it is used.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["GradientResult", "input_gradients"]
+
+__all__ = [
+    "GradientResult",
+    "input_gradients",
+    "attribution",
+    "bench",
+    "compare",
+    "data",
+    "devices",
+    "errors",
+    "gradients",
+    "infer",
+    "measure",
+    "models",
+    "render",
+    "selection",
+    "train",
+    "ui",
+    "versions",
+]
+_FROM_GRADIENTS = ("GradientResult", "input_gradients")
+SUBMODULES = tuple(name for name in __all__ if name not in _FROM_GRADIENTS)
+"""The public modules; the command line (``gradpick.cli``) is not a library API."""
 
 if TYPE_CHECKING:
+    from gradpick import (
+        attribution,
+        bench,
+        compare,
+        data,
+        devices,
+        errors,
+        gradients,
+        infer,
+        measure,
+        models,
+        render,
+        selection,
+        train,
+        ui,
+        versions,
+    )
     from gradpick.gradients import GradientResult, input_gradients
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from gradpick import gradients
-
-        return getattr(gradients, name)
+    if name in _FROM_GRADIENTS:
+        return getattr(importlib.import_module("gradpick.gradients"), name)
+    if name in SUBMODULES:
+        return importlib.import_module(f"gradpick.{name}")
     raise AttributeError(f"module 'gradpick' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         model,
         config,
         run_dir,
-        Path(args.export_dir),
+        Path(args.export_dir or run_dir / "export"),
         _source(args.data, "test"),
         json.loads(card_beside.read_text()) if card_beside and card_beside.is_file() else None,
     )
@@ -170,7 +171,11 @@ def _train_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--run-dir", help="checkpoint folder (default runs/MODEL)")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
-    parser.add_argument("--export-dir", default="assets", help="where weights and card go")
+    parser.add_argument(
+        "--export-dir",
+        help="where weights and card go (default RUN_DIR/export; the app reads them when "
+        f"${models.ASSETS_DIR_ENV} names that folder)",
+    )
     parser.add_argument("--device", default="auto")
     parser.set_defaults(handler=_cmd_train)
 
@@ -245,7 +250,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 class _LoadedModel:
     model: nn.Module
     name: str
-    weights: Path
+    weights: Traversable
     card: dict[str, Any] | None
     """The shipped model card; None for other weights, which it does not describe."""
 

@@ -12,6 +12,7 @@ the profiler's overhead never reaches a timing.
 from __future__ import annotations
 
 import statistics
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -118,9 +119,11 @@ def interleaved_medians(
     device: torch.device,
     repeats: int,
     min_seconds: float = MIN_MEASURED_SECONDS,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, float]:
     """Median wall time (ms, device synchronised) of each call, over at least ``repeats`` runs
-    and at least ``min_seconds`` of its own measured time (up to ``MAX_ROUNDS`` rounds).
+    and at least ``min_seconds`` of its own measured time (up to ``MAX_ROUNDS`` rounds), read
+    from ``clock`` (seconds).
 
     Calls take turns in rounds, so a machine that gets busier or quieter part-way through
     shifts all of them alike instead of favouring whichever ran first; within a round a call
@@ -131,7 +134,7 @@ def interleaved_medians(
         raise InputError(f"repeats must be at least 1; got {repeats}.")
     # The warm-up run is not measured (first-call costs such as lazy initialisation are not the
     # cost), only used to size the rounds; it can only overestimate, which means fewer runs.
-    calibration = {name: _timed(call, device) for name, call in calls.items()}
+    calibration = {name: _timed(call, device, clock) for name, call in calls.items()}
     runs_per_round = {
         name: max(1, min(MAX_RUNS_PER_ROUND, int(ROUND_SECONDS * 1000 / max(ms, 1e-3))))
         for name, ms in calibration.items()
@@ -140,7 +143,9 @@ def interleaved_medians(
     active = list(calls)
     for _ in range(MAX_ROUNDS):
         for name in active:
-            times[name].extend(_timed(calls[name], device) for _ in range(runs_per_round[name]))
+            times[name].extend(
+                _timed(calls[name], device, clock) for _ in range(runs_per_round[name])
+            )
         active = [
             name
             for name in active
@@ -151,8 +156,8 @@ def interleaved_medians(
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def _timed(call: Callable[[], object], device: torch.device) -> float:
-    with Stopwatch(device) as watch:
+def _timed(call: Callable[[], object], device: torch.device, clock: Callable[[], float]) -> float:
+    with Stopwatch(device, clock) as watch:
         call()
     return watch.milliseconds
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from types import TracebackType
@@ -31,16 +31,22 @@ MEASUREMENT_LOCK = threading.Lock()
 
 
 class Stopwatch:
-    """Wall time of a block in milliseconds, with the device synchronised at both ends."""
+    """Wall time of a block in milliseconds, with the device synchronised at both ends.
 
-    def __init__(self, device: torch.device) -> None:
+    ``clock`` (seconds) is ``time.perf_counter`` unless a test drives a fake one.
+    """
+
+    def __init__(
+        self, device: torch.device, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.device = device
         self.milliseconds = 0.0
+        self._clock = clock
         self._start = 0.0
 
     def __enter__(self) -> Stopwatch:
         synchronize(self.device)
-        self._start = time.perf_counter()
+        self._start = self._clock()
         return self
 
     def __exit__(
@@ -50,7 +56,7 @@ class Stopwatch:
         trace: TracebackType | None,
     ) -> None:
         synchronize(self.device)
-        self.milliseconds = (time.perf_counter() - self._start) * 1000.0
+        self.milliseconds = (self._clock() - self._start) * 1000.0
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.resources
+import io
 import json
 import os
 import pickle
 from collections.abc import Callable
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -134,15 +137,19 @@ def build(name: str) -> nn.Module:
     return ARCHITECTURES[name]()
 
 
-def assets_dir() -> Path:
-    """Folder of shipped weights and cards: $GRADPICK_ASSETS_DIR, else the repository's assets/."""
+def assets_dir() -> Traversable:
+    """Folder of shipped weights and cards: $GRADPICK_ASSETS_DIR, else the package's own assets/.
+
+    The shipped files are package data, read through ``importlib.resources``, so they are found
+    from a wheel (even a zipped one), not only from a source checkout.
+    """
     configured = os.environ.get(ASSETS_DIR_ENV)
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2] / "assets"
+    return importlib.resources.files("gradpick") / "assets"
 
 
-def shipped_weights_path(name: str) -> Path:
+def shipped_weights_path(name: str) -> Traversable:
     return assets_dir() / f"{name}.pt"
 
 
@@ -151,18 +158,18 @@ def model_card(name: str) -> dict[str, Any] | None:
     path = assets_dir() / f"{name}.json"
     if not path.is_file():
         return None
-    card: dict[str, Any] = json.loads(path.read_text())
+    card: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return card
 
 
 def shipped_models() -> list[str]:
-    """Built-in models that have weights in assets/, best first."""
+    """Built-in models that have weights in the assets folder, best first."""
     return [name for name in ARCHITECTURES if shipped_weights_path(name).is_file()]
 
 
-def sha256_file(path: str | Path) -> str:
+def sha256_file(path: str | Traversable) -> str:
     digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
+    with (Path(path) if isinstance(path, str) else path).open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -185,15 +192,21 @@ def _unreadable(label: str, error: Exception) -> ModelError:
     )
 
 
-def read_state_dict(source: str | Path | bytes) -> dict[str, torch.Tensor]:
-    """Read a weights file with ``weights_only=True``: a file that carries code is refused unrun."""
+def read_state_dict(source: str | Traversable | bytes) -> dict[str, torch.Tensor]:
+    """Read a weights file with ``weights_only=True``: a file that carries code is refused unrun.
+
+    ``source`` is a path, a package resource (which may live inside a zip) or the file's bytes.
+    """
     label = "uploaded weights" if isinstance(source, bytes) else str(source)
     handle: Any = source
     if isinstance(source, bytes):
-        import io
-
         handle = io.BytesIO(source)
-    elif not Path(source).is_file():
+    elif isinstance(source, str | Path):
+        if not Path(source).is_file():
+            raise ModelError(f"{label}: no such weights file.")
+    elif source.is_file():
+        handle = io.BytesIO(source.read_bytes())
+    else:
         raise ModelError(f"{label}: no such weights file.")
     try:
         state = torch.load(handle, map_location="cpu", weights_only=True)
@@ -257,7 +270,7 @@ def freeze(model: nn.Module) -> nn.Module:
 
 def load(
     name: str,
-    weights: str | Path | bytes | None = None,
+    weights: str | Traversable | bytes | None = None,
     device: str | torch.device | None = None,
 ) -> nn.Module:
     """A ready model: shipped weights (or ``weights``) loaded, eval mode, frozen, on ``device``."""

@@ -7,8 +7,10 @@ caching (``gradpick.ui.cache``) and drawing. Every identity used as a cache key 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from torch import nn
 
 from gradpick import data, devices, models
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
-from gradpick.errors import DataError, InputError, ModelError
+from gradpick.errors import DataError, DownloadError, InputError, ModelError
 from gradpick.infer import InferenceResult
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
 
@@ -28,6 +30,7 @@ SOURCE_KINDS = ("cifar10", "folder", "upload")
 SOURCE_LABELS = {"cifar10": "CIFAR-10", "folder": "Local folder", "upload": "Uploaded images"}
 RANDOM_WEIGHTS_SEED = 0
 """Seed of the stand-in model offered while no trained weights ship: same model every run."""
+LOG = logging.getLogger("gradpick.ui")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class DataChoice:
     seed: int | None = None
     """A seeded random sample of ``size`` images instead of the slice from ``start``."""
     uploads: tuple[Upload, ...] = ()
+    hosted: bool = False
+    """A hosted page names CIFAR-10 by ``public_name``, never by the server's folder, in what it
+    shows and in its error messages."""
 
     @property
     def source_key(self) -> str:
@@ -66,7 +72,12 @@ class DataChoice:
         if self.kind == "folder":
             return f"folder:{self.folder.strip()}:{self.split}"
         origin = os.environ.get(data.CIFAR10_DIR_ENV) or "torchvision"
-        return f"cifar10:{self.split}:{origin}"
+        return f"cifar10:{self.split}:{origin}" + (":hosted" if self.hosted else "")
+
+    @property
+    def public_name(self) -> str:
+        """E.g. 'CIFAR-10, test split': what a visitor needs to know, wherever it is stored."""
+        return f"CIFAR-10, {self.split} split"
 
     @property
     def batch_key(self) -> str:
@@ -76,7 +87,12 @@ class DataChoice:
 def open_source(choice: DataChoice, progress: ProgressCallback | None = None) -> ImageSource:
     """The image source a choice names; ``progress`` follows a CIFAR-10 download."""
     if choice.kind == "cifar10":
-        return data.default_cifar10(choice.split, progress=progress)
+        with _named_for_visitors(choice):
+            source = data.default_cifar10(choice.split, progress=progress)
+        if not choice.hosted:
+            return source
+        assert isinstance(source, data.ArraySource | data.FolderSource), type(source)
+        return replace(source, description=choice.public_name)
     if choice.kind == "folder":
         if not choice.folder.strip():
             raise DataError(
@@ -138,9 +154,29 @@ def read_batch(
     source: ImageSource, choice: DataChoice, progress: ProgressCallback | None = None
 ) -> ImageBatch:
     """The batch a choice names, decoded chunk by chunk with progress."""
-    return data.load_batch(
-        source, start=choice.start, size=choice.size, seed=choice.seed, progress=progress
-    )
+    with _named_for_visitors(choice):
+        return data.load_batch(
+            source, start=choice.start, size=choice.size, seed=choice.seed, progress=progress
+        )
+
+
+@contextmanager
+def _named_for_visitors(choice: DataChoice) -> Iterator[None]:
+    """On a hosted page, a CIFAR-10 copy that cannot be downloaded or read is reported by its
+    public name; the message with the server's paths goes to the server's log only."""
+    if not (choice.hosted and choice.kind == "cifar10"):
+        yield
+        return
+    try:
+        yield
+    except (DataError, OSError) as error:
+        LOG.warning("%s: %s: %s", choice.public_name, type(error).__name__, error)
+        kind = type(error) if isinstance(error, DataError) else DataError
+        problem = "downloaded" if isinstance(error, DownloadError) else "read"
+        raise kind(
+            f"{choice.public_name}: the images could not be {problem} on this server just now. "
+            "Try again later, or upload your own images meanwhile."
+        ) from None
 
 
 def sorted_by_class(source: ImageSource) -> bool:

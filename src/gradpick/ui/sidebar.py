@@ -87,14 +87,14 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
             folder = st.text_input(
                 "Folder", key="folder_path", placeholder="/path/to/cifar10-jpg or a class tree"
             )
-        base = DataChoice(kind=kind, split=split, folder=folder)
+        base = DataChoice(kind=kind, split=split, folder=folder, hosted=config.hosted)
     source: ImageSource | None = None
     with guarded("Opening the images"):
         source = cache.source(base.source_key, base)
     if source is None:
         return None, None
     total = len(source)
-    st.caption(f"{source.description}: {total:,} images")
+    st.caption(f"{source.description}, {total:,} images")
     if kind == "upload":
         return base, source
     key = base.source_key
