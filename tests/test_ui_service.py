@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from safetensors.torch import save_file
 
-from gradpick import data, models
+from gradpick import data, models, zoo
 from gradpick.errors import DataError, InputError, ModelError
 from gradpick.infer import infer
 from gradpick.ui import service
@@ -238,3 +239,38 @@ def test_uploaded_weights_are_keyed_by_content_and_size_limited() -> None:
     huge = Upload("big.pt", bytes(MAX_WEIGHTS_BYTES + 1), "big")
     with pytest.raises(ModelError, match="too large"):
         service.uploaded_weights_option(tutorial, huge)
+
+
+def test_a_user_model_option_carries_its_input_spec_into_the_model() -> None:
+    args = UserModelArgs("torchvision:resnet18", input_size="32", mean=(0.5,) * 3, std=(0.25,) * 3)
+    option = service.user_model_option(args)
+    assert option.spec_overrides == {"input_size": "32", "mean": (0.5,) * 3, "std": (0.25,) * 3}
+    plain = service.user_model_option(UserModelArgs("torchvision:resnet18", input_size="32"))
+    assert option.identity != plain.identity
+    model = service.load_model(option, torch.device("cpu"))
+    assert isinstance(model, zoo.Normalized) and not model.training
+    assert torch.equal(model.normalize.mean.flatten(), torch.full((3,), 0.5))
+    assert model(torch.rand(2, 3, 32, 32)).shape == (2, 1000)
+
+
+def test_spec_text_from_the_sidebar_is_read_or_explained() -> None:
+    option = service.user_model_option(UserModelArgs("torchvision:resnet18"))
+    typed = service.with_spec_text(option, " 64x48 ", "72", "0.5 0.5 0.5", "0.2, 0.2,0.2")
+    assert (typed.input_size, typed.resize) == ("64x48", 72)
+    assert typed.mean == (0.5,) * 3 and typed.std == (0.2,) * 3
+    assert service.with_spec_text(option, "", "", "", "") == option
+    with pytest.raises(InputError, match="Resize 'big' is not a whole number"):
+        service.with_spec_text(option, "", "big", "", "")
+    with pytest.raises(InputError, match="Mean 'a, b' is not a list of numbers"):
+        service.with_spec_text(option, "", "", "a, b", "")
+
+
+def test_uploaded_safetensors_weights_are_read(tmp_path: Path) -> None:
+    state = models.build("tutorial").state_dict()
+    path = tmp_path / "w.safetensors"
+    save_file(state, path)
+    option = service.uploaded_weights_option(
+        ModelOption("tutorial"), Upload.of(path.name, path.read_bytes())
+    )
+    model = service.load_model(option, torch.device("cpu"))
+    assert all(torch.equal(value, state[key]) for key, value in model.state_dict().items())

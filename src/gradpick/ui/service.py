@@ -22,6 +22,7 @@ from gradpick.data import ImageBatch, ImageSource, ProgressCallback
 from gradpick.errors import DataError, InputError, ModelError
 from gradpick.infer import InferenceResult
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
+from gradpick.zoo import SpecOverrides
 
 DEFAULT_BATCH_SIZE = 1000
 SOURCE_KINDS = ("cifar10", "folder", "upload")
@@ -169,12 +170,33 @@ class ModelOption:
     upload: Upload | None = None
     """Weights uploaded for the built-in architecture ``name``; its identity is their digest."""
     factory: str = ""
-    """``package.module:factory`` of the user's own model (local runs only); ``name`` is it."""
+    """The user's own model (local runs only): any name ``gradpick.models.load_model`` takes,
+    torchvision:NAME[:WEIGHTS], timm:NAME or package.module:factory; ``name`` is it."""
     weights_path: str = ""
     weights_stamp: float = 0.0
     """Modification time of ``weights_path``: a re-saved file is a different model."""
     class_names: tuple[str, ...] = field(default=(), compare=False)
     """Output names from the user's --classes file; empty means the page chooses."""
+    input_size: str = ""
+    resize: int | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    """The user's input spec settings; unset ones come from the model's own metadata."""
+
+    @property
+    def spec_overrides(self) -> SpecOverrides:
+        overrides: SpecOverrides = {}
+        if self.input_size:
+            overrides["input_size"] = self.input_size
+        if self.resize is not None:
+            overrides["resize"] = self.resize
+        if self.mean is not None:
+            overrides["mean"] = self.mean
+        if self.std is not None:
+            overrides["std"] = self.std
+        if self.class_names:
+            overrides["class_names"] = self.class_names
+        return overrides
 
     @property
     def accuracy(self) -> float | None:
@@ -185,7 +207,9 @@ class ModelOption:
     def identity(self) -> str:
         """Names the exact weights, so caches never mix two trainings of one architecture."""
         if self.factory:
-            return f"user:{self.factory}:{self.weights_path}@{self.weights_stamp}"
+            identity = f"user:{self.factory}:{self.weights_path}@{self.weights_stamp}"
+            spec = (self.input_size, self.resize, self.mean, self.std)
+            return identity if spec == ("", None, None, None) else f"{identity}|spec={spec}"
         if self.upload is not None:
             return f"{self.name}:upload-{self.upload.identity}"
         if not self.shipped:
@@ -230,6 +254,40 @@ def user_model_option(args: UserModelArgs) -> ModelOption:
         weights_path=str(Path(args.weights).expanduser()) if args.weights else "",
         weights_stamp=stamp,
         class_names=names,
+        input_size=args.input_size or "",
+        resize=args.resize,
+        mean=args.mean,
+        std=args.std,
+    )
+
+
+def _channel_values(what: str, text: str) -> tuple[float, ...] | None:
+    pieces = text.replace(",", " ").split()
+    try:
+        return tuple(float(piece) for piece in pieces) or None
+    except ValueError:
+        raise InputError(
+            f"{what} '{text}' is not a list of numbers (e.g. 0.485, 0.456, 0.406)."
+        ) from None
+
+
+def with_spec_text(
+    option: ModelOption, input_size: str, resize: str, mean: str, std: str
+) -> ModelOption:
+    """``option`` with the spec typed in the sidebar; an empty field keeps the model's own.
+
+    Only the text is read here; whether the spec fits the model is checked when it loads.
+    """
+    try:
+        resize_value = int(resize) if resize.strip() else None
+    except ValueError:
+        raise InputError(f"Resize '{resize}' is not a whole number of pixels.") from None
+    return replace(
+        option,
+        input_size=input_size.strip(),
+        resize=resize_value,
+        mean=_channel_values("Mean", mean),
+        std=_channel_values("Std", std),
     )
 
 
@@ -252,7 +310,8 @@ def load_model(option: ModelOption, device: torch.device) -> nn.Module:
     unrun) and must fit the architecture and be finite.
     """
     if option.factory:
-        return models.from_factory(option.factory, option.weights_path or None, device)
+        weights = option.weights_path or None
+        return models.load_model(option.factory, weights, device, **option.spec_overrides).module
     if option.upload is not None:
         model = models.build(option.name)
         state = models.read_state_dict(option.upload.data)
