@@ -226,10 +226,18 @@ def _built_in(name: str, weights: WeightsSource | None, class_names: Sequence[st
     module = models.load(name, weights, device="cpu")
     spec = InputSpec(size=(32, 32), class_names=tuple(class_names) or CIFAR10_CLASSES)
     if weights is not None:
-        return _Built(module, spec, _weights_label(weights), _sha256(weights), "", None, True)
+        label, digest = _weights_label(weights), _sha256(weights)
+        return _Built(module, spec, label, digest, normalizes_inside=True)
     path = models.shipped_weights_path(name)
-    card = models.model_card(name)
-    return _Built(module, spec, str(path), models.sha256_file(path), "shipped weights", card, True)
+    return _Built(
+        module,
+        spec,
+        str(path),
+        models.sha256_file(path),
+        weights_origin="shipped weights",
+        card=models.model_card(name),
+        normalizes_inside=True,
+    )
 
 
 # ----------------------------------------------------------------------------- torchvision
@@ -257,7 +265,7 @@ def _spec_from_transforms(weights: Any, with_classes: bool) -> InputSpec:
     )
 
 
-def hub_checkpoints() -> Path:
+def _hub_checkpoints() -> Path:
     """Where torch keeps downloaded weights: ``$TORCH_HOME/hub/checkpoints``."""
     return Path(torch.hub.get_dir()) / "checkpoints"
 
@@ -265,7 +273,7 @@ def hub_checkpoints() -> Path:
 def _hub_file(weights: Any) -> Path:
     """The weights enum's file in the hub cache, downloaded there first when absent."""
     url = str(weights.url)
-    target = hub_checkpoints() / os.path.basename(urlparse(url).path)
+    target = _hub_checkpoints() / os.path.basename(urlparse(url).path)
     if target.is_file():
         return target
     found = torch.hub.HASH_REGEX.search(target.name)
