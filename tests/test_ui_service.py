@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +88,8 @@ def test_without_shipped_weights_every_model_is_a_labelled_random_stand_in(
     options = service.model_options()
     assert [option.name for option in options] == list(models.ARCHITECTURES)
     assert all("random weights" in option.label for option in options)
-    first = service.load_model(options[0], torch.device("cpu"))
-    again = service.load_model(options[0], torch.device("cpu"))
+    first = service.load_model(options[0], torch.device("cpu")).module
+    again = service.load_model(options[0], torch.device("cpu")).module
     assert not first.training
     assert not any(parameter.requires_grad for parameter in first.parameters())
     for left, right in zip(first.state_dict().values(), again.state_dict().values(), strict=True):
@@ -107,8 +108,8 @@ def test_shipped_weights_come_first_with_their_card_accuracy(
     assert options[0].label == "tutorial · 65.6% test accuracy"
     assert options[0].identity == "tutorial:abc123"
     assert not options[1].shipped
-    model = service.load_model(options[0], torch.device("cpu"))
-    assert not model.training
+    loaded = service.load_model(options[0], torch.device("cpu"))
+    assert not loaded.module.training and loaded.card == card and loaded.spec.size == (32, 32)
 
 
 def test_device_options_offer_auto_and_say_why_a_device_is_missing() -> None:
@@ -247,7 +248,7 @@ def test_a_user_model_option_carries_its_input_spec_into_the_model() -> None:
     assert option.spec_overrides == {"input_size": "32", "mean": (0.5,) * 3, "std": (0.25,) * 3}
     plain = service.user_model_option(UserModelArgs("torchvision:resnet18", input_size="32"))
     assert option.identity != plain.identity
-    model = service.load_model(option, torch.device("cpu"))
+    model = service.load_model(option, torch.device("cpu")).module
     assert isinstance(model, zoo.Normalized) and not model.training
     assert torch.equal(model.normalize.mean.flatten(), torch.full((3,), 0.5))
     assert model(torch.rand(2, 3, 32, 32)).shape == (2, 1000)
@@ -272,5 +273,18 @@ def test_uploaded_safetensors_weights_are_read(tmp_path: Path) -> None:
     option = service.uploaded_weights_option(
         ModelOption("tutorial"), Upload.of(path.name, path.read_bytes())
     )
-    model = service.load_model(option, torch.device("cpu"))
-    assert all(torch.equal(value, state[key]) for key, value in model.state_dict().items())
+    loaded = service.load_model(option, torch.device("cpu"))
+    assert loaded.weights == "upload" and loaded.weights_sha256 == models.sha256_file(path)
+    assert all(torch.equal(v, state[k]) for k, v in loaded.module.state_dict().items())
+
+
+def test_your_model_takes_its_class_names_from_its_weights_unless_given() -> None:
+    option = service.user_model_option(UserModelArgs("torchvision:resnet18", input_size="32"))
+    loaded = service.load_model(option, torch.device("cpu"))
+    imagenet = replace(loaded, spec=replace(loaded.spec, class_names=("tench",) * 1000))
+    assert service.named_outputs(option, imagenet).class_names == ("tench",) * 1000
+    assert service.named_outputs(option, loaded) == option  # random weights name nothing
+    given = replace(option, class_names=("x",) * 1000)
+    assert service.named_outputs(given, imagenet).class_names == ("x",) * 1000
+    built_in = service.model_options()[0]
+    assert service.named_outputs(built_in, imagenet) is built_in

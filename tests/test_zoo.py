@@ -18,7 +18,7 @@ import torch
 import torchvision
 from PIL import Image
 from safetensors.torch import save_file
-from test_gradients import assert_exact, per_sample_reference
+from test_gradients import assert_exact, assert_float32_close, per_sample_reference
 from torch import nn
 
 from gradpick import models, zoo
@@ -65,6 +65,25 @@ def test_every_strategy_equals_per_sample_autograd_for_torchvision_resnet18(
     assert result.gradients.shape == (2, 3, *images.shape[-2:])
     assert_exact(result.gradients, expected)
     torch.testing.assert_close(result.target_values, values, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_is_per_sample_autograd_within_rounding_in_float32(strategy: str) -> None:
+    model = models.load_model("torchvision:resnet18", input_size="48x64").module
+    images = torch.rand(3, 3, 48, 64, generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([5, 500, 999])
+    expected, _, _ = per_sample_reference(model, images, [1, 2], labels, "loss")
+    result = input_gradients(model, images, [1, 2], labels=labels, strategy=strategy)
+    assert result.gradients.dtype == torch.float32
+    assert_float32_close(result.gradients, expected)
+
+
+def test_without_a_weights_enum_the_models_own_recipe_sizes_it() -> None:
+    recipe = torchvision.models.get_model_weights("efficientnet_b0").IMAGENET1K_V1.transforms()
+    loaded = models.load_model("torchvision:efficientnet_b0")
+    assert loaded.spec.size == (recipe.crop_size[0],) * 2 and loaded.spec.resize == 256
+    assert loaded.spec.interpolation == recipe.interpolation.value == "bicubic"
+    assert loaded.spec.class_names == ()  # random weights: their outputs name nothing yet
 
 
 def test_the_normalising_wrapper_is_the_explicit_formula_with_pixel_gradients() -> None:

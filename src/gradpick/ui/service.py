@@ -21,8 +21,9 @@ from gradpick import data, devices, models
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
 from gradpick.errors import DataError, InputError, ModelError
 from gradpick.infer import InferenceResult
+from gradpick.spec import InputSpec
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
-from gradpick.zoo import SpecOverrides
+from gradpick.zoo import LoadedModel, SpecOverrides
 
 DEFAULT_BATCH_SIZE = 1000
 SOURCE_KINDS = ("cifar10", "folder", "upload")
@@ -303,26 +304,35 @@ def uploaded_weights_option(option: ModelOption, upload: Upload) -> ModelOption:
     return ModelOption(option.name, upload=upload)
 
 
-def load_model(option: ModelOption, device: torch.device) -> nn.Module:
-    """The model, eval mode and frozen, on ``device``; seeded random weights when none ship.
+def load_model(option: ModelOption, device: torch.device) -> LoadedModel:
+    """The model with its input spec, eval mode and frozen, on ``device``; seeded random
+    weights when none ship.
 
     Uploaded weights are read with ``weights_only=True`` (a file carrying code is refused
-    unrun) and must fit the architecture and be finite.
+    unrun) or as safetensors, and must fit the architecture and be finite.
     """
     if option.factory:
         weights = option.weights_path or None
-        return models.load_model(option.factory, weights, device, **option.spec_overrides).module
+        return models.load_model(option.factory, weights, device, **option.spec_overrides)
     if option.upload is not None:
-        model = models.build(option.name)
-        state = models.read_state_dict(option.upload.data)
-        models.apply_state_dict(model, state, option.name)
-        return models.freeze(model).to(device)
+        return models.load_model(option.name, option.upload.data, device)
     if option.shipped:
-        return models.load(option.name, device=device)
+        return models.load_model(option.name, device=device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(RANDOM_WEIGHTS_SEED)
         model = models.build(option.name)
-    return models.freeze(model).to(device)
+    spec = InputSpec(size=(data.IMAGE_SIZE, data.IMAGE_SIZE), class_names=data.CIFAR10_CLASSES)
+    return LoadedModel(
+        models.freeze(model).to(device), spec, option.name, "built-in", len(spec.class_names)
+    )
+
+
+def named_outputs(option: ModelOption, loaded: LoadedModel) -> ModelOption:
+    """Your model with the class names its weights' metadata gives, unless --classes named
+    them; a built-in keeps the page's choice (a 10-class folder keeps its own names)."""
+    if not option.factory or option.class_names or not loaded.spec.class_names:
+        return option
+    return replace(option, class_names=loaded.spec.class_names)
 
 
 # ----------------------------------------------------------------------------- devices

@@ -235,12 +235,12 @@ def _usable(
     if option == fallback:
         return option
     try:
-        cache.model(option.identity, str(device), option)
+        loaded = cache.served(option.identity, str(device), option)
     except Exception as error:  # a user's factory or file: whatever it raises, said in a line
         reason = str(error) if isinstance(error, GradpickError) else f"{option.label}: {error!r}"
         st.error(f"{reason} Using {fallback.label} instead.")
         return fallback
-    return option
+    return service.named_outputs(option, loaded)
 
 
 def _device() -> torch.device:
