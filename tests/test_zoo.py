@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import socket
 import sys
 from pathlib import Path
@@ -239,6 +240,28 @@ def test_a_torchvision_weights_file_is_used_and_a_fine_tuned_head_rebuilt(tmp_pa
     mean, std = zoo.IMAGENET_MEAN, zoo.IMAGENET_STD
     expected = zoo.Normalized(models.freeze(tuned), mean, std)(images)
     torch.testing.assert_close(loaded.module(images), expected, rtol=0, atol=0)
+
+
+def as_published(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state_dict as torchvision's DenseNet files hold it: legacy 'norm.1' names and no
+    BatchNorm step counters (the files predate them)."""
+    legacy = re.compile(r"(denselayer\d+\.(?:norm|conv))([12])\.")
+    return {
+        legacy.sub(r"\1.\2.", key): value
+        for key, value in state.items()
+        if not key.endswith("num_batches_tracked")
+    }
+
+
+def test_densenet_files_as_torchvision_publishes_them_load(tmp_path: Path) -> None:
+    state = seeded(lambda: torchvision.models.get_model("densenet121")).state_dict()
+    published = as_published(state)
+    assert "features.denseblock1.denselayer1.norm.1.weight" in published
+    path = tmp_path / "densenet121-legacy.pth"
+    torch.save(published, path)
+    loaded = models.load_model("torchvision:densenet121", path, input_size=32)
+    inner = loaded.module.model
+    assert all(torch.equal(value, state[key]) for key, value in inner.state_dict().items())
 
 
 def test_safetensors_weights_round_trip_from_a_file_and_bytes(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 ASSETS_DIR_ENV = "GRADPICK_ASSETS_DIR"
+BN_COUNTER = "num_batches_tracked"
 
 
 class Normalize(nn.Module):
@@ -251,7 +252,9 @@ def read_state_dict(source: str | Path | bytes) -> dict[str, torch.Tensor]:
 def apply_state_dict(model: nn.Module, state: dict[str, torch.Tensor], name: str) -> None:
     """Load weights, explaining an architecture mismatch and refusing non-finite weights."""
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
+    # BatchNorm's step counter is not used in eval and absent from files older than PyTorch
+    # 0.4.1 (torchvision's published weights among them); load_state_dict fills it in.
+    missing = sorted(key for key in set(expected) - set(state) if not key.endswith(BN_COUNTER))
     unexpected = sorted(set(state) - set(expected))
     mismatched = [
         key

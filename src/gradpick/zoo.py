@@ -27,6 +27,7 @@ import difflib
 import importlib
 import math
 import os
+import re
 import urllib.error
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -196,11 +197,15 @@ def _final_layer_outputs(module: nn.Module, state: dict[str, torch.Tensor]) -> i
     return int(saved.shape[0])
 
 
+StateAdapter = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+
+
 def _with_weights(
     build: Callable[[int | None], nn.Module],
     label: str,
     weights: WeightsSource | None,
     class_names: Sequence[str],
+    adapt: StateAdapter | None = None,
 ) -> tuple[nn.Module, str | None, str | None]:
     """Build (for ``len(class_names)`` outputs when given) and load ``weights`` when given.
 
@@ -212,6 +217,8 @@ def _with_weights(
     if weights is None:
         return module, None, None
     state = models.read_state_dict(weights)
+    if adapt is not None:
+        state = adapt(state)
     outputs = _final_layer_outputs(module, state)
     if outputs is not None and num_classes is None:
         module = build(outputs)
@@ -265,6 +272,21 @@ def _spec_from_transforms(weights: Any, with_classes: bool) -> InputSpec:
     )
 
 
+_DENSENET_LEGACY_KEY = re.compile(
+    r"^(.*denselayer\d+\.(?:norm|relu|conv))\.((?:[12])\.(?:weight|bias|running_mean|running_var))$"
+)
+"""torchvision's published DenseNet files name layers 'norm.1' where the modules say 'norm1'."""
+
+
+def _torchvision_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rename the legacy keys torchvision itself renames when it loads its DenseNet weights."""
+    renamed = {}
+    for key, value in state.items():
+        legacy = _DENSENET_LEGACY_KEY.match(key)
+        renamed[legacy.group(1) + legacy.group(2) if legacy else key] = value
+    return renamed
+
+
 def _hub_checkpoints() -> Path:
     """Where torch keeps downloaded weights: ``$TORCH_HOME/hub/checkpoints``."""
     return Path(torch.hub.get_dir()) / "checkpoints"
@@ -307,7 +329,7 @@ def _torchvision(name: str, weights: WeightsSource | None, class_names: Sequence
     if not enum_name:
         recipe = next(iter(enums), None)
         spec = IMAGENET_SPEC if recipe is None else _spec_from_transforms(recipe, False)
-        module, path, digest = _with_weights(build, label, weights, class_names)
+        module, path, digest = _with_weights(build, label, weights, class_names, _torchvision_keys)
         return _Built(module, spec, path, digest, "" if path is None else f"weights {path}")
     if weights is not None:
         raise InputError(
@@ -322,7 +344,7 @@ def _torchvision(name: str, weights: WeightsSource | None, class_names: Sequence
             f"{architecture} has no weights '{enum_name}'; choose one of {choices}."
         ) from None
     cached = _hub_file(chosen)
-    module, _, digest = _with_weights(build, label, cached, ())
+    module, _, digest = _with_weights(build, label, cached, (), _torchvision_keys)
     spec = _spec_from_transforms(chosen, True)
     return _Built(module, spec, str(cached), digest, f"{chosen.name} from the torch hub cache")
 
