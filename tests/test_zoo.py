@@ -167,6 +167,23 @@ def test_a_weights_enum_is_read_from_the_hub_cache_with_its_own_spec(torch_home:
     torch.testing.assert_close(loaded.module(images), reference(images), rtol=0, atol=0)
 
 
+def test_weights_enums_build_the_network_as_torchvision_does(torch_home: Path) -> None:
+    enum = torchvision.models.get_model_weights("googlenet").IMAGENET1K_V1
+    network = seeded(lambda: torchvision.models.googlenet(aux_logits=True, init_weights=False))
+    path = torch_home / "hub" / "checkpoints" / Path(enum.url).name
+    path.parent.mkdir(parents=True)
+    torch.save(network.state_dict(), path)
+
+    loaded = models.load_model("torchvision:googlenet:IMAGENET1K_V1")
+
+    inner = loaded.module.model
+    assert inner.transform_input, "its published weights expect the input re-standardised"
+    network.transform_input = True
+    images = torch.rand(1, 3, 224, 224)
+    expected = zoo.Normalized(models.freeze(network), zoo.IMAGENET_MEAN, zoo.IMAGENET_STD)(images)
+    torch.testing.assert_close(loaded.module(images), expected, rtol=0, atol=0)
+
+
 def closed_port_url(name: str) -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -312,6 +312,20 @@ def _hub_file(weights: Any) -> Path:
     return target
 
 
+def _enum_build_options(architecture: str, weights: Any) -> dict[str, Any]:
+    """The builder arguments torchvision itself sets when it loads ``weights`` (its builders
+    do this before reading the file, which they read without ``weights_only``)."""
+    options: dict[str, Any] = {}
+    if architecture in ("googlenet", "inception_v3"):
+        # their published weights expect the input re-standardised inside the network
+        options.update(transform_input=True, aux_logits=True, init_weights=False)
+    elif architecture.startswith("vit_"):
+        options["image_size"] = weights.meta["min_size"][0]
+    elif architecture == "maxvit_t":
+        options["input_size"] = weights.meta["min_size"]
+    return options
+
+
 def _torchvision(name: str, weights: WeightsSource | None, class_names: Sequence[str]) -> _Built:
     import torchvision.models
 
@@ -322,8 +336,9 @@ def _torchvision(name: str, weights: WeightsSource | None, class_names: Sequence
     enums = torchvision.models.get_model_weights(architecture)
     label = f"torchvision:{architecture}"
 
-    def build(num_classes: int | None) -> nn.Module:
-        options = {} if num_classes is None else {"num_classes": num_classes}
+    def build(num_classes: int | None, **options: Any) -> nn.Module:
+        if num_classes is not None:
+            options["num_classes"] = num_classes
         return torchvision.models.get_model(architecture, weights=None, **options)
 
     if not enum_name:
@@ -344,7 +359,11 @@ def _torchvision(name: str, weights: WeightsSource | None, class_names: Sequence
             f"{architecture} has no weights '{enum_name}'; choose one of {choices}."
         ) from None
     cached = _hub_file(chosen)
-    module, _, digest = _with_weights(build, label, cached, (), _torchvision_keys)
+    options = _enum_build_options(architecture, chosen)
+    categories = chosen.meta["categories"]
+    module, _, digest = _with_weights(
+        lambda classes: build(classes, **options), label, cached, categories, _torchvision_keys
+    )
     spec = _spec_from_transforms(chosen, True)
     return _Built(module, spec, str(cached), digest, f"{chosen.name} from the torch hub cache")
 
