@@ -471,6 +471,14 @@ def test_cli_spec_flags_that_do_not_fit_are_one_clear_line(
     assert status == 2 and message in err and "Traceback" not in err
 
 
+def test_cli_eval_of_a_model_for_other_classes_is_one_clear_line(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(["eval", "torchvision:resnet18", "--input-size", "32", "--data", str(folder)])
+    err = capsys.readouterr().err
+    assert status == 2 and "predicts 1000 classes but" in err and "has 2" in err
+
+
 def test_cli_takes_safetensors_weights(
     folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -117,6 +117,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     loaded = _load_model(args)
     batch = data.load_batch(_source(args.data, args.split), args.start, args.size)
     loaded.check_images(batch.images)
+    if loaded.classes != len(batch.class_names):
+        raise ModelError(
+            f"{loaded.name} predicts {loaded.classes} classes but {batch.source} has "
+            f"{len(batch.class_names)}; evaluate it on images of its own classes."
+        )
     print(f"{loaded.describe()} on {batch.source}")
     print(train.evaluate(loaded.module, batch).table())
     return 0
