@@ -384,6 +384,7 @@ def test_a_factory_model_gets_the_spec_it_is_given(factories: str) -> None:
     assert loaded.spec.size == (40, 48) and isinstance(loaded.module, zoo.Normalized)
     plain = models.load_model(f"{factories}:five")
     assert plain.spec.size == (32, 32) and not isinstance(plain.module, zoo.Normalized)
+    assert "(its own weights)" in plain.describe() and plain.weights is None
     with pytest.raises(InputError, match="are 32x32 pixels but .* takes 40x48"):
         loaded.check_images(torch.zeros(2, 3, 32, 32))
 

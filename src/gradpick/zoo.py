@@ -5,7 +5,7 @@
 
 - ``resnet20``, ``tutorial``: the built-in CIFAR-10 models (shipped weights, or a file), 32x32;
 - ``torchvision:NAME``: any torchvision classification model, random weights (seed 0) or a
-  weights file; its size, resize and normalisation are those of its default weights' recipe;
+  weights file; its size, resize and normalisation are those of its first weights enum's recipe;
 - ``torchvision:NAME:WEIGHTS``: a weights enum such as ``IMAGENET1K_V1``, its file read from the
   torch hub cache (``$TORCH_HOME/hub/checkpoints``) or downloaded there, spec and class names
   from the weights' metadata;
@@ -103,7 +103,8 @@ class LoadedModel:
     classes: int
     """Outputs per image, from one probe forward at load time."""
     weights: str | None = None
-    """The weights file read (a path, 'upload' for bytes), or None for random weights."""
+    """The weights file read (a path, 'upload' for bytes); None for random weights or a
+    factory's own."""
     weights_sha256: str | None = None
     weights_origin: str = ""
     """How the weights were found, for ``describe``: 'shipped weights', 'the torch hub cache'."""
@@ -112,12 +113,12 @@ class LoadedModel:
 
     def describe(self) -> str:
         """One line: the name, whose weights, and the input spec."""
-        if self.weights is None:
-            weights = f"random weights, seed {RANDOM_WEIGHTS_SEED}, untrained"
-        elif self.card is not None and self.card.get("test_accuracy") is not None:
+        if self.card is not None and self.card.get("test_accuracy") is not None:
             weights = f"{self.weights_origin}; card: {self.card['test_accuracy']:.2%} test accuracy"
-        else:
+        elif self.weights_origin or self.weights is not None:
             weights = self.weights_origin or f"weights {self.weights}"
+        else:
+            weights = f"random weights, seed {RANDOM_WEIGHTS_SEED}, untrained"
         return f"{self.name} ({weights}); input {self.spec.describe()}"
 
     def identity(self) -> dict[str, Any]:
