@@ -176,6 +176,13 @@ def test_user_model_arguments_come_from_argv_or_the_environment() -> None:
     assert parse_user_model(["-m", "not e2e"], env) == UserModelArgs("a.b:c", None, "names.txt")
     assert parse_user_model(["--model", "x.y:z"], env) == UserModelArgs("x.y:z", None, "names.txt")
     assert parse_user_model(["--modelx", "q"], {}) is None
+    spec = ["--model", "torchvision:resnet18", "--input-size", "224x160", "--resize", "256"]
+    spec += ["--mean", "0.5", "0.5", "0.5", "--std", "0.2", "0.2", "0.2"]
+    assert parse_user_model(spec, {}) == UserModelArgs(
+        "torchvision:resnet18", None, None, "224x160", 256, (0.5,) * 3, (0.2,) * 3
+    )
+    with pytest.raises(InputError, match="--resize: invalid int value"):
+        parse_user_model(["--model", "timm:resnet18", "--resize", "big"], {})
     with pytest.raises(InputError, match="--model package.module:factory"):
         parse_user_model(["--model"], {})
 
@@ -311,6 +318,24 @@ def test_a_failing_model_is_explained_and_the_built_in_models_remain(
     assert not app.exception
     app.sidebar.selectbox(key="model").set_value("tutorial:random-seed0").run()
     assert metrics(app)["Images N"] == str(IMAGES)
+
+
+def test_a_torchvision_model_with_its_spec_from_the_command_line_and_the_sidebar(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(config.MODEL_ENV, "torchvision:resnet18")
+    monkeypatch.setattr(sys, "argv", ["app.py", "--input-size", "32"])
+    app = open_app()
+    no_errors(app)
+    assert app.sidebar.selectbox(key="model").value.startswith("user:torchvision:resnet18:")
+    assert app.sidebar.text_input(key="spec_size").value == "32"
+    assert metrics(app)["Images N"] == str(IMAGES)
+    app.sidebar.text_input(key="spec_mean").set_value("a, b").run()
+    assert "Mean 'a, b' is not a list of numbers" in errors(app)
+    assert app.sidebar.selectbox(key="model").value.startswith("user:torchvision:resnet18:")
+    app.sidebar.text_input(key="spec_mean").set_value("0.5, 0.5").run()
+    assert "needs one value per colour channel" in errors(app)
+    assert metrics(app)["Images N"] == str(IMAGES) and not app.exception
 
 
 def test_wrong_weights_for_your_model_are_explained(

@@ -5,14 +5,16 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from safetensors.torch import save_file
 
-from gradpick import data, models
+from gradpick import data, models, zoo
 from gradpick.errors import DataError, DownloadError, InputError, ModelError
 from gradpick.infer import infer
 from gradpick.ui import service
@@ -137,8 +139,8 @@ def test_without_shipped_weights_every_model_is_a_labelled_random_stand_in(
     options = service.model_options()
     assert [option.name for option in options] == list(models.ARCHITECTURES)
     assert all("random weights" in option.label for option in options)
-    first = service.load_model(options[0], torch.device("cpu"))
-    again = service.load_model(options[0], torch.device("cpu"))
+    first = service.load_model(options[0], torch.device("cpu")).module
+    again = service.load_model(options[0], torch.device("cpu")).module
     assert not first.training
     assert not any(parameter.requires_grad for parameter in first.parameters())
     for left, right in zip(first.state_dict().values(), again.state_dict().values(), strict=True):
@@ -157,8 +159,8 @@ def test_shipped_weights_come_first_with_their_card_accuracy(
     assert options[0].label == "tutorial · 65.6% test accuracy"
     assert options[0].identity == "tutorial:abc123"
     assert not options[1].shipped
-    model = service.load_model(options[0], torch.device("cpu"))
-    assert not model.training
+    loaded = service.load_model(options[0], torch.device("cpu"))
+    assert not loaded.module.training and loaded.card == card and loaded.spec.size == (32, 32)
 
 
 def test_device_options_offer_auto_and_say_why_a_device_is_missing() -> None:
@@ -289,3 +291,51 @@ def test_uploaded_weights_are_keyed_by_content_and_size_limited() -> None:
     huge = Upload("big.pt", bytes(MAX_WEIGHTS_BYTES + 1), "big")
     with pytest.raises(ModelError, match="too large"):
         service.uploaded_weights_option(tutorial, huge)
+
+
+def test_a_user_model_option_carries_its_input_spec_into_the_model() -> None:
+    args = UserModelArgs("torchvision:resnet18", input_size="32", mean=(0.5,) * 3, std=(0.25,) * 3)
+    option = service.user_model_option(args)
+    assert option.spec_overrides == {"input_size": "32", "mean": (0.5,) * 3, "std": (0.25,) * 3}
+    plain = service.user_model_option(UserModelArgs("torchvision:resnet18", input_size="32"))
+    assert option.identity != plain.identity
+    model = service.load_model(option, torch.device("cpu")).module
+    assert isinstance(model, zoo.Normalized) and not model.training
+    assert torch.equal(model.normalize.mean.flatten(), torch.full((3,), 0.5))
+    assert model(torch.rand(2, 3, 32, 32)).shape == (2, 1000)
+
+
+def test_spec_text_from_the_sidebar_is_read_or_explained() -> None:
+    option = service.user_model_option(UserModelArgs("torchvision:resnet18"))
+    typed = service.with_spec_text(option, " 64x48 ", "72", "0.5 0.5 0.5", "0.2, 0.2,0.2")
+    assert (typed.input_size, typed.resize) == ("64x48", 72)
+    assert typed.mean == (0.5,) * 3 and typed.std == (0.2,) * 3
+    assert service.with_spec_text(option, "", "", "", "") == option
+    with pytest.raises(InputError, match="Resize 'big' is not a whole number"):
+        service.with_spec_text(option, "", "big", "", "")
+    with pytest.raises(InputError, match="Mean 'a, b' is not a list of numbers"):
+        service.with_spec_text(option, "", "", "a, b", "")
+
+
+def test_uploaded_safetensors_weights_are_read(tmp_path: Path) -> None:
+    state = models.build("tutorial").state_dict()
+    path = tmp_path / "w.safetensors"
+    save_file(state, path)
+    option = service.uploaded_weights_option(
+        ModelOption("tutorial"), Upload.of(path.name, path.read_bytes())
+    )
+    loaded = service.load_model(option, torch.device("cpu"))
+    assert loaded.weights == "upload" and loaded.weights_sha256 == models.sha256_file(path)
+    assert all(torch.equal(v, state[k]) for k, v in loaded.module.state_dict().items())
+
+
+def test_your_model_takes_its_class_names_from_its_weights_unless_given() -> None:
+    option = service.user_model_option(UserModelArgs("torchvision:resnet18", input_size="32"))
+    loaded = service.load_model(option, torch.device("cpu"))
+    imagenet = replace(loaded, spec=replace(loaded.spec, class_names=("tench",) * 1000))
+    assert service.named_outputs(option, imagenet).class_names == ("tench",) * 1000
+    assert service.named_outputs(option, loaded) == option  # random weights name nothing
+    given = replace(option, class_names=("x",) * 1000)
+    assert service.named_outputs(given, imagenet).class_names == ("x",) * 1000
+    built_in = service.model_options()[0]
+    assert service.named_outputs(built_in, imagenet) is built_in

@@ -28,9 +28,13 @@ __all__ = [
     "models",
     "render",
     "selection",
+    "spec",
+    "store",
     "train",
+    "trust",
     "ui",
     "versions",
+    "zoo",
 ]
 _FROM_GRADIENTS = ("GradientResult", "input_gradients")
 SUBMODULES = tuple(name for name in __all__ if name not in _FROM_GRADIENTS)
@@ -50,9 +54,13 @@ if TYPE_CHECKING:
         models,
         render,
         selection,
+        spec,
+        store,
         train,
+        trust,
         ui,
         versions,
+        zoo,
     )
     from gradpick.gradients import GradientResult, input_gradients
 

@@ -11,13 +11,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from gradpick import data, models
 from gradpick.devices import DEVICE_CHOICES
@@ -27,6 +25,7 @@ from gradpick.infer import as_model_input, infer
 from gradpick.measure import MemoryFigure, MemoryReport
 from gradpick.selection import parse_indices
 from gradpick.versions import library_versions
+from gradpick.zoo import LoadedModel, SpecOverrides
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -115,10 +114,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from gradpick import train
 
-    model = models.load(args.model, args.weights, device=args.device)
+    loaded = _load_model(args)
     batch = data.load_batch(_source(args.data, args.split), args.start, args.size)
-    print(f"{args.model} on {batch.source}")
-    print(train.evaluate(model, batch).table())
+    loaded.check_images(batch.images)
+    if loaded.classes != len(batch.class_names):
+        raise ModelError(
+            f"{loaded.name} predicts {loaded.classes} classes but {batch.source} has "
+            f"{len(batch.class_names)}; evaluate it on images of its own classes."
+        )
+    print(f"{loaded.describe()} on {batch.source}")
+    print(train.evaluate(loaded.module, batch).table())
     return 0
 
 
@@ -186,12 +191,10 @@ def _eval_parser(commands: argparse._SubParsersAction) -> None:
         help="top-1, per-class accuracy and confusion matrix of a model",
         description="Evaluate a model on a labelled source (default: the CIFAR-10 test split).",
     )
-    parser.add_argument("model", choices=list(models.ARCHITECTURES))
-    parser.add_argument("--weights", help="weights file (default: the shipped weights)")
+    _add_model_arguments(parser, positional=True)
     _add_data_arguments(parser, "test")
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--size", type=int, help="number of images (default: all)")
-    parser.add_argument("--device", default="auto")
     parser.set_defaults(handler=_cmd_eval)
 
 
@@ -236,47 +239,48 @@ def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+MODEL_HELP = (
+    "resnet20 or tutorial (shipped), torchvision:NAME[:WEIGHTS] (e.g. torchvision:resnet18:"
+    "IMAGENET1K_V1), timm:NAME or package.module:factory (default: the best shipped model)"
+)
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser, positional: bool = False) -> None:
+    if positional:
+        parser.add_argument("model", help=MODEL_HELP)
+    else:
+        parser.add_argument("--model", help=MODEL_HELP)
     parser.add_argument(
-        "--model",
-        choices=list(models.ARCHITECTURES),
-        help="built-in architecture (default: the best one with shipped weights)",
+        "--weights",
+        help="a state_dict file, .pt/.pth (read with weights_only) or .safetensors "
+        "(default: the shipped weights; random weights for torchvision and timm)",
     )
-    parser.add_argument("--weights", help="weights file (default: the shipped weights)")
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
+    spec = parser.add_argument_group("input spec (set or override what the model's metadata says)")
+    spec.add_argument("--input-size", metavar="S|HxW", help="model input size, e.g. 224 or 224x160")
+    spec.add_argument(
+        "--resize",
+        type=int,
+        metavar="R",
+        help="shorter side before the centre crop (default: the input height, or the weights' "
+        "own recipe)",
+    )
+    spec.add_argument("--mean", nargs="+", type=float, metavar="M", help="per-channel mean (3)")
+    spec.add_argument("--std", nargs="+", type=float, metavar="S", help="per-channel std (3)")
 
 
-@dataclass(frozen=True)
-class _LoadedModel:
-    model: nn.Module
-    name: str
-    weights: Traversable
-    card: dict[str, Any] | None
-    """The shipped model card; None for other weights, which it does not describe."""
-
-    def describe(self) -> str:
-        if self.card is None:
-            return f"{self.name} (weights {self.weights})"
-        accuracy = self.card.get("test_accuracy")
-        shown = f"; card: {accuracy:.2%} test accuracy" if accuracy is not None else ""
-        return f"{self.name} (shipped weights{shown})"
-
-    def provenance(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "weights": str(self.weights),
-            "weights_sha256": models.sha256_file(self.weights),
-            "card_sha256": None if self.card is None else self.card.get("sha256"),
-            "card_test_accuracy": None if self.card is None else self.card.get("test_accuracy"),
-        }
-
-
-def _load_model(args: argparse.Namespace) -> _LoadedModel:
+def _load_model(args: argparse.Namespace) -> LoadedModel:
     name = args.model or (models.shipped_models() or list(models.ARCHITECTURES))[0]
-    model = models.load(name, args.weights, device=args.device)
-    if args.weights:
-        return _LoadedModel(model, name, Path(args.weights), None)
-    return _LoadedModel(model, name, models.shipped_weights_path(name), models.model_card(name))
+    overrides: SpecOverrides = {}
+    if args.input_size is not None:
+        overrides["input_size"] = args.input_size
+    if args.resize is not None:
+        overrides["resize"] = args.resize
+    if args.mean is not None:
+        overrides["mean"] = args.mean
+    if args.std is not None:
+        overrides["std"] = args.std
+    return models.load_model(name, args.weights, args.device, **overrides)
 
 
 def _batch_description(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:
@@ -289,7 +293,8 @@ def _cmd_infer(args: argparse.Namespace) -> int:
     source = _source(args.data, args.split)
     loaded = _load_model(args)
     batch = data.load_batch(source, args.start, args.size, args.seed, progress=_reading_progress)
-    result = infer(loaded.model, batch.images, batch.labels, batch_size=args.batch_size)
+    loaded.check_images(batch.images)
+    result = infer(loaded.module, batch.images, batch.labels, batch_size=args.batch_size)
     print(f"model: {loaded.describe()}")
     print(f"images: {_batch_description(source, args, len(batch))}")
     if result.accuracy is not None and result.correct is not None:
@@ -357,7 +362,7 @@ def _sidecar(
     args: argparse.Namespace,
     path: Path,
     source: data.ImageSource,
-    loaded: _LoadedModel,
+    loaded: LoadedModel,
     result: GradientResult,
     indices: list[int],
     positions: list[int],
@@ -382,7 +387,7 @@ def _sidecar(
         "timing_ms": result.timing,
         "chunks": result.chunks,
         "memory": None if result.memory is None else result.memory.as_dict(),
-        "model": loaded.provenance(),
+        "model": loaded.identity(),
         "source": {
             "description": source.description,
             "split": args.split,
@@ -462,8 +467,9 @@ def _cmd_grads(args: argparse.Namespace) -> int:
     classes = _class_argument(args.class_, source.class_names, args.target)
     loaded = _load_model(args)
     picked = _read_picked(source, args, positions, indices)
+    loaded.check_images(picked.images)
     result = input_gradients(
-        loaded.model,
+        loaded.module,
         as_model_input(picked.images),
         picked.rows,
         labels=picked.labels,
@@ -552,14 +558,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
     # the largest picked index: the numbers match the explorer's for the same batch.
     images = as_model_input(source.read(positions[: max(indices) + 1]))
     context = {
-        "model": loaded.provenance(),
+        "model": loaded.identity(),
         "source": {"description": source.description, "split": args.split, "start": args.start},
         "image_names": source.names([positions[i] for i in indices]),
         "versions": library_versions(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     print(f"model: {loaded.describe()}")
-    command.run(out, options, loaded.model, images, indices, classes, source.class_names, context)
+    command.run(out, options, loaded.module, images, indices, classes, source.class_names, context)
     return 0
 
 

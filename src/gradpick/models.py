@@ -17,7 +17,7 @@ import pickle
 from collections.abc import Callable
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import torch
 import torch.nn.functional as F
@@ -26,9 +26,13 @@ from torch import nn
 from gradpick.devices import resolve_device
 from gradpick.errors import ModelError
 
+if TYPE_CHECKING:
+    from gradpick.zoo import LoadedModel, SpecOverrides
+
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 ASSETS_DIR_ENV = "GRADPICK_ASSETS_DIR"
+BN_COUNTER = "num_batches_tracked"
 
 
 class Normalize(nn.Module):
@@ -175,6 +179,10 @@ def sha256_file(path: str | Traversable) -> str:
     return digest.hexdigest()
 
 
+def sha256_bytes(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
 def _refused_global(error: pickle.UnpicklingError) -> str | None:
     """The weights-only unpickler's line naming a refused Python global, if that was the cause."""
     for line in str(error).splitlines():
@@ -192,22 +200,45 @@ def _unreadable(label: str, error: Exception) -> ModelError:
     )
 
 
+def _is_safetensors(source: str | Path | bytes) -> bool:
+    """A ``.safetensors`` path, or bytes that open like one: an 8-byte header size, then JSON."""
+    if not isinstance(source, bytes):
+        return Path(source).suffix.lower() == ".safetensors"
+    if len(source) < 10 or source[8:9] != b"{":
+        return False
+    return int.from_bytes(source[:8], "little") <= len(source) - 8
+
+
+def _read_safetensors(source: str | Path | bytes, label: str) -> dict[str, torch.Tensor]:
+    """A safetensors file holds tensors only, so reading it can never run code."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load, load_file
+
+    try:
+        return load(source) if isinstance(source, bytes) else load_file(source, device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise ModelError(
+            f"{label}: not a readable safetensors file; it is corrupt or truncated ({error})."
+        ) from None
+
+
 def read_state_dict(source: str | Traversable | bytes) -> dict[str, torch.Tensor]:
-    """Read a weights file with ``weights_only=True``: a file that carries code is refused unrun.
+    """Read a weights file: ``.safetensors``, or a torch.save file with ``weights_only=True``
+    (a file that carries code is refused unrun).
 
     ``source`` is a path, a package resource (which may live inside a zip) or the file's bytes.
     """
     label = "uploaded weights" if isinstance(source, bytes) else str(source)
-    handle: Any = source
-    if isinstance(source, bytes):
-        handle = io.BytesIO(source)
-    elif isinstance(source, str | Path):
-        if not Path(source).is_file():
+    if not isinstance(source, bytes | str | Path):
+        # A package resource, perhaps inside a zip: read it whole, like an upload.
+        if not source.is_file():
             raise ModelError(f"{label}: no such weights file.")
-    elif source.is_file():
-        handle = io.BytesIO(source.read_bytes())
-    else:
+        source = source.read_bytes()
+    elif not isinstance(source, bytes) and not Path(source).is_file():
         raise ModelError(f"{label}: no such weights file.")
+    if _is_safetensors(source):
+        return _read_safetensors(source, label)
+    handle: Any = io.BytesIO(source) if isinstance(source, bytes) else source
     try:
         state = torch.load(handle, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -232,7 +263,9 @@ def read_state_dict(source: str | Traversable | bytes) -> dict[str, torch.Tensor
 def apply_state_dict(model: nn.Module, state: dict[str, torch.Tensor], name: str) -> None:
     """Load weights, explaining an architecture mismatch and refusing non-finite weights."""
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
+    # BatchNorm's step counter is not used in eval and absent from files older than PyTorch
+    # 0.4.1 (torchvision's published weights among them); load_state_dict fills it in.
+    missing = sorted(key for key in set(expected) - set(state) if not key.endswith(BN_COUNTER))
     unexpected = sorted(set(state) - set(expected))
     mismatched = [
         key
@@ -285,6 +318,21 @@ def load(
         weights = path
     apply_state_dict(model, read_state_dict(weights), name)
     return freeze(model).to(resolve_device(device))
+
+
+def load_model(
+    name: str,
+    weights: str | Path | bytes | None = None,
+    device: str | torch.device | None = None,
+    **overrides: Unpack[SpecOverrides],
+) -> LoadedModel:
+    """Any classifier by name with its input spec; ``gradpick.zoo.load_model`` documents it.
+
+    ``load`` stays the plain module of a built-in; this is the one resolver for every name.
+    """
+    from gradpick import zoo  # zoo builds on this module, so it is imported when first used
+
+    return zoo.load_model(name, weights, device, **overrides)
 
 
 def from_factory(

@@ -23,6 +23,7 @@ from gradpick.infer import InferenceResult, infer
 from gradpick.measure import MemoryReport
 from gradpick.ui import figures, heatmaps, service
 from gradpick.ui.service import DataChoice, ModelOption
+from gradpick.zoo import LoadedModel
 
 INFERENCE_BATCH_SIZE = 128
 """Images per inference step in the app: activations of 500 ResNet-20 images at a time take
@@ -82,9 +83,15 @@ def batch(batch_key: str, _source: ImageSource, _choice: DataChoice) -> ImageBat
 
 
 @st.cache_resource(max_entries=6, show_spinner="Loading the model…")
-def model(identity: str, device: str, _option: ModelOption) -> nn.Module:
-    """One frozen model per (weights, device), shared by every session and never mutated."""
+def served(identity: str, device: str, _option: ModelOption) -> LoadedModel:
+    """One frozen model (with its input spec) per (weights, spec, device), shared by every
+    session and never mutated."""
     return service.load_model(_option, torch.device(device))
+
+
+def model(identity: str, device: str, _option: ModelOption) -> nn.Module:
+    """The served module alone, for steps that need no spec."""
+    return served(identity, device, _option).module
 
 
 @st.cache_data(max_entries=6, show_spinner=False)

@@ -2,7 +2,8 @@
 
 A hosted deployment (issue 5) narrows what a visitor may touch on the server; everything that
 depends on it reads this object instead of checking the environment itself. A local run may
-name the user's own model on the command line: ``streamlit run app.py -- --model pkg.mod:fn``.
+name any model ``gradpick.models.load_model`` takes, with its weights and input spec:
+``streamlit run app.py -- --model torchvision:resnet18 --weights w.pt --input-size 224``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ class UserModelArgs:
     """The user's own model as named on the command line (or its environment fallback)."""
 
     factory: str
+    """Any model name: torchvision:NAME[:WEIGHTS], timm:NAME, package.module:factory."""
     weights: str | None = None
     classes: str | None = None
+    input_size: str | None = None
+    resize: int | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -83,17 +89,24 @@ def hosted_mode(setting: str | None, cwd: Path) -> bool:
 
 def parse_user_model(argv: Sequence[str], env: Mapping[str, str]) -> UserModelArgs | None:
     """``--model/--weights/--classes`` from the script's argv, unknown arguments ignored; each
-    falls back to ``$GRADPICK_MODEL/_WEIGHTS/_CLASSES`` (how tests and services set them)."""
+    falls back to ``$GRADPICK_MODEL/_WEIGHTS/_CLASSES`` (how tests and services set them).
+    ``--input-size/--resize/--mean/--std`` set the model's input spec, as in the CLI."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("--model")
     parser.add_argument("--weights")
     parser.add_argument("--classes")
+    parser.add_argument("--input-size")
+    parser.add_argument("--resize", type=int)
+    parser.add_argument("--mean", nargs="+", type=float)
+    parser.add_argument("--std", nargs="+", type=float)
     try:
         known, _ = parser.parse_known_args(list(argv))
     except argparse.ArgumentError as error:
         raise InputError(
-            f"The command line: {error}. Use -- --model package.module:factory "
-            "[--weights file.pt] [--classes names.txt]."
+            f"The command line: {error}. Use -- --model package.module:factory (or "
+            "torchvision:NAME[:WEIGHTS], timm:NAME) [--weights file.pt|.safetensors] "
+            "[--classes names.txt] [--input-size S|HxW] [--resize R] [--mean M M M] "
+            "[--std S S S]."
         ) from None
     factory = known.model or env.get(MODEL_ENV)
     if not factory:
@@ -102,6 +115,10 @@ def parse_user_model(argv: Sequence[str], env: Mapping[str, str]) -> UserModelAr
         factory=factory,
         weights=known.weights or env.get(WEIGHTS_ENV) or None,
         classes=known.classes or env.get(CLASSES_ENV) or None,
+        input_size=known.input_size,
+        resize=known.resize,
+        mean=None if known.mean is None else tuple(known.mean),
+        std=None if known.std is None else tuple(known.std),
     )
 
 

@@ -23,7 +23,9 @@ from gradpick import data, devices, models
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
 from gradpick.errors import DataError, DownloadError, InputError, ModelError
 from gradpick.infer import InferenceResult
+from gradpick.spec import InputSpec
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
+from gradpick.zoo import LoadedModel, SpecOverrides
 
 DEFAULT_BATCH_SIZE = 1000
 SOURCE_KINDS = ("cifar10", "folder", "upload")
@@ -205,12 +207,33 @@ class ModelOption:
     upload: Upload | None = None
     """Weights uploaded for the built-in architecture ``name``; its identity is their digest."""
     factory: str = ""
-    """``package.module:factory`` of the user's own model (local runs only); ``name`` is it."""
+    """The user's own model (local runs only): any name ``gradpick.models.load_model`` takes,
+    torchvision:NAME[:WEIGHTS], timm:NAME or package.module:factory; ``name`` is it."""
     weights_path: str = ""
     weights_stamp: float = 0.0
     """Modification time of ``weights_path``: a re-saved file is a different model."""
     class_names: tuple[str, ...] = field(default=(), compare=False)
     """Output names from the user's --classes file; empty means the page chooses."""
+    input_size: str = ""
+    resize: int | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    """The user's input spec settings; unset ones come from the model's own metadata."""
+
+    @property
+    def spec_overrides(self) -> SpecOverrides:
+        overrides: SpecOverrides = {}
+        if self.input_size:
+            overrides["input_size"] = self.input_size
+        if self.resize is not None:
+            overrides["resize"] = self.resize
+        if self.mean is not None:
+            overrides["mean"] = self.mean
+        if self.std is not None:
+            overrides["std"] = self.std
+        if self.class_names:
+            overrides["class_names"] = self.class_names
+        return overrides
 
     @property
     def accuracy(self) -> float | None:
@@ -221,7 +244,9 @@ class ModelOption:
     def identity(self) -> str:
         """Names the exact weights, so caches never mix two trainings of one architecture."""
         if self.factory:
-            return f"user:{self.factory}:{self.weights_path}@{self.weights_stamp}"
+            identity = f"user:{self.factory}:{self.weights_path}@{self.weights_stamp}"
+            spec = (self.input_size, self.resize, self.mean, self.std)
+            return identity if spec == ("", None, None, None) else f"{identity}|spec={spec}"
         if self.upload is not None:
             return f"{self.name}:upload-{self.upload.identity}"
         if not self.shipped:
@@ -266,6 +291,40 @@ def user_model_option(args: UserModelArgs) -> ModelOption:
         weights_path=str(Path(args.weights).expanduser()) if args.weights else "",
         weights_stamp=stamp,
         class_names=names,
+        input_size=args.input_size or "",
+        resize=args.resize,
+        mean=args.mean,
+        std=args.std,
+    )
+
+
+def _channel_values(what: str, text: str) -> tuple[float, ...] | None:
+    pieces = text.replace(",", " ").split()
+    try:
+        return tuple(float(piece) for piece in pieces) or None
+    except ValueError:
+        raise InputError(
+            f"{what} '{text}' is not a list of numbers (e.g. 0.485, 0.456, 0.406)."
+        ) from None
+
+
+def with_spec_text(
+    option: ModelOption, input_size: str, resize: str, mean: str, std: str
+) -> ModelOption:
+    """``option`` with the spec typed in the sidebar; an empty field keeps the model's own.
+
+    Only the text is read here; whether the spec fits the model is checked when it loads.
+    """
+    try:
+        resize_value = int(resize) if resize.strip() else None
+    except ValueError:
+        raise InputError(f"Resize '{resize}' is not a whole number of pixels.") from None
+    return replace(
+        option,
+        input_size=input_size.strip(),
+        resize=resize_value,
+        mean=_channel_values("Mean", mean),
+        std=_channel_values("Std", std),
     )
 
 
@@ -281,25 +340,35 @@ def uploaded_weights_option(option: ModelOption, upload: Upload) -> ModelOption:
     return ModelOption(option.name, upload=upload)
 
 
-def load_model(option: ModelOption, device: torch.device) -> nn.Module:
-    """The model, eval mode and frozen, on ``device``; seeded random weights when none ship.
+def load_model(option: ModelOption, device: torch.device) -> LoadedModel:
+    """The model with its input spec, eval mode and frozen, on ``device``; seeded random
+    weights when none ship.
 
     Uploaded weights are read with ``weights_only=True`` (a file carrying code is refused
-    unrun) and must fit the architecture and be finite.
+    unrun) or as safetensors, and must fit the architecture and be finite.
     """
     if option.factory:
-        return models.from_factory(option.factory, option.weights_path or None, device)
+        weights = option.weights_path or None
+        return models.load_model(option.factory, weights, device, **option.spec_overrides)
     if option.upload is not None:
-        model = models.build(option.name)
-        state = models.read_state_dict(option.upload.data)
-        models.apply_state_dict(model, state, option.name)
-        return models.freeze(model).to(device)
+        return models.load_model(option.name, option.upload.data, device)
     if option.shipped:
-        return models.load(option.name, device=device)
+        return models.load_model(option.name, device=device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(RANDOM_WEIGHTS_SEED)
         model = models.build(option.name)
-    return models.freeze(model).to(device)
+    spec = InputSpec(size=(data.IMAGE_SIZE, data.IMAGE_SIZE), class_names=data.CIFAR10_CLASSES)
+    return LoadedModel(
+        models.freeze(model).to(device), spec, option.name, "built-in", len(spec.class_names)
+    )
+
+
+def named_outputs(option: ModelOption, loaded: LoadedModel) -> ModelOption:
+    """Your model with the class names its weights' metadata gives, unless --classes named
+    them; a built-in keeps the page's choice (a 10-class folder keeps its own names)."""
+    if not option.factory or option.class_names or not loaded.spec.class_names:
+        return option
+    return replace(option, class_names=loaded.spec.class_names)
 
 
 # ----------------------------------------------------------------------------- devices

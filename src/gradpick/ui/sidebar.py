@@ -151,20 +151,43 @@ def _model(
     option = options.get(identity, next(iter(options.values())))
     about = st.container()
     if option.factory:
-        return option, built_in[0], about
+        return _spec_fields(option), built_in[0], about
     fallback = option
     upload = st.file_uploader(
-        f"Your weights for {option.name} (.pt, .pth)",
-        type=["pt", "pth"],
+        f"Your weights for {option.name} (.pt, .pth, .safetensors)",
+        type=["pt", "pth", "safetensors"],
         key="weights_upload",
-        help="A state_dict saved with torch.save, read with weights_only=True: a file that "
-        "holds anything but tensors is refused without running it.",
+        help="A state_dict saved with torch.save (read with weights_only=True: a file that "
+        "holds anything but tensors is refused without running it) or with safetensors.",
     )
     if upload is not None:
         with guarded("Reading the uploaded weights"):
             upload_data = service.Upload.of(upload.name, upload.getvalue())
             option = service.uploaded_weights_option(option, upload_data)
     return option, fallback, about
+
+
+def _spec_fields(option: service.ModelOption) -> service.ModelOption:
+    """Your model's input spec, prefilled from the command line; empty fields keep what the
+    model's metadata says. Unreadable text is explained and the command line's spec kept."""
+    with st.expander("Input spec", expanded=False):
+        size = st.text_input("Input size (S or HxW)", option.input_size, key="spec_size")
+        resize = st.text_input(
+            "Resize shorter side to",
+            "" if option.resize is None else str(option.resize),
+            key="spec_resize",
+            help="Then the centre crop to the input size; empty: the input height.",
+        )
+        mean = st.text_input("Mean (3 values)", _values_text(option.mean), key="spec_mean")
+        std = st.text_input("Std (3 values)", _values_text(option.std), key="spec_std")
+    typed = option
+    with guarded("The input spec"):
+        typed = service.with_spec_text(option, size, resize, mean, std)
+    return typed
+
+
+def _values_text(values: tuple[float, ...] | None) -> str:
+    return "" if values is None else ", ".join(f"{value:g}" for value in values)
 
 
 def _describe(option: service.ModelOption) -> None:
@@ -212,12 +235,12 @@ def _usable(
     if option == fallback:
         return option
     try:
-        cache.model(option.identity, str(device), option)
+        loaded = cache.served(option.identity, str(device), option)
     except Exception as error:  # a user's factory or file: whatever it raises, said in a line
         reason = str(error) if isinstance(error, GradpickError) else f"{option.label}: {error!r}"
         st.error(f"{reason} Using {fallback.label} instead.")
         return fallback
-    return option
+    return service.named_outputs(option, loaded)
 
 
 def _device() -> torch.device:

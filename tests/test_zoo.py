@@ -1,0 +1,489 @@
+"""Any classifier by name: torchvision, timm and factory models with their input specs.
+
+Nothing is downloaded: torchvision weights enums are served from a generated file placed in a
+temporary ``$TORCH_HOME``, downloads go to local stand-ins, timm models are never pretrained.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from PIL import Image
+from safetensors.torch import save_file
+from test_gradients import assert_exact, assert_float32_close, per_sample_reference
+from torch import nn
+
+from gradpick import models, zoo
+from gradpick.cli import main
+from gradpick.errors import InputError, ModelError
+from gradpick.gradients import STRATEGIES, input_gradients
+from gradpick.spec import InputSpec
+
+TINY_TORCHVISION = "squeezenet1_1"
+"""The smallest torchvision classifier with a weights enum (1.2 M parameters)."""
+TINY_TIMM = "test_resnet"
+
+
+def seeded(build, seed: int = 3):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+@pytest.fixture(scope="module", params=[64, 224], ids=["64px", "224px"])
+def resnet18_case(request: pytest.FixtureRequest):
+    """torchvision's ResNet-18 (random weights) at ``size``, float64, with its reference."""
+    size = request.param
+    loaded = models.load_model("torchvision:resnet18", input_size=size, device="cpu")
+    assert loaded.spec.size == (size, size) and loaded.classes == 1000
+    model = copy.deepcopy(loaded.module).double()
+    generator = torch.Generator().manual_seed(size)
+    images = torch.rand(3, 3, size, size, generator=generator, dtype=torch.float64)
+    labels = torch.randint(0, 1000, (3,), generator=generator)
+    indices = [2, 0]
+    expected, values, _ = per_sample_reference(model, images, indices, labels, "loss")
+    return model, images, labels, indices, expected, values
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_equals_per_sample_autograd_for_torchvision_resnet18(
+    resnet18_case, strategy: str
+) -> None:
+    model, images, labels, indices, expected, values = resnet18_case
+    result = input_gradients(model, images, indices, labels=labels, strategy=strategy)
+    assert result.gradients.shape == (2, 3, *images.shape[-2:])
+    assert_exact(result.gradients, expected)
+    torch.testing.assert_close(result.target_values, values, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_is_per_sample_autograd_within_rounding_in_float32(strategy: str) -> None:
+    model = models.load_model("torchvision:resnet18", input_size="48x64").module
+    images = torch.rand(3, 3, 48, 64, generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([5, 500, 999])
+    expected, _, _ = per_sample_reference(model, images, [1, 2], labels, "loss")
+    result = input_gradients(model, images, [1, 2], labels=labels, strategy=strategy)
+    assert result.gradients.dtype == torch.float32
+    assert_float32_close(result.gradients, expected)
+
+
+def test_without_a_weights_enum_the_models_own_recipe_sizes_it() -> None:
+    recipe = torchvision.models.get_model_weights("efficientnet_b0").IMAGENET1K_V1.transforms()
+    loaded = models.load_model("torchvision:efficientnet_b0")
+    assert loaded.spec.size == (recipe.crop_size[0],) * 2 and loaded.spec.resize == 256
+    assert loaded.spec.interpolation == recipe.interpolation.value == "bicubic"
+    assert loaded.spec.class_names == ()  # random weights: their outputs name nothing yet
+
+
+def test_the_normalising_wrapper_is_the_explicit_formula_with_pixel_gradients() -> None:
+    inner = seeded(lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(144, 5)))
+    inner = models.freeze(inner).double()
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    wrapped = zoo.Normalized(inner, mean, std)
+    images = torch.rand(2, 3, 8, 8, dtype=torch.float64, requires_grad=True)
+    # the wrapper keeps its constants as float32 buffers, cast to the images' dtype
+    as_buffer = lambda values: torch.tensor(values).double().view(1, 3, 1, 1)  # noqa: E731
+    explicit = inner((images - as_buffer(mean)) / as_buffer(std))
+    (expected,) = torch.autograd.grad(explicit.square().sum(), images)
+    (actual,) = torch.autograd.grad(wrapped(images).square().sum(), images)
+    assert torch.equal(actual, expected)
+    assert not torch.equal(actual, torch.autograd.grad(inner(images).square().sum(), images)[0])
+    assert "normalize.mean" not in wrapped.state_dict()
+
+
+def test_served_models_are_frozen_and_normalise_inside() -> None:
+    loaded = models.load_model("torchvision:resnet18", input_size=32)
+    assert isinstance(loaded.module, zoo.Normalized) and not loaded.module.training
+    assert not any(parameter.requires_grad for parameter in loaded.module.parameters())
+    assert loaded.weights is None and "random weights" in loaded.describe()
+    identity = loaded.identity()
+    assert identity["kind"] == "torchvision" and identity["input_spec"]["size"] == [32, 32]
+    json.dumps(identity)
+
+
+def test_built_ins_keep_32_pixels_their_cards_and_inner_normalisation() -> None:
+    if "resnet20" not in models.shipped_models():
+        pytest.skip("no shipped resnet20 weights")
+    loaded = models.load_model("resnet20")
+    assert loaded.spec.size == (32, 32) and loaded.spec.mean is None
+    assert isinstance(loaded.module, models.ResNet20) and loaded.classes == 10
+    assert loaded.card is not None and loaded.weights_sha256 == loaded.card.get("sha256")
+    assert "test accuracy" in loaded.describe()
+    with pytest.raises(InputError, match="standardises its input itself"):
+        models.load_model("resnet20", mean=(0.5, 0.5, 0.5), std=(0.2, 0.2, 0.2))
+
+
+# ----------------------------------------------------------------------------- weights enums
+
+
+def tiny_weights_enum():
+    return torchvision.models.get_model_weights(TINY_TORCHVISION).IMAGENET1K_V1
+
+
+def write_state(path: Path, seed: int = 5) -> Path:
+    state = seeded(lambda: torchvision.models.get_model(TINY_TORCHVISION), seed).state_dict()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path)
+    return path
+
+
+@pytest.fixture
+def torch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "torch-home"
+    monkeypatch.setenv("TORCH_HOME", str(home))
+    return home
+
+
+def test_a_weights_enum_is_read_from_the_hub_cache_with_its_own_spec(torch_home: Path) -> None:
+    enum = tiny_weights_enum()
+    cached = write_state(torch_home / "hub" / "checkpoints" / Path(enum.url).name)
+
+    loaded = models.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
+
+    assert loaded.weights == str(cached)
+    assert loaded.weights_sha256 == models.sha256_file(cached)
+    transform = enum.transforms()
+    assert loaded.spec.size == (transform.crop_size[0], transform.crop_size[0]) == (224, 224)
+    assert loaded.spec.resize == transform.resize_size[0] == 256
+    assert loaded.spec.mean == tuple(transform.mean) and loaded.spec.std == tuple(transform.std)
+    assert loaded.spec.class_names == tuple(enum.meta["categories"]) and loaded.classes == 1000
+    assert "IMAGENET1K_V1 from the torch hub cache" in loaded.describe()
+    reference = torchvision.models.get_model(TINY_TORCHVISION)
+    reference.load_state_dict(torch.load(cached, weights_only=True))
+    reference = zoo.Normalized(models.freeze(reference), transform.mean, transform.std)
+    images = torch.rand(2, 3, 224, 224)
+    torch.testing.assert_close(loaded.module(images), reference(images), rtol=0, atol=0)
+
+
+def test_weights_enums_build_the_network_as_torchvision_does(torch_home: Path) -> None:
+    enum = torchvision.models.get_model_weights("googlenet").IMAGENET1K_V1
+    network = seeded(lambda: torchvision.models.googlenet(aux_logits=True, init_weights=False))
+    path = torch_home / "hub" / "checkpoints" / Path(enum.url).name
+    path.parent.mkdir(parents=True)
+    torch.save(network.state_dict(), path)
+
+    loaded = models.load_model("torchvision:googlenet:IMAGENET1K_V1")
+
+    inner = loaded.module.model
+    assert inner.transform_input, "its published weights expect the input re-standardised"
+    network.transform_input = True
+    images = torch.rand(1, 3, 224, 224)
+    expected = zoo.Normalized(models.freeze(network), zoo.IMAGENET_MEAN, zoo.IMAGENET_STD)(images)
+    torch.testing.assert_close(loaded.module(images), expected, rtol=0, atol=0)
+
+
+def closed_port_url(name: str) -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/{name}"
+
+
+@pytest.mark.parametrize("where", ["closed port", "missing file"])
+def test_an_absent_file_that_cannot_be_downloaded_says_where_to_put_it(
+    torch_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    enum = tiny_weights_enum()
+    name = Path(enum.url).name
+    url = closed_port_url(name) if where == "closed port" else (tmp_path / "none" / name).as_uri()
+    monkeypatch.setattr(enum.value, "url", url)
+    checkpoints = torch_home / "hub" / "checkpoints"
+
+    with pytest.raises(ModelError) as error:
+        models.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
+
+    message = str(error.value)
+    assert "Could not download" in message and name in message and str(checkpoints) in message
+    assert not list(checkpoints.glob("*")), "a failed download must leave nothing behind"
+
+
+def test_a_missing_file_is_downloaded_into_the_hub_cache_and_hash_checked(
+    torch_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    enum = tiny_weights_enum()
+    served = write_state(tmp_path / "server" / "generated.pth")
+    digest = models.sha256_file(served)
+    good = served.rename(served.with_name(f"{TINY_TORCHVISION}-{digest[:8]}.pth"))
+    monkeypatch.setattr(enum.value, "url", good.as_uri())
+
+    loaded = models.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
+
+    cached = torch_home / "hub" / "checkpoints" / good.name
+    assert loaded.weights == str(cached) and loaded.weights_sha256 == digest
+
+    wrong = good.rename(good.with_name(f"{TINY_TORCHVISION}-00000000.pth"))
+    monkeypatch.setattr(enum.value, "url", wrong.as_uri())
+    with pytest.raises(ModelError, match="Could not download.*hash"):
+        models.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
+    assert not (cached.parent / wrong.name).exists()
+
+
+def test_unknown_weights_and_a_second_weights_file_are_explained(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="no weights 'IMAGENET9K'.*IMAGENET1K_V1"):
+        models.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET9K")
+    with pytest.raises(InputError, match="names its weights already"):
+        models.load_model(
+            f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1", write_state(tmp_path / "w.pt")
+        )
+
+
+# ----------------------------------------------------------------------------- weights files
+
+
+def test_a_torchvision_weights_file_is_used_and_a_fine_tuned_head_rebuilt(tmp_path: Path) -> None:
+    tuned = seeded(lambda: torchvision.models.get_model(TINY_TORCHVISION, num_classes=7))
+    path = tmp_path / "tuned.pth"
+    torch.save(tuned.state_dict(), path)
+    names = tuple(f"kind {index}" for index in range(7))
+
+    loaded = models.load_model(f"torchvision:{TINY_TORCHVISION}", path, input_size=96)
+    named = models.load_model(f"torchvision:{TINY_TORCHVISION}", path, class_names=names)
+
+    assert loaded.classes == 7 and loaded.weights_sha256 == models.sha256_file(path)
+    assert loaded.spec.class_names == () and named.spec.class_names == names
+    images = torch.rand(1, 3, 96, 96)
+    mean, std = zoo.IMAGENET_MEAN, zoo.IMAGENET_STD
+    expected = zoo.Normalized(models.freeze(tuned), mean, std)(images)
+    torch.testing.assert_close(loaded.module(images), expected, rtol=0, atol=0)
+
+
+def as_published(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state_dict as torchvision's DenseNet files hold it: legacy 'norm.1' names and no
+    BatchNorm step counters (the files predate them)."""
+    legacy = re.compile(r"(denselayer\d+\.(?:norm|conv))([12])\.")
+    return {
+        legacy.sub(r"\1.\2.", key): value
+        for key, value in state.items()
+        if not key.endswith("num_batches_tracked")
+    }
+
+
+def test_densenet_files_as_torchvision_publishes_them_load(tmp_path: Path) -> None:
+    state = seeded(lambda: torchvision.models.get_model("densenet121")).state_dict()
+    published = as_published(state)
+    assert "features.denseblock1.denselayer1.norm.1.weight" in published
+    path = tmp_path / "densenet121-legacy.pth"
+    torch.save(published, path)
+    loaded = models.load_model("torchvision:densenet121", path, input_size=32)
+    inner = loaded.module.model
+    assert all(torch.equal(value, state[key]) for key, value in inner.state_dict().items())
+
+
+def test_safetensors_weights_round_trip_from_a_file_and_bytes(tmp_path: Path) -> None:
+    state = seeded(lambda: models.build("tutorial")).state_dict()
+    path = tmp_path / "tutorial.safetensors"
+    save_file(state, path)
+
+    loaded = models.load_model("tutorial", path)
+
+    for key, value in loaded.module.state_dict().items():
+        assert torch.equal(value, state[key]), key
+    assert loaded.weights_sha256 == models.sha256_file(path)
+    from_bytes = models.read_state_dict(path.read_bytes())
+    assert from_bytes.keys() == state.keys()
+    assert all(torch.equal(from_bytes[key], state[key]) for key in state)
+
+
+def test_a_corrupt_safetensors_file_is_a_model_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.safetensors"
+    save_file({"weight": torch.ones(4, 4)}, path)
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(ModelError, match="not a readable safetensors file"):
+        models.read_state_dict(path)
+    with pytest.raises(ModelError, match="not a readable safetensors file"):
+        models.read_state_dict(path.read_bytes())
+
+
+# ----------------------------------------------------------------------------- timm
+
+
+def test_a_timm_model_takes_its_spec_from_timm_and_weights_from_a_file(tmp_path: Path) -> None:
+    import timm
+    from timm.data import resolve_data_config
+
+    model = seeded(lambda: timm.create_model(TINY_TIMM, pretrained=False))
+    path = tmp_path / "timm.safetensors"
+    save_file(model.state_dict(), path)
+    config = resolve_data_config({}, model=model)
+
+    loaded = models.load_model(f"timm:{TINY_TIMM}", path)
+
+    _, height, width = config["input_size"]
+    assert loaded.spec.size == (height, width)
+    assert loaded.spec.resize == int(height / config["crop_pct"])
+    assert loaded.spec.mean == tuple(config["mean"]) and loaded.spec.std == tuple(config["std"])
+    assert loaded.weights_sha256 == models.sha256_file(path) and loaded.kind == "timm"
+    images = torch.rand(1, 3, height, width)
+    expected = zoo.Normalized(models.freeze(model), config["mean"], config["std"])(images)
+    torch.testing.assert_close(loaded.module(images), expected, rtol=0, atol=0)
+
+
+def test_timm_missing_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "timm", None)
+    with pytest.raises(ModelError, match=r"pip install 'gradpick\[timm\]'"):
+        models.load_model(f"timm:{TINY_TIMM}")
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("torchvision:resnet_18", "Unknown torchvision classification model 'resnet_18'.*resnet18"),
+        ("torchvision:fasterrcnn_resnet50_fpn", "Unknown torchvision classification model"),
+        ("timm:resnet_18", "Unknown timm model 'resnet_18'.*resnet18"),
+        ("resnet", "Unknown model 'resnet'; use resnet20, tutorial, torchvision:NAME"),
+    ],
+)
+def test_unknown_names_list_close_matches(name: str, message: str) -> None:
+    with pytest.raises(ModelError, match=message):
+        models.load_model(name)
+
+
+FACTORIES = """
+import torch
+from torch import nn
+
+def gray():
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+def maps():
+    return nn.Conv2d(3, 4, 3)
+
+def five():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5))
+"""
+
+
+@pytest.fixture
+def factories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "zoo_factories.py").write_text(FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "zoo_factories"
+
+
+def test_a_factory_model_gets_the_spec_it_is_given(factories: str) -> None:
+    loaded = models.load_model(
+        f"{factories}:five", input_size="40x48", mean=(0.5,) * 3, std=(0.25,) * 3
+    )
+    assert loaded.kind == "factory" and loaded.classes == 5
+    assert loaded.spec.size == (40, 48) and isinstance(loaded.module, zoo.Normalized)
+    plain = models.load_model(f"{factories}:five")
+    assert plain.spec.size == (32, 32) and not isinstance(plain.module, zoo.Normalized)
+    assert "(its own weights)" in plain.describe() and plain.weights is None
+    with pytest.raises(InputError, match="are 32x32 pixels but .* takes 40x48"):
+        loaded.check_images(torch.zeros(2, 3, 32, 32))
+
+
+def test_a_model_for_other_channels_is_refused_at_load(factories: str) -> None:
+    with pytest.raises(ModelError, match="cannot take 3-channel 32x32 images.*channels"):
+        models.load_model(f"{factories}:gray")
+
+
+def test_a_model_whose_outputs_are_not_logits_is_refused_at_load(factories: str) -> None:
+    with pytest.raises(ModelError, match=r"returns \[1, 4, 30, 30\].*\[1, classes\]"):
+        models.load_model(f"{factories}:maps")
+
+
+def test_class_names_must_match_the_outputs(factories: str) -> None:
+    with pytest.raises(ModelError, match="predicts 5 classes but 3 class names"):
+        models.load_model(f"{factories}:five", class_names=("a", "b", "c"))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"mean": (0.5, 0.5)}, "needs one value per colour channel"),
+        ({"std": (0.5, 0.0, 0.5)}, "must be positive"),
+        ({"input_size": "224x"}, "is not a size"),
+        ({"resize": 0}, "between 1 and"),
+        ({"crop": 3}, "Unknown spec setting"),
+    ],
+)
+def test_an_impossible_spec_is_an_input_error(overrides: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        models.load_model(f"torchvision:{TINY_TORCHVISION}", **overrides)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+@pytest.fixture
+def folder(image_folder_factory) -> Path:
+    return image_folder_factory(classes=2, per_class=2)
+
+
+def test_the_cli_serves_a_torchvision_model_with_spec_flags(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "g.npz"
+    flags = ["--model", "torchvision:resnet18", "--input-size", "32", "--data", str(folder)]
+    spec_flags = ["--mean", "0.5", "0.5", "0.5", "--std", "0.25", "0.25", "0.25"]
+
+    status = main(["grads", *flags, *spec_flags, "--indices", "0, 3", "--out", str(out)])
+
+    assert status == 0, capsys.readouterr().err
+    assert "input 32x32" in capsys.readouterr().out
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["model"]["name"] == "torchvision:resnet18"
+    assert sidecar["model"]["input_spec"]["mean"] == [0.5, 0.5, 0.5]
+    assert sidecar["model"]["input_spec"]["std"] == [0.25, 0.25, 0.25]
+    loaded = models.load_model(
+        "torchvision:resnet18", input_size=32, mean=(0.5,) * 3, std=(0.25,) * 3
+    )
+    pixels = [InputSpec(size=32).prepare(Image.open(path))[0] for path in sample_paths(folder)]
+    images = torch.stack([pixels[0], pixels[3]]).float() / 255
+    labels = torch.tensor([0, 1])
+    expected = input_gradients(loaded.module, images, [0, 1], labels=labels).gradients
+    np.testing.assert_array_equal(np.load(out)["gradients"], expected.numpy())
+
+
+def sample_paths(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*/*.png"))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--input-size", "64"], "are 32x32 pixels but torchvision:resnet18 takes 64x64"),
+        (["--input-size", "32", "--mean", "0.5", "0.5"], "needs one value per colour channel"),
+        (["--input-size", "abc"], "is not a size"),
+    ],
+)
+def test_cli_spec_flags_that_do_not_fit_are_one_clear_line(
+    folder: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    status = main(["infer", "--model", "torchvision:resnet18", *flags, "--data", str(folder)])
+    err = capsys.readouterr().err
+    assert status == 2 and message in err and "Traceback" not in err
+
+
+def test_cli_eval_of_a_model_for_other_classes_is_one_clear_line(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(["eval", "torchvision:resnet18", "--input-size", "32", "--data", str(folder)])
+    err = capsys.readouterr().err
+    assert status == 2 and "predicts 1000 classes but" in err and "has 2" in err
+
+
+def test_cli_takes_safetensors_weights(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "tutorial.safetensors"
+    save_file(seeded(lambda: models.build("tutorial")).state_dict(), path)
+    status = main(["infer", "--model", "tutorial", "--weights", str(path), "--data", str(folder)])
+    assert status == 0 and f"weights {path}" in capsys.readouterr().out
