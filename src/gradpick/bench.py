@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradpick import models
+from gradpick import models, units
 from gradpick.compare import (
     CAPTUM,
     FLOOR,
@@ -175,12 +175,14 @@ def judge(rows: list[BenchRow]) -> Verdict:
 
 
 def _megabytes(value: int | None) -> str:
-    return "" if value is None else f"{value / 1e6:.2f}"
+    megabytes = units.megabytes(value)
+    return "" if megabytes is None else f"{megabytes:.2f}"
 
 
 def markdown_table(rows: list[BenchRow]) -> str:
     header = (
-        "| model | N | k | strategy | median ms | x floor | saved-for-backward MB | peak MB "
+        "| model | N | k | strategy | median ms | x floor "
+        f"| saved-for-backward {units.UNIT} | peak {units.UNIT} "
         "| note |\n|---|---:|---:|---|---:|---:|---:|---:|---|"
     )
     lines = [header]
@@ -418,7 +420,7 @@ def report_text(report: BenchReport) -> str:
         f"({environment['threads']} threads), seeded random images; "
         f"median of at least {report.config.repeats} runs and {report.config.min_seconds} s "
         "of each call's own time; calls take turns in rounds (a cheap call up to "
-        f"{MAX_RUNS_PER_ROUND} times a round).",
+        f"{MAX_RUNS_PER_ROUND} times a round); {units.UNIT_NOTE}.",
         *(f"- {name}: {weights}" for name, weights in report.weights.items()),
         "",
         markdown_table(report.rows),

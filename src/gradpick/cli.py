@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradpick import data, models
+from gradpick import data, models, units
 from gradpick.devices import DEVICE_CHOICES
 from gradpick.errors import GradpickError, InputError, ModelError
 from gradpick.gradients import REDUCTIONS, STRATEGIES, TARGETS, GradientResult, input_gradients
@@ -38,7 +38,7 @@ def _source(location: str | None, split: str) -> data.ImageSource:
 
 
 def _download_progress(done: int, total: int) -> None:
-    share = f"{done / total:.0%}" if total else f"{done / 1e6:.0f} MB"
+    share = f"{done / total:.0%}" if total else units.format_bytes(done, digits=0)
     sys.stderr.write(f"\rdownloading CIFAR-10: {share}")
     if total and done >= total:
         sys.stderr.write("\n")
@@ -409,7 +409,7 @@ def _print_gradients(
 
 def _memory_line(memory: MemoryReport) -> str:
     def figure(value: MemoryFigure) -> str:
-        amount = "n/a" if value.megabytes is None else f"{value.megabytes:,.2f} MB"
+        amount = units.format_bytes(value.bytes, missing="n/a")
         return f"{amount} ({value.counts})"
 
     return (

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from gradpick import compare, gradients
+from gradpick import compare, gradients, units
 from gradpick.bench import FORWARD_PASSES
 from gradpick.compare import StrategyRun
 from gradpick.data import ImageBatch
@@ -92,7 +92,8 @@ def affordable_strategies(
         seconds = setup.forward_ms_per_image * FORWARD_PASSES[name](n, k) / 1000
         if needed > WHOLE_BATCH_BUDGET:
             skipped[name] = (
-                f"would keep about {needed / 1e9:.1f} GB of activations for {n:,} images"
+                f"would keep about {units.format_bytes(needed, 1, 'GB')} of activations "
+                f"for {n:,} images"
             )
         elif seconds * runs > budget_seconds:
             skipped[name] = (

@@ -22,7 +22,7 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-from gradpick import render
+from gradpick import render, units
 from gradpick.compare import FLOOR
 from gradpick.gradients import STRATEGIES
 
@@ -472,7 +472,7 @@ def strategy_bars(
     peak_bytes: Sequence[int | None],
 ) -> go.Figure:
     """Time and memory of each strategy side by side (memory in MB; missing ones left out)."""
-    layout = _side_by_side(("time per call (ms, median)", "memory (MB)"), gap=0.12)
+    layout = _side_by_side(("time per call (ms, median)", f"memory ({units.UNIT})"), gap=0.12)
     traces: list[Trace] = [
         {
             "type": "bar",
@@ -491,7 +491,7 @@ def strategy_bars(
             {
                 "type": "bar",
                 "x": list(names),
-                "y": [None if value is None else value / 1e6 for value in values],
+                "y": [units.megabytes(value) for value in values],
                 "name": label,
                 "marker": {"color": colour},
                 "xaxis": "x2",
@@ -504,7 +504,8 @@ def strategy_bars(
 def sweep_lines(series: Series, axis_label: str) -> go.Figure:
     """Time and peak memory against ``axis_label`` (k or N), one line per strategy."""
     layout = _side_by_side(
-        (f"time (ms) against {axis_label}", f"peak memory (MB) against {axis_label}"), gap=0.12
+        (f"time (ms) against {axis_label}", f"peak memory ({units.UNIT}) against {axis_label}"),
+        gap=0.12,
     )
     traces: list[Trace] = []
     ticks = sorted({x for xs, _, _ in series.values() for x in xs})
@@ -515,7 +516,7 @@ def sweep_lines(series: Series, axis_label: str) -> go.Figure:
         traces.append(
             {
                 **common,
-                "y": [None if peak is None else peak / 1e6 for peak in peaks],
+                "y": [units.megabytes(peak) for peak in peaks],
                 "name": name,
                 "legendgroup": name,
                 "showlegend": False,

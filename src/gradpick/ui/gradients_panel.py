@@ -10,12 +10,13 @@ import streamlit as st
 
 from gradpick import render, selection
 from gradpick.attribution import Attribution
-from gradpick.measure import MemoryFigure, MemoryReport
+from gradpick.measure import MemoryReport
 from gradpick.ui import cache, figures, heatmaps, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.outputs import CHART_CONFIG, Loaded
 from gradpick.ui.sidebar import TARGET_CLASS, TARGET_MODE, Settings
+from gradpick.units import UNIT_NOTE, format_bytes
 
 DETAILED_ROWS = 12
 """Up to this many picks get a full row each (with channel maps); more get a compact grid."""
@@ -33,10 +34,6 @@ def absorb_target_click() -> None:
     if classes:
         session[TARGET_MODE] = "class"
         session[TARGET_CLASS] = classes[-1]
-
-
-def _megabytes(figure: MemoryFigure) -> str:
-    return "not measured" if figure.bytes is None else f"{figure.bytes / 1e6:,.2f} MB"
 
 
 def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
@@ -115,7 +112,7 @@ def _memory_readouts(memory: MemoryReport | None) -> None:
         ("Saved for backward", memory.saved_for_backward),
         ("Peak memory", memory.peak),
     ):
-        st.metric(label, _megabytes(figure), help=figure.counts)
+        st.metric(label, format_bytes(figure.bytes), help=f"{figure.counts} ({UNIT_NOTE})")
         st.caption(figure.counts)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradpick import attribution, gradients, render, versions
+from gradpick import attribution, gradients, render, units, versions
 from gradpick.attribution import Attribution
 from gradpick.bench import FORWARD_PASSES
 from gradpick.data import ImageBatch
@@ -104,8 +104,8 @@ def _check_whole_batch_cost(model: nn.Module, batch: ImageBatch, strategy: str) 
     if needed > WHOLE_BATCH_BUDGET:
         raise InputError(
             f"The '{strategy}' strategy forwards all {len(batch):,} images with gradients, "
-            f"which would keep about {needed / 1e9:.1f} GB of activations. Use 'recompute' "
-            "(its cost depends on the picked images only) or a smaller batch."
+            f"which would keep about {units.format_bytes(needed, 1, 'GB')} of activations. "
+            "Use 'recompute' (its cost depends on the picked images only) or a smaller batch."
         )
 
 

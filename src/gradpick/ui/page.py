@@ -27,6 +27,7 @@ from gradpick.ui.config import (
 )
 from gradpick.ui.guard import guarded
 from gradpick.ui.outputs import Loaded
+from gradpick.units import format_bytes
 
 PIXELATED = """<style>
 .js-plotly-plot image, [data-testid="stImage"] img { image-rendering: pixelated; }
@@ -36,8 +37,8 @@ PIXELATED = """<style>
 
 HOSTED_NOTE = (
     f"Hosted demo: local folders and your own model code are off; uploads take at most "
-    f"{HOSTED_MAX_UPLOAD_FILES} images of {HOSTED_MAX_IMAGE_BYTES >> 20} MB each, and batches "
-    f"at most {HOSTED_MAX_BATCH_SIZE:,} images. Run gradpick locally to lift these limits."
+    f"{HOSTED_MAX_UPLOAD_FILES} images of {format_bytes(HOSTED_MAX_IMAGE_BYTES, 0)} each, and "
+    f"batches at most {HOSTED_MAX_BATCH_SIZE:,} images. Run gradpick locally to lift these limits."
 )
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from gradpick import data, devices, models
+from gradpick import data, devices, models, units
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
 from gradpick.errors import DataError, InputError, ModelError
 from gradpick.infer import InferenceResult
@@ -108,8 +108,8 @@ def screen_uploads(
     for upload in uploads:
         if max_bytes is not None and len(upload.data) > max_bytes:
             problems.append(
-                f"{upload.name}: {len(upload.data) / 2**20:.1f} MB is over this demo's limit of "
-                f"{max_bytes / 2**20:.0f} MB per image."
+                f"{upload.name}: {units.format_bytes(len(upload.data), 1)} is over this demo's "
+                f"limit of {units.format_bytes(max_bytes, 0)} per image."
             )
             continue
         try:
@@ -239,8 +239,8 @@ def uploaded_weights_option(option: ModelOption, upload: Upload) -> ModelOption:
         raise ModelError("Uploaded weights apply to the built-in architectures only.")
     if len(upload.data) > MAX_WEIGHTS_BYTES:
         raise ModelError(
-            f"{upload.name}: {len(upload.data) / 2**20:.0f} MB is too large for weights of a "
-            f"built-in architecture (limit {MAX_WEIGHTS_BYTES >> 20} MB)."
+            f"{upload.name}: {units.format_bytes(len(upload.data), 0)} is too large for weights "
+            f"of a built-in architecture (limit {units.format_bytes(MAX_WEIGHTS_BYTES, 0)})."
         )
     return ModelOption(option.name, upload=upload)
 

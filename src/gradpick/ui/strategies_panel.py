@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 from torch import nn
 
+from gradpick import units
 from gradpick.compare import FLOOR, StrategyRun
 from gradpick.gradients import LeakageReport
 from gradpick.ui import cache, experiments, figures, service, state
@@ -31,7 +32,8 @@ LEAKAGE_MODEL = "resnet20"
 
 
 def _megabytes(value: int | None) -> float | None:
-    return None if value is None else round(value / 1e6, 2)
+    megabytes = units.megabytes(value)
+    return None if megabytes is None else round(megabytes, 2)
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,8 @@ def _run_table(runs: Sequence[StrategyRun]) -> pd.DataFrame:
             "strategy": [run.name for run in runs],
             "time (ms)": [round(run.milliseconds, 2) for run in runs],
             "× floor": [None if not floor else round(run.milliseconds / floor, 2) for run in runs],
-            "saved for backward (MB)": [_megabytes(run.saved_bytes) for run in runs],
-            "peak (MB)": [_megabytes(run.peak_bytes) for run in runs],
+            f"saved for backward ({units.UNIT})": [_megabytes(run.saved_bytes) for run in runs],
+            f"peak ({units.UNIT})": [_megabytes(run.peak_bytes) for run in runs],
             "max |difference| from floor": [run.max_abs_difference for run in runs],
         }
     )
@@ -198,7 +200,7 @@ def _show_naive(stored: Comparison) -> None:
         run = runs.get(name)
         if run is None:
             return "skipped here (too much memory)"
-        peak = "" if run.peak_bytes is None else f", peak {run.peak_bytes / 1e6:,.1f} MB"
+        peak = "" if run.peak_bytes is None else f", peak {units.format_bytes(run.peak_bytes, 1)}"
         return f"{run.milliseconds:,.1f} ms{peak}"
 
     st.markdown(
