@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradpick import data, models, units
+from gradpick import data, models, strategies, units
 from gradpick.devices import DEVICE_CHOICES
 from gradpick.errors import GradpickError, InputError, ModelError
-from gradpick.gradients import REDUCTIONS, STRATEGIES, TARGETS, GradientResult, input_gradients
+from gradpick.gradients import REDUCTIONS, TARGETS, GradientResult, input_gradients
 from gradpick.infer import as_model_input, infer
 from gradpick.measure import MemoryFigure, MemoryReport
 from gradpick.selection import parse_indices
@@ -192,8 +192,6 @@ def _eval_parser(commands: argparse._SubParsersAction) -> None:
 
 # ----------------------------------------------------------------------------- infer and grads
 
-WHOLE_BATCH_STRATEGIES = ("summed", "retain_graph")
-"""Strategies that forward every image of the batch; the others need only the picked ones."""
 OUTPUT_SUFFIXES = (".pt", ".npz")
 
 
@@ -435,7 +433,7 @@ def _read_picked(
     source: data.ImageSource, args: argparse.Namespace, positions: list[int], indices: list[int]
 ) -> _Picked:
     """Only the picked images, unless the strategy forwards the whole batch (then all of it)."""
-    if args.strategy in WHOLE_BATCH_STRATEGIES:
+    if strategies.get(args.strategy).whole_batch:
         batch = data.load_batch(
             source, args.start, args.size, args.seed, progress=_reading_progress
         )
@@ -525,7 +523,12 @@ def _grads_parser(commands: argparse._SubParsersAction) -> None:
         help="with --target logit: the class (index or name) whose logit to differentiate "
         "(default: each image's predicted class)",
     )
-    parser.add_argument("--strategy", default="recompute", choices=STRATEGIES)
+    parser.add_argument(
+        "--strategy",
+        default=strategies.NAMES[0],
+        choices=strategies.NAMES,
+        help=strategies.help_text(),
+    )
     parser.add_argument("--reduction", default="sum", choices=REDUCTIONS)
     parser.add_argument(
         "--measure-memory", action="store_true", help="also report saved-for-backward and peak"

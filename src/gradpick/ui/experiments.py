@@ -16,15 +16,13 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from gradpick import compare, gradients, units
-from gradpick.bench import FORWARD_PASSES
+from gradpick import compare, gradients, strategies, units
 from gradpick.compare import StrategyRun
 from gradpick.data import ImageBatch
 from gradpick.errors import SelectionError
-from gradpick.gradients import STRATEGIES, LeakageReport
+from gradpick.gradients import LeakageReport
 from gradpick.ui.heatmaps import (
     WHOLE_BATCH_BUDGET,
-    WHOLE_BATCH_STRATEGIES,
     HeatmapRequest,
     whole_batch_bytes,
 )
@@ -82,25 +80,24 @@ def affordable_strategies(
     """The strategies that fit the memory and time budgets, and why each other one was skipped.
 
     Only the whole-batch strategies can exceed them; their time is estimated from the forward
-    time per image with the benchmark's pass counts (``gradpick.bench.FORWARD_PASSES``).
+    time per image with the registry's cost model (``gradpick.strategies.CostModel``).
     """
     n, k = len(setup.images), len(setup.indices)
     needed = whole_batch_bytes(model, setup.images)
     runs = repeats + 2  # compare_strategies also checks against the floor and measures memory
+    slow = strategies.CostModel(setup.forward_ms_per_image).over_budget(n, k, runs, budget_seconds)
     skipped = {}
-    for name in WHOLE_BATCH_STRATEGIES:
-        seconds = setup.forward_ms_per_image * FORWARD_PASSES[name](n, k) / 1000
+    for name in strategies.whole_batch():
         if needed > WHOLE_BATCH_BUDGET:
             skipped[name] = (
                 f"would keep about {units.format_bytes(needed, 1, 'GB')} of activations "
                 f"for {n:,} images"
             )
-        elif seconds * runs > budget_seconds:
+        elif name in slow:
             skipped[name] = (
-                f"would take about {seconds * runs:.0f} s here ({runs} runs of ~{seconds:.1f} s "
-                f"for k = {k}, N = {n:,}); pick fewer images or a smaller batch to time it"
+                f"{slow[name].describe()} here; pick fewer images or a smaller batch to time it"
             )
-    return [name for name in STRATEGIES if name not in skipped], skipped
+    return [name for name in strategies.NAMES if name not in skipped], skipped
 
 
 def compare_all(

@@ -24,7 +24,7 @@ from PIL import Image
 
 from gradpick import render, units
 from gradpick.compare import FLOOR
-from gradpick.gradients import STRATEGIES
+from gradpick.strategies import NAMES as STRATEGIES
 
 RIGHT = "#2f9e44"
 WRONG = "#e03131"

@@ -17,9 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradpick import attribution, gradients, render, units, versions
+from gradpick import attribution, gradients, render, strategies, units, versions
 from gradpick.attribution import Attribution
-from gradpick.bench import FORWARD_PASSES
 from gradpick.data import ImageBatch
 from gradpick.devices import model_device
 from gradpick.errors import InputError
@@ -38,9 +37,6 @@ METHOD_LABELS = {
     "smoothgrad": "SmoothGrad",
     "integrated_gradients": "Integrated Gradients",
 }
-WHOLE_BATCH_STRATEGIES = tuple(FORWARD_PASSES)
-"""Strategies that forward the whole batch with gradients (summed, retain_graph); the others
-touch only the picked images."""
 WHOLE_BATCH_BUDGET = 4 << 30
 """Saved-activation bytes above which a whole-batch strategy is refused rather than run."""
 ENLARGE = 4
@@ -125,7 +121,7 @@ def compute(
             "These images have no labels, so there is no loss to explain; choose the logit "
             "of the predicted class or of a chosen class as the target."
         )
-    if request.strategy in WHOLE_BATCH_STRATEGIES:
+    if strategies.get(request.strategy).whole_batch:
         _check_whole_batch_cost(model, batch, request.strategy)
     target, classes = request.engine_target()
     return attribution.attribute(

@@ -8,11 +8,10 @@ import streamlit as st
 import torch
 from streamlit.delta_generator import DeltaGenerator
 
-from gradpick import devices
+from gradpick import devices, strategies
 from gradpick.attribution import METHODS
 from gradpick.data import IMAGE_SUFFIXES, ImageSource
 from gradpick.errors import GradpickError, InputError
-from gradpick.gradients import STRATEGIES
 from gradpick.ui import cache, service
 from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
@@ -21,12 +20,6 @@ from gradpick.ui.service import DEFAULT_BATCH_SIZE, SOURCE_KINDS, SOURCE_LABELS,
 
 TARGET_MODE = "target_mode"
 TARGET_CLASS = "target_class"
-STRATEGY_HELP = (
-    "recompute: forward only the picked images again with gradients (cost depends on k). "
-    "summed: forward all N with gradients, one backward of the summed targets. "
-    "retain_graph: the question's loop, one backward per index through all N. "
-    "vmap: torch.func.vmap(grad(...)), one image per call."
-)
 
 
 @dataclass(frozen=True)
@@ -237,7 +230,9 @@ def _device() -> torch.device:
 def _gradients(
     labelled: bool, class_names: tuple[str, ...], measure_by_default: bool
 ) -> tuple[HeatmapRequest, bool, bool]:
-    strategy = st.selectbox("Gradient strategy", STRATEGIES, key="strategy", help=STRATEGY_HELP)
+    strategy = st.selectbox(
+        "Gradient strategy", strategies.NAMES, key="strategy", help=strategies.help_text()
+    )
     modes = [mode for mode in TARGET_MODES if labelled or mode != "loss"]
     mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=TARGET_MODE)
     target_class = int(st.session_state.get(TARGET_CLASS, 0))
