@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradpick import render
+from gradpick import attribution, render
 from gradpick.data import CIFAR10_CLASSES, ImageBatch
 from gradpick.errors import InputError
 from gradpick.ui import heatmaps
@@ -176,3 +176,20 @@ def test_units_name_the_differentiated_quantity() -> None:
     assert heatmaps.unit(HeatmapRequest(), CIFAR10_CLASSES) == "d loss / d pixel"
     request = HeatmapRequest(target_mode="class", target_class=5, method="gradient_x_input")
     assert heatmaps.unit(request, CIFAR10_CLASSES) == "pixel × d logit[dog] / d pixel"
+
+
+@pytest.mark.parametrize("method", attribution.METHOD_NAMES)
+def test_every_registered_method_has_a_unit_and_runs_from_its_settings(
+    tiny_cnn: nn.Module, batch: ImageBatch, method: str
+) -> None:
+    unit = heatmaps.unit(HeatmapRequest(method=method), CIFAR10_CLASSES)
+    assert "loss" in unit and "{" not in unit
+    shown = {
+        parameter.name: parameter.shown[0]
+        for parameter in attribution.get(method).parameters
+        if parameter.shown is not None
+    }
+    request = HeatmapRequest(method=method, settings=tuple(shown.items()))
+    result = heatmaps.compute(tiny_cnn, batch, PICKED, request)
+    assert result.method == method
+    assert {name: result.settings[name] for name in shown} == shown

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from gradpick import render, selection
+from gradpick import attribution, render, selection
 from gradpick.attribution import Attribution
 from gradpick.measure import MemoryReport
 from gradpick.ui import cache, figures, heatmaps, service, state
@@ -101,7 +101,7 @@ def _step_readouts(loaded: Loaded, result: Attribution, request: HeatmapRequest)
         "synchronised before and after. The same pick and settings later reuse them.",
     )
     if request.method != "gradient":
-        st.metric(heatmaps.METHOD_LABELS[request.method], f"{result.milliseconds:,.1f} ms")
+        st.metric(attribution.get(request.method).label, f"{result.milliseconds:,.1f} ms")
 
 
 def _memory_readouts(memory: MemoryReport | None) -> None:

@@ -24,18 +24,13 @@ from gradpick.devices import model_device
 from gradpick.errors import InputError
 from gradpick.infer import as_model_input
 from gradpick.measure import MemoryReport
+from gradpick.request import GradientRequest
 
 TARGET_MODES = ("loss", "predicted", "class")
 TARGET_LABELS = {
     "loss": "Loss on the true label",
     "predicted": "Logit of the predicted class",
     "class": "Logit of a chosen class",
-}
-METHOD_LABELS = {
-    "gradient": "Gradient",
-    "gradient_x_input": "Gradient × input",
-    "smoothgrad": "SmoothGrad",
-    "integrated_gradients": "Integrated Gradients",
 }
 WHOLE_BATCH_BUDGET = 4 << 30
 """Saved-activation bytes above which a whole-batch strategy is refused rather than run."""
@@ -51,9 +46,8 @@ class HeatmapRequest:
     target_class: int = 0
     method: str = "gradient"
     strategy: str = "recompute"
-    samples: int = 16
-    noise: float = 0.15
-    steps: int = 32
+    settings: tuple[tuple[str, float | int], ...] = ()
+    """The method's settings that differ from its defaults, as (name, value) pairs."""
 
     def engine_target(self) -> tuple[str, int | None]:
         """(target, classes) as ``input_gradients`` takes them."""
@@ -79,13 +73,7 @@ def quantity(request: HeatmapRequest, class_names: Sequence[str]) -> str:
 
 def unit(request: HeatmapRequest, class_names: Sequence[str]) -> str:
     """What one map value is, for colourbar titles (pixels are intensities in [0, 1])."""
-    q = quantity(request, class_names)
-    return {
-        "gradient": f"d {q} / d pixel",
-        "gradient_x_input": f"pixel × d {q} / d pixel",
-        "smoothgrad": f"mean d {q} / d pixel (SmoothGrad)",
-        "integrated_gradients": f"{q} attribution (IG)",
-    }[request.method]
+    return attribution.get(request.method).unit.format(quantity=quantity(request, class_names))
 
 
 def whole_batch_bytes(model: nn.Module, images: torch.Tensor) -> int:
@@ -105,15 +93,36 @@ def _check_whole_batch_cost(model: nn.Module, batch: ImageBatch, strategy: str) 
         )
 
 
-def compute(
-    model: nn.Module, batch: ImageBatch, indices: Sequence[int], request: HeatmapRequest
-) -> Attribution:
-    """The attribution maps of ``batch[indices]`` for ``request``, over the whole batch.
+def gradient_request(
+    model: nn.Module,
+    batch: ImageBatch,
+    indices: Sequence[int],
+    request: HeatmapRequest,
+    measure_memory: bool = False,
+) -> GradientRequest:
+    """The engine's request for ``batch[indices]`` under the sidebar's ``request``.
 
     The engine gets all N images so that every strategy pays its true cost (the whole-batch
     ones need them; recompute forwards only the picks) and SmoothGrad's noise stays seeded by
     the batch index.
     """
+    target, classes = request.engine_target()
+    return GradientRequest.build(
+        model,
+        batch.float_images(),
+        list(indices),
+        labels=batch.labels,
+        target=target,
+        classes=classes,
+        strategy=request.strategy,
+        measure_memory=measure_memory,
+    )
+
+
+def compute(
+    model: nn.Module, batch: ImageBatch, indices: Sequence[int], request: HeatmapRequest
+) -> Attribution:
+    """The attribution maps of ``batch[indices]`` for ``request``, over the whole batch."""
     if not indices:
         raise InputError("No images picked: click, box-select or use a picker first.")
     if request.target_mode == "loss" and batch.labels is None:
@@ -121,22 +130,10 @@ def compute(
             "These images have no labels, so there is no loss to explain; choose the logit "
             "of the predicted class or of a chosen class as the target."
         )
+    method = attribution.build(request.method, dict(request.settings))
     if strategies.get(request.strategy).whole_batch:
         _check_whole_batch_cost(model, batch, request.strategy)
-    target, classes = request.engine_target()
-    return attribution.attribute(
-        model,
-        batch.float_images(),
-        list(indices),
-        labels=batch.labels,
-        target=target,
-        classes=classes,
-        method=request.method,
-        strategy=request.strategy,
-        samples=request.samples,
-        noise=request.noise,
-        steps=request.steps,
-    )
+    return method.attribute(gradient_request(model, batch, indices, request))
 
 
 def step_memory(
@@ -147,16 +144,8 @@ def step_memory(
     Kept apart from ``compute`` so the profiler's overhead reaches neither the step's timing
     nor the time to the heatmaps.
     """
-    target, classes = request.engine_target()
-    return gradients.input_gradients(
-        model,
-        batch.float_images(),
-        list(indices),
-        labels=batch.labels,
-        target=target,
-        classes=classes,
-        strategy=request.strategy,
-        measure_memory=True,
+    return gradients.compute(
+        gradient_request(model, batch, indices, request, measure_memory=True)
     ).memory
 
 

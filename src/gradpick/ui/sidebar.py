@@ -8,14 +8,13 @@ import streamlit as st
 import torch
 from streamlit.delta_generator import DeltaGenerator
 
-from gradpick import devices, strategies
-from gradpick.attribution import METHODS
+from gradpick import attribution, devices, strategies
 from gradpick.data import IMAGE_SUFFIXES, ImageSource
 from gradpick.errors import GradpickError, InputError
 from gradpick.ui import cache, service
 from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
-from gradpick.ui.heatmaps import METHOD_LABELS, TARGET_LABELS, TARGET_MODES, HeatmapRequest
+from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest
 from gradpick.ui.service import DEFAULT_BATCH_SIZE, SOURCE_KINDS, SOURCE_LABELS, DataChoice
 
 TARGET_MODE = "target_mode"
@@ -249,14 +248,16 @@ def _gradients(
             )
         )
     method = st.selectbox(
-        "Attribution view", METHODS, format_func=METHOD_LABELS.__getitem__, key="method"
+        "Attribution view",
+        attribution.METHOD_NAMES,
+        format_func=lambda name: attribution.get(name).label,
+        key="method",
     )
-    settings: dict[str, float | int] = {}
-    if method == "smoothgrad":
-        settings["samples"] = st.slider("Noisy copies", 4, 64, 16, key="samples")
-        settings["noise"] = st.slider("Noise (fraction of range)", 0.0, 0.5, 0.15, key="noise")
-    elif method == "integrated_gradients":
-        settings["steps"] = st.slider("Path steps", 4, 128, 32, key="steps")
+    settings = {
+        parameter.name: _setting(parameter)
+        for parameter in attribution.get(method).parameters
+        if parameter.shown is not None
+    }
     scale = st.radio(
         "Colour scale",
         ("per image", "shared"),
@@ -278,6 +279,22 @@ def _gradients(
         target_class=target_class,
         method=method,
         strategy=strategy,
-        **settings,  # type: ignore[arg-type]
+        settings=tuple(settings.items()),
     )
     return request, scale == "shared", measure
+
+
+def _setting(parameter: attribution.Parameter) -> float | int:
+    """A slider over the parameter's range in the explorer, at its default to begin with."""
+    assert parameter.shown is not None
+    low, high = parameter.shown
+    kind = int if parameter.whole else float
+    value = st.slider(
+        parameter.label,
+        kind(low),
+        kind(high),
+        kind(parameter.default),
+        key=parameter.name,
+        help=parameter.help,
+    )
+    return kind(value)
