@@ -10,22 +10,20 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
-from gradpick import data, models, strategies, units
+from gradpick import attribution, data, export, models, strategies, units
 from gradpick.devices import DEVICE_CHOICES
 from gradpick.errors import GradpickError, InputError, ModelError
-from gradpick.gradients import REDUCTIONS, TARGETS, GradientResult, input_gradients
+from gradpick.gradients import REDUCTIONS, TARGETS, GradientResult
 from gradpick.infer import as_model_input, infer
 from gradpick.measure import MemoryFigure, MemoryReport
+from gradpick.request import GradientRequest
 from gradpick.selection import parse_indices
-from gradpick.versions import library_versions
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -192,8 +190,6 @@ def _eval_parser(commands: argparse._SubParsersAction) -> None:
 
 # ----------------------------------------------------------------------------- infer and grads
 
-OUTPUT_SUFFIXES = (".pt", ".npz")
-
 
 def _bounded(
     convert: Callable[[str], Any], low: float, high: float | None = None, unit: str = ""
@@ -255,13 +251,9 @@ class _LoadedModel:
         return f"{self.name} (shipped weights{shown})"
 
     def provenance(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "weights": str(self.weights),
-            "weights_sha256": models.sha256_file(self.weights),
-            "card_sha256": None if self.card is None else self.card.get("sha256"),
-            "card_test_accuracy": None if self.card is None else self.card.get("test_accuracy"),
-        }
+        return export.model_record(
+            self.name, str(self.weights), models.sha256_file(self.weights), self.card
+        )
 
 
 def _load_model(args: argparse.Namespace) -> _LoadedModel:
@@ -307,85 +299,16 @@ def _class_argument(text: str | None, class_names: tuple[str, ...], target: str)
     raise InputError(f"Unknown class '{text}'; give an index or one of: {', '.join(class_names)}.")
 
 
-def _class_name(class_names: tuple[str, ...], index: int) -> str:
-    """The source's name for a model class, or the number when the source has fewer classes."""
-    return class_names[index] if 0 <= index < len(class_names) else str(index)
-
-
 def _output_path(text: str | None) -> Path | None:
     """Check the output file before any work is done, so a typo costs nothing."""
     if text is None:
         return None
     path = Path(text).expanduser()
-    if path.suffix not in OUTPUT_SUFFIXES:
+    if path.suffix not in export.SUFFIXES:
         raise InputError(f"--out must end in .pt or .npz, not '{path.suffix or path.name}'.")
     if not path.parent.is_dir():
         raise InputError(f"--out: the folder {path.parent} does not exist.")
     return path
-
-
-def _write_gradients(path: Path, result: GradientResult, indices: list[int]) -> None:
-    gradients = result.gradients.cpu()
-    if path.suffix == ".pt":
-        torch.save(
-            {
-                "gradients": gradients,
-                "indices": torch.tensor(indices),
-                "target_values": result.target_values,
-                "classes": result.classes,
-            },
-            path,
-        )
-    else:
-        np.savez(
-            path,
-            gradients=gradients.numpy(),
-            indices=np.asarray(indices),
-            target_values=result.target_values.numpy(),
-            classes=result.classes.numpy(),
-        )
-
-
-def _sidecar(
-    args: argparse.Namespace,
-    path: Path,
-    source: data.ImageSource,
-    loaded: _LoadedModel,
-    result: GradientResult,
-    indices: list[int],
-    positions: list[int],
-    labels: torch.Tensor | None,
-) -> dict[str, Any]:
-    return {
-        "gradients_file": path.name,
-        "shape": list(result.gradients.shape),
-        "dtype": str(result.gradients.dtype).removeprefix("torch."),
-        "rows": "row i is d target_i / d image[indices[i]], pixels in [0, 1]",
-        "indices": indices,
-        "source_positions": positions,
-        "image_names": source.names(positions),
-        "labels": None if labels is None else labels.tolist(),
-        "target": result.target,
-        "target_values": result.target_values.tolist(),
-        "classes": result.classes.tolist(),
-        "class_names": [_class_name(source.class_names, c) for c in result.classes.tolist()],
-        "strategy": result.strategy,
-        "reduction": result.reduction,
-        "device": result.device,
-        "timing_ms": result.timing,
-        "chunks": result.chunks,
-        "memory": None if result.memory is None else result.memory.as_dict(),
-        "model": loaded.provenance(),
-        "source": {
-            "description": source.description,
-            "split": args.split,
-            "start": args.start,
-            "size": args.size,
-            "seed": args.seed,
-        },
-        "versions": library_versions(),
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
 
 
 def _print_gradients(
@@ -401,7 +324,7 @@ def _print_gradients(
         magnitudes,
         strict=True,
     ):
-        label = _class_name(class_names, chosen)
+        label = export.class_name(class_names, chosen)
         print(f"{index:>6}  {name[-28:]:<28} {label:<12} {value:>10.4g}  {magnitude:>10.3g}")
 
 
@@ -455,7 +378,7 @@ def _cmd_grads(args: argparse.Namespace) -> int:
     classes = _class_argument(args.class_, source.class_names, args.target)
     loaded = _load_model(args)
     picked = _read_picked(source, args, positions, indices)
-    result = input_gradients(
+    request = GradientRequest.build(
         loaded.model,
         as_model_input(picked.images),
         picked.rows,
@@ -466,6 +389,8 @@ def _cmd_grads(args: argparse.Namespace) -> int:
         reduction=args.reduction,
         measure_memory=args.measure_memory,
     )
+    attributed = attribution.Gradient().attribute(request)
+    result = attributed.gradients
     picked_positions = [positions[i] for i in indices]
     print(f"model: {loaded.describe()}")
     print(
@@ -479,12 +404,23 @@ def _cmd_grads(args: argparse.Namespace) -> int:
     if result.memory is not None:
         print(_memory_line(result.memory))
     if out is not None:
-        _write_gradients(out, result, indices)
-        sidecar = out.with_suffix(".json")
-        record = _sidecar(
-            args, out, source, loaded, result, indices, picked_positions, picked.picked_labels
+        labels = picked.picked_labels
+        written = export.Export(
+            attributed,
+            indices=indices,
+            images=request.picked_images,
+            positions=picked_positions,
+            names=source.names(picked_positions),
+            labels=None if labels is None else labels.tolist(),
+            class_names=source.class_names,
+            quantity=export.quantity(args.target, classes, source.class_names),
+            model=loaded.provenance(),
+            source=export.source_record(
+                source.description, len(positions), args.split, args.start, args.size, args.seed
+            ),
+            memory=result.memory,
         )
-        sidecar.write_text(json.dumps(record, indent=2) + "\n")
+        sidecar = export.write(out, written)
         print(f"wrote {out} and {sidecar}")
     return 0
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from gradpick import attribution, render, selection
+from gradpick import attribution, export, render, selection
 from gradpick.attribution import Attribution
 from gradpick.measure import MemoryReport
 from gradpick.ui import cache, figures, heatmaps, service, state
@@ -185,23 +185,20 @@ def _downloads(
     memory: MemoryReport | None,
 ) -> None:
     picked = state.picked(st.session_state)
-    context = {
-        "data": {"source": loaded.batch.source, "batch": loaded.key, "N": len(loaded)},
-        "model": {
-            "name": loaded.option.name,
-            "weights": loaded.option.identity,
-            "card": loaded.option.card,
+    exported = heatmaps.export_of(
+        result,
+        loaded.batch,
+        picked,
+        settings.request,
+        memory,
+        model=service.model_record(loaded.option),
+        source=service.source_record(loaded.choice, loaded.batch),
+        explorer={
+            "batch": loaded.key,
+            "inference_ms": loaded.result.milliseconds,
+            "colour_scale": "shared" if settings.shared_scale else "per image",
         },
-        "inference_ms": loaded.result.milliseconds,
-        "colour_scale": "shared" if settings.shared_scale else "per image",
-    }
-
-    def report() -> bytes:
-        return heatmaps.report_json(
-            heatmaps.report(
-                result, picked, settings.request, loaded.batch.class_names, memory, context
-            )
-        )
+    )
 
     grid = functools.partial(
         render.grid_png,
@@ -214,16 +211,16 @@ def _downloads(
     downloads: tuple[tuple[str, Callable[[], bytes], str], ...] = (
         (
             "Gradients (.pt)",
-            functools.partial(heatmaps.gradients_pt, result, loaded.batch, picked),
+            functools.partial(export.pt_bytes, exported),
             "pt",
         ),
         (
             "Gradients (.npz)",
-            functools.partial(heatmaps.gradients_npz, result, loaded.batch, picked),
+            functools.partial(export.npz_bytes, exported),
             "npz",
         ),
         ("Heatmap grid (.png)", grid, "png"),
-        ("Report (.json)", report, "json"),
+        ("Report (.json)", functools.partial(export.metadata_json, exported), "json"),
     )
     for column, (label, data, suffix) in zip(columns, downloads, strict=True):
         column.download_button(

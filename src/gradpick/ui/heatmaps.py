@@ -7,8 +7,6 @@ pictures (nearest-neighbour enlarged, so no pixel is blurred); the download buil
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -17,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradpick import attribution, gradients, render, strategies, units, versions
+from gradpick import attribution, export, gradients, render, strategies, units
 from gradpick.attribution import Attribution
 from gradpick.data import ImageBatch
 from gradpick.devices import model_device
@@ -64,11 +62,8 @@ class HeatmapRequest:
 
 def quantity(request: HeatmapRequest, class_names: Sequence[str]) -> str:
     """The differentiated quantity in words, e.g. 'loss' or 'logit[cat]'."""
-    if request.target_mode == "loss":
-        return "loss"
-    if request.target_mode == "predicted":
-        return "logit[predicted]"
-    return f"logit[{class_names[request.target_class]}]"
+    target, chosen = request.engine_target()
+    return export.quantity(target, chosen, class_names)
 
 
 def unit(request: HeatmapRequest, class_names: Sequence[str]) -> str:
@@ -224,82 +219,42 @@ def colourbar(cmap: str = "inferno", signed: bool = False, width: int = 256) -> 
 # ----------------------------------------------------------------------------- exports
 
 
-def _export_arrays(
-    result: Attribution, batch: ImageBatch, indices: Sequence[int]
-) -> dict[str, np.ndarray]:
-    """Positions and names say where each picked image came from, so anyone can recompute its
-    gradient from the source itself."""
-    return {
-        "indices": np.asarray(indices, dtype=np.int64),
-        "positions": np.asarray([batch.positions[i] for i in indices], dtype=np.int64),
-        "names": np.asarray([batch.names[i] for i in indices], dtype=np.str_),
-        "gradients": result.gradients.gradients.detach().cpu().numpy(),
-        "maps": result.maps.detach().cpu().numpy(),
-        "classes": result.gradients.classes.numpy(),
-        "target_values": result.gradients.target_values.numpy(),
-    }
-
-
-def gradients_npz(result: Attribution, batch: ImageBatch, indices: Sequence[int]) -> bytes:
-    """indices, source positions and names [k], gradients and maps [k, C, H, W], classes and
-    target values [k]."""
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, allow_pickle=False, **_export_arrays(result, batch, indices))
-    return buffer.getvalue()
-
-
-def gradients_pt(result: Attribution, batch: ImageBatch, indices: Sequence[int]) -> bytes:
-    """The same content as the .npz, as a dict for ``torch.load(..., weights_only=True)``."""
-    buffer = io.BytesIO()
-    arrays = _export_arrays(result, batch, indices)
-    names = [str(name) for name in arrays.pop("names")]
-    tensors = {name: torch.from_numpy(array) for name, array in arrays.items()}
-    extras = {"names": names, "method": result.method, "target": result.gradients.target}
-    torch.save({**tensors, **extras}, buffer)
-    return buffer.getvalue()
-
-
-def library_versions() -> dict[str, str]:
-    """The versions gradpick records beside every result, plus the app's own libraries."""
-    return {
-        **versions.library_versions(),
-        **{name: versions.installed_version(name) for name in APP_LIBRARIES},
-    }
-
-
-def report(
+def export_of(
     result: Attribution,
+    batch: ImageBatch,
     indices: Sequence[int],
     request: HeatmapRequest,
-    class_names: Sequence[str],
     memory: MemoryReport | None,
-    context: dict[str, Any],
-) -> dict[str, Any]:
-    """A JSON-ready account of one gradient step: what was asked, what came out, what it cost.
+    model: dict[str, Any],
+    source: dict[str, Any],
+    explorer: dict[str, Any],
+) -> export.Export:
+    """The export schema's content for one gradient step of the explorer.
 
-    ``context`` adds what only the page knows (data source, N, model card, inference time).
+    Positions and names say where each picked image came from, so anyone can recompute its
+    gradient from the source itself; ``explorer`` adds what only the page knows (its settings).
     """
-    step = result.gradients
-    return {
-        "indices": [int(index) for index in indices],
-        "k": len(indices),
-        "target": {
-            "mode": request.target_mode,
-            "label": TARGET_LABELS[request.target_mode],
-            "quantity": quantity(request, class_names),
-            "classes": [class_names[int(c)] for c in step.classes],
-            "values": [float(v) for v in step.target_values],
+    picked = list(indices)
+    labels = None if batch.labels is None else batch.labels[picked].tolist()
+    return export.Export(
+        result,
+        indices=picked,
+        images=as_model_input(batch.images[picked]),
+        positions=[batch.positions[i] for i in picked],
+        names=[batch.names[i] for i in picked],
+        labels=labels,
+        class_names=batch.class_names,
+        quantity=quantity(request, batch.class_names),
+        model=model,
+        source=source,
+        memory=memory,
+        libraries=APP_LIBRARIES,
+        extra={
+            "explorer": {
+                "target_mode": request.target_mode,
+                "target_label": TARGET_LABELS[request.target_mode],
+                "request": asdict(request),
+                **explorer,
+            }
         },
-        "method": {"name": result.method, "settings": dict(result.settings)},
-        "strategy": step.strategy,
-        "device": step.device,
-        "timings_ms": {"gradient_step": step.timing, "method_total": result.milliseconds},
-        "memory": None if memory is None else memory.as_dict(),
-        "request": asdict(request),
-        **context,
-        "versions": library_versions(),
-    }
-
-
-def report_json(report_dict: dict[str, Any]) -> bytes:
-    return json.dumps(report_dict, indent=2, default=str).encode()
+    )

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from gradpick import data, devices, models, units
+from gradpick import data, devices, export, models, units
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
 from gradpick.errors import DataError, InputError, ModelError
 from gradpick.infer import InferenceResult
@@ -367,3 +367,20 @@ def describe_indices(
         f"#{i} {names[t]}→{names[p]} ({c:.0%}) {'✓' if t == p else '✗'}"
         for i, t, p, c in zip(indices, true, predicted, confidence, strict=True)
     ]
+
+
+def model_record(option: ModelOption) -> dict[str, Any]:
+    """The export schema's ``model`` field for a sidebar model: its identity names the weights."""
+    digest = None
+    if option.shipped and option.upload is None and not option.factory and option.card:
+        digest = option.card.get("sha256")
+    return export.model_record(option.name, option.identity, digest, option.card)
+
+
+def source_record(choice: DataChoice, batch: ImageBatch) -> dict[str, Any]:
+    """The export schema's ``source`` field: the batch and how it was cut from its source."""
+    if choice.kind == "upload":
+        return export.source_record(batch.source, len(batch))
+    return export.source_record(
+        batch.source, len(batch), choice.split, choice.start, choice.size, choice.seed
+    )
