@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from gradpick.compare import FLOOR
+from gradpick.compare import FLOOR, StrategyRun
 from gradpick.data import CIFAR10_CLASSES, ImageBatch
 from gradpick.errors import SelectionError
 from gradpick.gradients import STRATEGIES
@@ -115,3 +115,31 @@ def test_sweep_varies_k_at_the_largest_n_and_n_at_the_largest_k(
     assert cells == [(1, 20), (4, 8), (4, 20)]
     assert steps[-1] == (3, 3)
     assert {point.strategy for point in points} == {FLOOR, *STRATEGIES}
+
+
+def test_agreement_is_judged_at_float32_rounding() -> None:
+    def run(difference: float) -> StrategyRun:
+        return StrategyRun("x", 1.0, None, None, "not measured", difference)
+
+    assert experiments.agreement([run(0.0), run(experiments.AGREEMENT)]).agrees
+    verdict = experiments.agreement([run(1e-7), run(3e-3)])
+    assert not verdict.agrees and verdict.worst == 3e-3
+
+
+def test_run_comparison_runs_every_experiment_and_asks_for_the_leakage_model_when_needed(
+    tiny_cnn: nn.Module, tiny_bn_cnn: nn.Module, batch: ImageBatch
+) -> None:
+    asked: list[int] = []
+
+    def leakage_model() -> nn.Module:
+        asked.append(1)
+        return tiny_bn_cnn
+
+    stored = experiments.run_comparison(tiny_cnn, _setup(batch, [0, 5]), ("key",), leakage_model)
+    assert stored.key == ("key",) and asked == [1]
+    assert [run.name for run in stored.runs] == [FLOOR, *STRATEGIES] and stored.skipped == {}
+    assert stored.naive.error is not None and stored.mean.k == 2
+    assert stored.agreement.agrees
+    assert stored.leakage is not None and stored.leakage[1].relative > 1e-3
+    single = experiments.run_comparison(tiny_cnn, _setup(batch, [3]), ("one",), leakage_model)
+    assert single.leakage is None and asked == [1]

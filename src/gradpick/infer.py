@@ -49,6 +49,12 @@ class InferenceResult:
         correct = self.correct
         return None if correct is None else float(correct.float().mean())
 
+    @property
+    def entropies(self) -> torch.Tensor:
+        """Entropy of each prediction in nats: 0 when certain, log(classes) when uniform."""
+        probabilities = self.probabilities.clamp_min(1e-12)
+        return -(probabilities * probabilities.log()).sum(dim=1)
+
 
 def as_model_input(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """uint8 images become floats in [0, 1]; float images pass through unchanged."""

@@ -35,6 +35,10 @@ MAX_COMPARED = 16
 SWEEP_BUDGET_SECONDS = 5.0
 SWEEP_K = (1, 4, 16)
 SWEEP_N = (256, 1000)
+AGREEMENT = 1e-4
+"""Largest |difference| from the floor still called agreement (float32 rounding)."""
+LEAKAGE_MODEL = "resnet20"
+"""The model whose training-mode BatchNorm shows the cross-sample leakage."""
 
 
 @dataclass(frozen=True)
@@ -205,3 +209,61 @@ def leakage(model: nn.Module, setup: Setup) -> tuple[LeakageReport, LeakageRepor
     served = gradients.cross_sample_leakage(model, *arguments)
     training = copy.deepcopy(model).train()
     return served, gradients.cross_sample_leakage(training, *arguments)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Whether every row of a comparison gives the floor's gradients, up to float32 rounding."""
+
+    worst: float
+    """The largest |difference| from the floor over all rows."""
+
+    @property
+    def agrees(self) -> bool:
+        return self.worst <= AGREEMENT
+
+
+def agreement(runs: Sequence[StrategyRun]) -> Agreement:
+    return Agreement(max(run.max_abs_difference for run in runs))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One run of the Strategies tab's experiments, with what it was run on (``key``)."""
+
+    key: tuple[object, ...]
+    runs: list[StrategyRun]
+    skipped: dict[str, str]
+    naive: NaiveLoop
+    mean: MeanScaling
+    leakage: tuple[LeakageReport, LeakageReport] | None
+    """None when fewer than two different images were picked."""
+
+    @property
+    def agreement(self) -> Agreement:
+        return agreement(self.runs)
+
+
+def run_comparison(
+    model: nn.Module,
+    setup: Setup,
+    key: tuple[object, ...],
+    leakage_model: Callable[[], nn.Module],
+) -> Comparison:
+    """Every experiment of the Strategies tab on ``setup``'s picks.
+
+    ``leakage_model`` gives the model whose BatchNorm shows the leakage (``LEAKAGE_MODEL``);
+    it is only asked for when two different images are picked.
+    """
+    _, skipped = affordable_strategies(model, setup)
+    coupled = None
+    if len(set(setup.indices)) >= 2:
+        coupled = leakage(leakage_model(), setup)
+    return Comparison(
+        key=key,
+        runs=compare_all(model, setup),
+        skipped=skipped,
+        naive=naive_loop(model, setup),
+        mean=mean_scaling(model, setup),
+        leakage=coupled,
+    )

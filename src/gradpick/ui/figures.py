@@ -43,6 +43,8 @@ CLASS_COLOURS = (
     "#1098ad",
 )
 THUMBNAIL_GAP = 2
+CHART_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["toImage"]}
+"""Plotly options of every chart on the page: no logo, no PNG export button."""
 """Transparent pixels between thumbnails of a sheet, so the page background shows through."""
 WEBGL_ABOVE = 5000
 """Scatters with more points are drawn with WebGL: thousands of SVG markers make a page slow."""

@@ -14,14 +14,11 @@ from gradpick.measure import MemoryReport
 from gradpick.ui import cache, figures, heatmaps, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import HeatmapRequest
-from gradpick.ui.outputs import CHART_CONFIG, Loaded
-from gradpick.ui.sidebar import TARGET_CLASS, TARGET_MODE, Settings
+from gradpick.ui.session import Loaded, Settings
 from gradpick.units import UNIT_NOTE, format_bytes
 
 DETAILED_ROWS = 12
 """Up to this many picks get a full row each (with channel maps); more get a compact grid."""
-DETAIL = "detail_index"
-HEATMAPS_CONTAINER = "heatmaps"
 PANELS_FULL = "image · saliency |gradient| · overlay · red · green · blue (signed)"
 PANELS_COMPACT = "image · saliency |gradient| · overlay"
 
@@ -32,8 +29,8 @@ def absorb_target_click() -> None:
     event = state.fresh_selection(session, state.PROBABILITY_CHART)
     classes = selection.indices_from_plotly_selection(event)
     if classes:
-        session[TARGET_MODE] = "class"
-        session[TARGET_CLASS] = classes[-1]
+        session[state.TARGET_MODE] = "class"
+        session[state.TARGET_CLASS] = classes[-1]
 
 
 def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
@@ -62,7 +59,7 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
         _legend(tiles, unit, settings.shared_scale)
         detailed = len(picked) <= DETAILED_ROWS
         st.caption(PANELS_FULL if detailed else PANELS_COMPACT)
-        with st.container(key=HEATMAPS_CONTAINER):
+        with st.container(key=state.HEATMAPS_CONTAINER):
             captions = [
                 title if settings.shared_scale else f"{title} · saliency 0 to {tile.limit:.3g}"
                 for title, tile in zip(titles, tiles, strict=True)
@@ -137,13 +134,13 @@ def _detail(
 ) -> None:
     picked = state.picked(st.session_state)
     session = st.session_state
-    if session.get(DETAIL) not in picked:
-        session[DETAIL] = picked[0]
+    if session.get(state.DETAIL) not in picked:
+        session[state.DETAIL] = picked[0]
     index = st.selectbox(
         "Detailed view of",
         picked,
         format_func=lambda i: titles[picked.index(i)],
-        key=DETAIL,
+        key=state.DETAIL,
     )
     position = picked.index(index)
     tile = tiles[position]
@@ -157,8 +154,8 @@ def _detail(
             tile.channel_limit,
             unit,
         ),
-        config=CHART_CONFIG,
-        key="detail_heatmaps",
+        config=figures.CHART_CONFIG,
+        key=state.DETAIL_HEATMAPS,
     )
     probabilities = loaded.result.probabilities[index].numpy()
     labels = loaded.result.labels
@@ -173,7 +170,7 @@ def _detail(
         key=state.PROBABILITY_CHART,
         on_select="rerun",
         selection_mode="points",
-        config=CHART_CONFIG,
+        config=figures.CHART_CONFIG,
     )
 
 
@@ -228,5 +225,5 @@ def _downloads(
             data=data,
             file_name=f"gradpick-{result.method}.{suffix}",
             on_click="ignore",
-            key=f"download_{suffix}",
+            key=state.download_key(suffix),
         )

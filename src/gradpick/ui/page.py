@@ -26,7 +26,7 @@ from gradpick.ui.config import (
     app_config,
 )
 from gradpick.ui.guard import guarded
-from gradpick.ui.outputs import Loaded
+from gradpick.ui.session import Loaded, Settings
 from gradpick.units import format_bytes
 
 PIXELATED = """<style>
@@ -42,7 +42,7 @@ HOSTED_NOTE = (
 )
 
 
-def _load(settings: sidebar.Settings) -> Loaded | None:
+def _load(settings: Settings) -> Loaded | None:
     """The batch, the model and their inference outputs, each from its cache."""
     choice, source = settings.data, settings.source
     if choice is None or source is None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -214,6 +215,14 @@ def model_options() -> list[ModelOption]:
     return options
 
 
+def option_named(name: str, current: ModelOption) -> ModelOption:
+    """``current`` when it is architecture ``name`` (whatever its weights), else the built-in
+    option of that name."""
+    if current.name == name:
+        return current
+    return next(option for option in model_options() if option.name == name)
+
+
 def user_model_option(args: UserModelArgs) -> ModelOption:
     """The option for ``--model`` (with ``--weights``/``--classes``); files are checked here so
     a wrong path is explained before any of the user's code runs."""
@@ -384,3 +393,11 @@ def source_record(choice: DataChoice, batch: ImageBatch) -> dict[str, Any]:
     return export.source_record(
         batch.source, len(batch), choice.split, choice.start, choice.size, choice.seed
     )
+
+
+def scatter_values(result: InferenceResult) -> tuple[np.ndarray, str]:
+    """The outputs scatter's vertical values and their name: each image's loss on its true
+    label, or the entropy of its prediction when there are no labels."""
+    if result.losses is not None:
+        return result.losses.numpy(), "loss on the true label"
+    return result.entropies.numpy(), "entropy of the prediction (no labels)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import streamlit as st
 import torch
@@ -11,27 +11,12 @@ from streamlit.delta_generator import DeltaGenerator
 from gradpick import attribution, devices, strategies
 from gradpick.data import IMAGE_SUFFIXES, ImageSource
 from gradpick.errors import GradpickError, InputError
-from gradpick.ui import cache, service
+from gradpick.ui import cache, service, state
 from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest
 from gradpick.ui.service import DEFAULT_BATCH_SIZE, SOURCE_KINDS, SOURCE_LABELS, DataChoice
-
-TARGET_MODE = "target_mode"
-TARGET_CLASS = "target_class"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the sidebar decided; ``data``/``source`` are None until a usable source exists."""
-
-    data: DataChoice | None
-    source: ImageSource | None
-    model: service.ModelOption
-    device: torch.device
-    request: HeatmapRequest
-    shared_scale: bool
-    measure_memory: bool
+from gradpick.ui.session import Settings
 
 
 def render(config: AppConfig) -> Settings:
@@ -53,13 +38,13 @@ def render(config: AppConfig) -> Settings:
 
 def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
     kinds = [kind for kind in SOURCE_KINDS if kind != "folder" or config.allow_local_folder]
-    kind = st.radio("Source", kinds, format_func=SOURCE_LABELS.__getitem__, key="source_kind")
+    kind = st.radio("Source", kinds, format_func=SOURCE_LABELS.__getitem__, key=state.SOURCE_KIND)
     if kind == "upload":
         files = st.file_uploader(
             "Images (several at once)",
             accept_multiple_files=True,
             type=[suffix.lstrip(".") for suffix in IMAGE_SUFFIXES],
-            key="uploads",
+            key=state.UPLOADS,
         )
         uploads, problems = service.screen_uploads(
             [service.Upload.of(f.name, f.getvalue()) for f in files or []],
@@ -73,11 +58,11 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
             return None, None
         base = DataChoice(kind="upload", size=None, uploads=uploads)
     else:
-        split = st.selectbox("Split", ("test", "train"), key="split")
+        split = st.selectbox("Split", ("test", "train"), key=state.SPLIT)
         folder = ""
         if kind == "folder":
             folder = st.text_input(
-                "Folder", key="folder_path", placeholder="/path/to/cifar10-jpg or a class tree"
+                "Folder", key=state.FOLDER_PATH, placeholder="/path/to/cifar10-jpg or a class tree"
             )
         base = DataChoice(kind=kind, split=split, folder=folder)
     source: ImageSource | None = None
@@ -94,11 +79,23 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
     by_class = service.sorted_by_class(source)
     if by_class:
         st.caption("These images are stored class by class, so the batch is a seeded sample.")
-    if st.toggle("Seeded random sample", value=by_class, key=f"random:{key}"):
-        seed = int(st.number_input("Seed", min_value=0, value=0, key=f"seed:{key}"))
+    if st.toggle(
+        "Seeded random sample", value=by_class, key=state.per_source(state.RANDOM_SAMPLE, key)
+    ):
+        seed = int(
+            st.number_input(
+                "Seed", min_value=0, value=0, key=state.per_source(state.SAMPLE_SEED, key)
+            )
+        )
         return replace(base, size=size, seed=seed), source
     start = int(
-        st.number_input("Start", min_value=0, max_value=total - 1, value=0, key=f"start:{key}")
+        st.number_input(
+            "Start",
+            min_value=0,
+            max_value=total - 1,
+            value=0,
+            key=state.per_source(state.START, key),
+        )
     )
     return replace(base, start=start, size=size), source
 
@@ -106,7 +103,7 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
 def _batch_size(source_key: str, total: int, cap: int | None) -> int:
     """The batch size typed for this source; an impossible one is explained and the last good
     one kept, so the batch, its results and the picks stay as they were."""
-    good_key = f"good_size:{source_key}"
+    good_key = state.per_source(state.GOOD_BATCH_SIZE, source_key)
     limit = min(total, cap or total)
     default = min(DEFAULT_BATCH_SIZE, limit)
     requested = int(
@@ -114,7 +111,7 @@ def _batch_size(source_key: str, total: int, cap: int | None) -> int:
             "Batch size N",
             value=default,
             step=100,
-            key=f"size:{source_key}",
+            key=state.per_source(state.BATCH_SIZE, source_key),
             help=f"1 to {limit:,} images" + (" (this demo's cap)." if limit < total else "."),
         )
     )
@@ -138,7 +135,7 @@ def _model(
     if user is not None:
         options = {user.identity: user, **options}
     identity = st.selectbox(
-        "Model", list(options), format_func=lambda name: options[name].label, key="model"
+        "Model", list(options), format_func=lambda name: options[name].label, key=state.MODEL
     )
     option = options.get(identity, next(iter(options.values())))
     about = st.container()
@@ -148,7 +145,7 @@ def _model(
     upload = st.file_uploader(
         f"Your weights for {option.name} (.pt, .pth)",
         type=["pt", "pth"],
-        key="weights_upload",
+        key=state.WEIGHTS_UPLOAD,
         help="A state_dict saved with torch.save, read with weights_only=True: a file that "
         "holds anything but tensors is refused without running it.",
     )
@@ -215,7 +212,7 @@ def _usable(
 def _device() -> torch.device:
     options = {option.kind: option for option in service.device_options()}
     kind = st.selectbox(
-        "Device", list(options), format_func=lambda name: options[name].label, key="device"
+        "Device", list(options), format_func=lambda name: options[name].label, key=state.DEVICE
     )
     reason = options[kind].reason
     if reason is not None:
@@ -230,20 +227,20 @@ def _gradients(
     labelled: bool, class_names: tuple[str, ...], measure_by_default: bool
 ) -> tuple[HeatmapRequest, bool, bool]:
     strategy = st.selectbox(
-        "Gradient strategy", strategies.NAMES, key="strategy", help=strategies.help_text()
+        "Gradient strategy", strategies.NAMES, key=state.STRATEGY, help=strategies.help_text()
     )
     modes = [mode for mode in TARGET_MODES if labelled or mode != "loss"]
-    mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=TARGET_MODE)
-    target_class = int(st.session_state.get(TARGET_CLASS, 0))
+    mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=state.TARGET_MODE)
+    target_class = int(st.session_state.get(state.TARGET_CLASS, 0))
     if mode == "class" and class_names:
         if target_class >= len(class_names):
-            st.session_state[TARGET_CLASS] = target_class = 0
+            st.session_state[state.TARGET_CLASS] = target_class = 0
         target_class = int(
             st.selectbox(
                 "Class",
                 range(len(class_names)),
                 format_func=class_names.__getitem__,
-                key=TARGET_CLASS,
+                key=state.TARGET_CLASS,
                 help="Or click a bar of the class probabilities below the heatmaps.",
             )
         )
@@ -251,7 +248,7 @@ def _gradients(
         "Attribution view",
         attribution.METHOD_NAMES,
         format_func=lambda name: attribution.get(name).label,
-        key="method",
+        key=state.METHOD,
     )
     settings = {
         parameter.name: _setting(parameter)
@@ -261,7 +258,7 @@ def _gradients(
     scale = st.radio(
         "Colour scale",
         ("per image", "shared"),
-        key="colour_scale",
+        key=state.COLOUR_SCALE,
         horizontal=True,
         help="Shared: one scale for all picked images, so magnitudes compare. Per image: "
         "each image's own range, so its structure shows.",
@@ -270,7 +267,7 @@ def _gradients(
         "Measure memory",
         # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
         value=measure_by_default,
-        key="measure_memory",
+        key=state.MEASURE_MEMORY,
         help="Saved-for-backward bytes and the peak of the gradient step, from one more run "
         "of it with measurement on (the profiler's overhead never reaches the timings).",
     )
@@ -294,7 +291,7 @@ def _setting(parameter: attribution.Parameter) -> float | int:
         kind(low),
         kind(high),
         kind(parameter.default),
-        key=parameter.name,
+        key=state.setting_key(parameter.name),
         help=parameter.help,
     )
     return kind(value)
