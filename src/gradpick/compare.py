@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradpick import gradients, measure
-from gradpick.devices import device_for
 from gradpick.errors import InputError
 from gradpick.measure import MemoryReport, Stopwatch
 from gradpick.request import GradientRequest
@@ -194,6 +193,9 @@ def compare(
     from one extra run with measurement on, when ``request.measure_memory`` is set. The captum
     row is left out, with a warning, when ``captum_unavailable_reason`` gives a reason.
     """
+    # Every row, the floor and captum included, takes the images on the run device, as a
+    # careful user would put them there before timing anything.
+    request = request.but(images=request.images.to(request.device))
     # Warms the model up and resolves the classes (the predicted ones when none are given)
     # for captum's explicit targets.
     reference = gradients.compute(request.but(measure_memory=False))
@@ -254,10 +256,10 @@ def compare_strategies(
     device: str | torch.device | None = None,
     min_seconds: float = INTERACTIVE_MIN_SECONDS,
 ) -> list[StrategyRun]:
-    """``compare`` of a request built from these arguments, the images on the model's device."""
+    """``compare`` of a request built from these arguments."""
     request = GradientRequest.build(
         model,
-        images.to(device_for(model, device)),
+        images,
         indices,
         labels,
         target,

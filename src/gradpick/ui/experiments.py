@@ -21,6 +21,7 @@ from gradpick.compare import StrategyRun
 from gradpick.data import ImageBatch
 from gradpick.errors import SelectionError
 from gradpick.gradients import LeakageReport
+from gradpick.request import GradientRequest
 from gradpick.ui.heatmaps import (
     WHOLE_BATCH_BUDGET,
     HeatmapRequest,
@@ -69,6 +70,18 @@ class Setup:
             batch.float_images(), batch.labels, picked, target, classes, forward_ms_per_image
         )
 
+    def request(self, model: nn.Module, measure_memory: bool = False) -> GradientRequest:
+        """The engine's request for these picks on ``model`` (validated here, once)."""
+        return GradientRequest.build(
+            model,
+            self.images,
+            self.indices,
+            self.labels,
+            self.target,
+            self.classes,
+            measure_memory=measure_memory,
+        )
+
     def with_batch(self, size: int, picked: int) -> Setup:
         """The first ``size`` images with the first ``picked`` of them picked (for sweeps)."""
         labels = None if self.labels is None else self.labels[:size]
@@ -112,16 +125,7 @@ def compare_all(
 ) -> list[StrategyRun]:
     """Every affordable strategy and the floor on the picked images, with memory."""
     strategies, _ = affordable_strategies(model, setup, repeats, budget_seconds)
-    return compare.compare_strategies(
-        model,
-        setup.images,
-        setup.indices,
-        setup.labels,
-        setup.target,
-        setup.classes,
-        strategies=strategies,
-        repeats=repeats,
-    )
+    return compare.compare(setup.request(model, measure_memory=True), strategies, repeats)
 
 
 @dataclass(frozen=True)
@@ -170,9 +174,7 @@ class NaiveLoop:
 
 def naive_loop(model: nn.Module, setup: Setup) -> NaiveLoop:
     started = time.perf_counter()
-    error = gradients.naive_loop_error(
-        model, setup.images, setup.indices, setup.labels, setup.target, setup.classes
-    )
+    error = gradients.naive_loop(setup.request(model))
     return NaiveLoop(None if error is None else str(error), (time.perf_counter() - started) * 1e3)
 
 
@@ -186,9 +188,9 @@ class MeanScaling:
 
 
 def mean_scaling(model: nn.Module, setup: Setup) -> MeanScaling:
-    arguments = (model, setup.images, setup.indices, setup.labels, setup.target, setup.classes)
-    summed = gradients.input_gradients(*arguments, reduction="sum").gradients
-    mean = gradients.input_gradients(*arguments, reduction="mean").gradients
+    request = setup.request(model)
+    summed = gradients.compute(request).gradients
+    mean = gradients.compute(request.but(reduction="mean")).gradients
     k = len(setup.indices)
     return MeanScaling(
         k=k,
@@ -205,10 +207,9 @@ def leakage(model: nn.Module, setup: Setup) -> tuple[LeakageReport, LeakageRepor
     """
     if len(set(setup.indices)) < 2:
         raise SelectionError("The leakage check needs at least two different picked images.")
-    arguments = (setup.images, setup.indices, setup.labels, setup.target, setup.classes)
-    served = gradients.cross_sample_leakage(model, *arguments)
+    request = setup.request(model)
     training = copy.deepcopy(model).train()
-    return served, gradients.cross_sample_leakage(training, *arguments)
+    return gradients.leakage(request), gradients.leakage(request.but(model=training))
 
 
 @dataclass(frozen=True)
