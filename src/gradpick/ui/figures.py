@@ -22,9 +22,8 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-from gradpick import render, units
+from gradpick import render, strategies, units
 from gradpick.compare import FLOOR
-from gradpick.strategies import NAMES as STRATEGIES
 
 RIGHT = "#2f9e44"
 WRONG = "#e03131"
@@ -71,7 +70,7 @@ def colourscale(table: np.ndarray, stops: int = 17) -> list[list[Any]]:
 
 def strategy_colour(name: str) -> str:
     """The same colour for a strategy in every chart, whichever strategies a chart shows."""
-    order = (FLOOR, *STRATEGIES)
+    order = (FLOOR, *strategies.NAMES)
     return CLASS_COLOURS[order.index(name)] if name in order else NEUTRAL
 
 
