@@ -165,6 +165,52 @@ def sweep(
 
 
 @dataclass(frozen=True)
+class SweepSeries:
+    """One sweep direction: per strategy, (x values, times in ms, peak bytes), at ``fixed``."""
+
+    fixed: int
+    """The largest N (for the series against k) or the largest k (against N)."""
+    lines: dict[str, tuple[list[int], list[float], list[int | None]]]
+
+
+def sweep_series(points: Sequence[SweepPoint]) -> tuple[SweepSeries, SweepSeries]:
+    """The sweep's points as lines against k (at the largest N) and against N (at the largest k)."""
+    largest_n = max(point.n for point in points)
+    largest_k = max(point.k for point in points)
+    against_k, against_n = SweepSeries(largest_n, {}), SweepSeries(largest_k, {})
+    for point in sorted(points, key=lambda p: (p.k, p.n)):
+        for series, x, wanted in (
+            (against_k, point.k, point.n == largest_n),
+            (against_n, point.n, point.k == largest_k),
+        ):
+            if wanted:
+                xs, times, peaks = series.lines.setdefault(point.strategy, ([], [], []))
+                xs.append(x)
+                times.append(point.milliseconds)
+                peaks.append(point.peak_bytes)
+    return against_k, against_n
+
+
+def run_table(runs: Sequence[StrategyRun]) -> dict[str, list[object]]:
+    """The comparison's table, column by column: time against the floor, memory in MB, and
+    each row's largest difference from the floor's gradients."""
+
+    def megabytes(count: int | None) -> float | None:
+        value = units.megabytes(count)
+        return None if value is None else round(value, 2)
+
+    floor = next((run.milliseconds for run in runs if run.name == compare.FLOOR), None)
+    return {
+        "strategy": [run.name for run in runs],
+        "time (ms)": [round(run.milliseconds, 2) for run in runs],
+        "× floor": [None if not floor else round(run.milliseconds / floor, 2) for run in runs],
+        f"saved for backward ({units.UNIT})": [megabytes(run.saved_bytes) for run in runs],
+        f"peak ({units.UNIT})": [megabytes(run.peak_bytes) for run in runs],
+        "max |difference| from floor": [run.max_abs_difference for run in runs],
+    }
+
+
+@dataclass(frozen=True)
 class NaiveLoop:
     """The question's loop: one forward of all N, then a backward per index."""
 

@@ -7,7 +7,6 @@ tagged with the selection they were run on.
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
 from collections.abc import Sequence
 
 import pandas as pd
@@ -19,11 +18,6 @@ from gradpick.compare import FLOOR, StrategyRun
 from gradpick.ui import cache, experiments, figures, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
-
-
-def _megabytes(value: int | None) -> float | None:
-    megabytes = units.megabytes(value)
-    return None if megabytes is None else round(megabytes, 2)
 
 
 def render(loaded: Loaded, settings: Settings) -> None:
@@ -94,20 +88,6 @@ def _leakage_model(loaded: Loaded) -> nn.Module:
     return cache.model(option.identity, str(loaded.device), option)
 
 
-def _run_table(runs: Sequence[StrategyRun]) -> pd.DataFrame:
-    floor = next((run.milliseconds for run in runs if run.name == FLOOR), None)
-    return pd.DataFrame(
-        {
-            "strategy": [run.name for run in runs],
-            "time (ms)": [round(run.milliseconds, 2) for run in runs],
-            "× floor": [None if not floor else round(run.milliseconds / floor, 2) for run in runs],
-            f"saved for backward ({units.UNIT})": [_megabytes(run.saved_bytes) for run in runs],
-            f"peak ({units.UNIT})": [_megabytes(run.peak_bytes) for run in runs],
-            "max |difference| from floor": [run.max_abs_difference for run in runs],
-        }
-    )
-
-
 def _show_comparison(stored: experiments.Comparison) -> None:
     runs: list[StrategyRun] = stored.runs
     st.plotly_chart(
@@ -120,7 +100,7 @@ def _show_comparison(stored: experiments.Comparison) -> None:
         config=figures.CHART_CONFIG,
         key=state.STRATEGY_BARS,
     )
-    st.dataframe(_run_table(runs), hide_index=True)
+    st.dataframe(pd.DataFrame(experiments.run_table(runs)), hide_index=True)
     st.caption(
         "floor: one plain forward and backward of the picked images alone, by hand. "
         f"Peak memory counts: {runs[0].peak_counts}. Saved for backward counts the tensors "
@@ -188,25 +168,12 @@ def _show_naive(stored: experiments.Comparison) -> None:
 
 
 def _show_sweep(points: Sequence[experiments.SweepPoint]) -> None:
-    largest_n = max(point.n for point in points)
-    largest_k = max(point.k for point in points)
-    by_k: dict[str, tuple[list[int], list[float], list[int | None]]] = defaultdict(
-        lambda: ([], [], [])
+    against_k, against_n = experiments.sweep_series(points)
+    st.caption(f"Against k, at N = {against_k.fixed:,}:")
+    st.plotly_chart(
+        figures.sweep_lines(against_k.lines, "k"), config=figures.CHART_CONFIG, key=state.SWEEP_K
     )
-    by_n: dict[str, tuple[list[int], list[float], list[int | None]]] = defaultdict(
-        lambda: ([], [], [])
+    st.caption(f"Against N, at k = {against_n.fixed}:")
+    st.plotly_chart(
+        figures.sweep_lines(against_n.lines, "N"), config=figures.CHART_CONFIG, key=state.SWEEP_N
     )
-    for point in sorted(points, key=lambda p: (p.k, p.n)):
-        for series, x, wanted in (
-            (by_k, point.k, point.n == largest_n),
-            (by_n, point.n, point.k == largest_k),
-        ):
-            if wanted:
-                xs, times, peaks = series[point.strategy]
-                xs.append(x)
-                times.append(point.milliseconds)
-                peaks.append(point.peak_bytes)
-    st.caption(f"Against k, at N = {largest_n:,}:")
-    st.plotly_chart(figures.sweep_lines(by_k, "k"), config=figures.CHART_CONFIG, key=state.SWEEP_K)
-    st.caption(f"Against N, at k = {largest_k}:")
-    st.plotly_chart(figures.sweep_lines(by_n, "N"), config=figures.CHART_CONFIG, key=state.SWEEP_N)
