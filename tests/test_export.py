@@ -70,3 +70,19 @@ def test_the_readme_documents_every_array_and_field() -> None:
     text = README.read_text().split("## Export schema", 1)[1].split("\n## ", 1)[0]
     for name in (*export.ARRAYS, *export.FIELDS):
         assert f"| `{name}` |" in text, f"README's export table lacks {name}"
+
+
+def test_an_interrupted_write_leaves_no_file_that_looks_whole(
+    tmp_path: Path, tiny_cnn: nn.Module, random_batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    images, labels = random_batch
+    request = GradientRequest.build(tiny_cnn, images, [1], labels)
+    written = _plain_export(attribution.Gradient().attribute(request), request)
+
+    def interrupted(*_: object) -> bytes:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export, "metadata_json", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export.write(tmp_path / "x.npz", written)
+    assert not (tmp_path / "x.npz").exists() and not (tmp_path / "x.json").exists()

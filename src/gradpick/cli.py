@@ -443,8 +443,9 @@ def _grads_parser(commands: argparse._SubParsersAction) -> None:
         "grads",
         help="exact input gradients of picked images, written to .pt or .npz",
         description="Compute d target_j / d image_j for the picked indices of a batch and "
-        "write them to FILE.pt or FILE.npz with a JSON sidecar FILE.json (indices, targets, "
-        "strategy, timing, memory, model and library versions).",
+        "write them to FILE.pt or FILE.npz with a JSON sidecar FILE.json: the README's export "
+        "schema (the picked pixels, indices, targets, strategy, timing, memory, model and "
+        "library versions).",
     )
     _add_batch_arguments(parser)
     _add_model_arguments(parser)

@@ -246,16 +246,18 @@ def metadata_json(export: Export, gradients_file: str | None = None) -> bytes:
 def write(path: Path, export: Export) -> Path:
     """Write the arrays to ``path`` (.npz or .pt) and the JSON beside it; returns the JSON's path.
 
-    Each file is written under a temporary name and renamed when complete, so an interrupted
-    export never leaves a file that looks whole.
+    Both files are written under temporary names first and renamed once both are complete, so
+    an interrupted export never leaves a file that looks whole.
     """
     if path.suffix not in SUFFIXES:
         raise InputError(f"An export ends in {' or '.join(SUFFIXES)}, not '{path.suffix}'.")
     content = npz_bytes(export) if path.suffix == ".npz" else pt_bytes(export)
     sidecar = path.with_suffix(".json")
-    for target, data in ((path, content), (sidecar, metadata_json(export, path.name))):
-        partial = target.with_name(target.name + ".partial")
-        partial.write_bytes(data)
+    files = {path: content, sidecar: metadata_json(export, path.name)}
+    partials = {target: target.with_name(target.name + ".partial") for target in files}
+    for target, data in files.items():
+        partials[target].write_bytes(data)
+    for target, partial in partials.items():
         partial.replace(target)
     return sidecar
 
