@@ -18,7 +18,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gradpick import data, models, selection
+from gradpick import attribution, data, models, selection, strategies
 from gradpick.gradients import STRATEGIES
 from gradpick.ui import gradients_panel, state
 
@@ -89,6 +89,22 @@ def test_opens_on_the_default_batch_with_outputs_and_no_selection(generated: Pat
     assert any("No images picked yet" in info.value for info in app.info)
     assert len(table(app)) == IMAGES
     assert heatmap_captions(app) == []
+
+
+def test_the_sidebar_offers_exactly_the_registered_strategies_and_methods(
+    generated: Path,
+) -> None:
+    app = open_app(**TUTORIAL, method="smoothgrad")
+    strategy = app.sidebar.selectbox(key=state.STRATEGY)
+    assert strategy.options == list(strategies.NAMES)
+    assert strategy.help == strategies.help_text()
+    method = app.sidebar.selectbox(key=state.METHOD)
+    assert method.options == [attribution.get(name).label for name in attribution.METHOD_NAMES]
+    shown = [p for p in attribution.get("smoothgrad").parameters if p.shown is not None]
+    sliders = {slider.key: slider for slider in app.sidebar.slider}
+    for parameter in shown:
+        slider = sliders[state.setting_key(parameter.name)]
+        assert (slider.min, slider.max, slider.value) == (*parameter.shown, parameter.default)
 
 
 def test_a_scatter_selection_shows_heatmaps_and_readouts_for_exactly_those_images(

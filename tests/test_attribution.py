@@ -10,10 +10,12 @@ import torch.nn.functional as F
 from captum.attr import InputXGradient, IntegratedGradients, NoiseTunnel, Saliency
 from torch import nn
 
-from gradpick.attribution import METHODS, attribute
+from gradpick import attribution
+from gradpick.attribution import METHOD_NAMES, METHODS, AttributionMethod, attribute
 from gradpick.errors import InputError, SelectionError
 from gradpick.gradients import input_gradients
 from gradpick.models import freeze
+from gradpick.request import GradientRequest
 
 PICKED = [5, 2, 9]
 
@@ -338,3 +340,51 @@ def test_bad_selection_and_missing_labels_come_from_the_engine(tiny_cnn, random_
         attribute(tiny_cnn, random_batch.images, [16], random_batch.labels)
     with pytest.raises(InputError, match="needs the true labels"):
         attribute(tiny_cnn, random_batch.images, [0], method="integrated_gradients")
+
+
+# ----------------------------------------------------------------------------- the registry
+
+
+def test_the_registry_lists_every_method_class_by_name() -> None:
+    assert tuple(METHODS) == METHOD_NAMES and METHOD_NAMES[0] == "gradient"
+    assert set(attribution.__all__) >= {cls.__name__ for cls in METHODS.values()}
+    for name, method in METHODS.items():
+        assert method.name == name and attribution.get(name) is method
+        assert issubclass(method, AttributionMethod) and method.label
+        assert "{quantity}" in method.unit
+        doc = method.__doc__ or ""
+        assert "Example" in doc and any(year in doc for year in ("2014", "2016", "2017"))
+
+
+@pytest.mark.parametrize("name", METHOD_NAMES)
+def test_each_parameter_default_is_valid_and_inside_its_range(name: str) -> None:
+    method = METHODS[name]
+    settings = method().settings
+    assert list(settings) == [parameter.name for parameter in method.parameters]
+    for parameter in method.parameters:
+        assert parameter.check(parameter.default) == parameter.default == settings[parameter.name]
+        assert parameter.label and parameter.help
+        if parameter.shown is not None:
+            low, high = parameter.shown
+            assert low <= parameter.default <= high
+            assert parameter.least is None or parameter.least <= low
+
+
+@pytest.mark.parametrize("name", METHOD_NAMES)
+def test_a_method_attributes_a_built_request_as_attribute_does(
+    name: str, tiny_cnn, random_batch
+) -> None:
+    model, images = _as_double(tiny_cnn), random_batch.images.double()
+    settings = {"samples": 3, "steps": 5, "noise": 0.2, "seed": 4, "baseline": 0.5}
+    request = GradientRequest.build(model, images, PICKED, random_batch.labels)
+    by_request = attribution.build(name, settings).attribute(request)
+    by_arguments = attribute(model, images, PICKED, random_batch.labels, method=name, **settings)
+    assert by_request.method == name and by_request.settings == by_arguments.settings
+    torch.testing.assert_close(by_request.maps, by_arguments.maps, rtol=0, atol=0)
+
+
+def test_a_setting_the_method_does_not_take_is_refused() -> None:
+    with pytest.raises(InputError, match="Gradient takes no setting 'samples'"):
+        attribution.Gradient(samples=4)
+    with pytest.raises(InputError, match="Unknown attribution method 'occlusion'"):
+        attribution.get("occlusion")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -12,11 +13,20 @@ import numpy as np
 import pytest
 import torch
 
-from gradpick import data, models
+from gradpick import data, export, models
 from gradpick.cli import main
 from gradpick.gradients import input_gradients
+from gradpick.ui import heatmaps, service
+from gradpick.ui.heatmaps import HeatmapRequest
 
 FOLDER_IMAGES = 12  # 3 classes x 4 images
+EXPORTED = [7, 2, 9]
+STEP_FIELDS = (
+    "schema", "arrays", "shape", "dtype", "rows", "k", "indices", "source_positions",
+    "image_names", "labels", "target", "quantity", "classes", "class_names", "method",
+    "strategy", "reduction", "chunks",
+)  # fmt: skip
+"""The fields that describe the step itself (the rest say where, when and how long)."""
 
 
 @pytest.fixture
@@ -318,3 +328,71 @@ def test_distilling_with_cutout_records_the_teachers_in_the_card(
     with pytest.raises(SystemExit):
         main([*second[:-2], "--distill-weight", "1.5"])
     assert "must be between 0 and 1" in capsys.readouterr().err
+
+
+def _explorer_export(folder: Path, weights: Path, request: HeatmapRequest) -> export.Export:
+    """What the explorer's downloads hold for ``EXPORTED`` of the whole folder."""
+    choice = service.DataChoice(kind="folder", folder=str(folder), size=None)
+    batch = data.load_batch(data.image_folder(folder))
+    model = models.load("tutorial", weights)
+    result = heatmaps.compute(model, batch, EXPORTED, request)
+    option = service.ModelOption("tutorial")
+    return heatmaps.export_of(
+        result,
+        batch,
+        EXPORTED,
+        request,
+        None,
+        service.load_model(option, torch.device("cpu")).identity(),
+        service.source_record(choice, batch),
+        {"colour_scale": "shared"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "request_"),
+    [
+        ([], HeatmapRequest()),
+        (
+            ["--target", "logit", "--class", "1", "--strategy", "summed"],
+            HeatmapRequest(target_mode="class", target_class=1, strategy="summed"),
+        ),
+    ],
+)
+@pytest.mark.parametrize("suffix", export.SUFFIXES)
+def test_the_cli_and_the_explorer_export_the_same_arrays_and_fields(
+    capsys, folder: Path, weights: Path, tmp_path: Path, arguments, request_, suffix: str
+) -> None:
+    out = tmp_path / f"grads{suffix}"
+    indices = ", ".join(str(index) for index in EXPORTED)
+    status = main(
+        [
+            "grads",
+            *("--data", str(folder), "--model", "tutorial", "--weights", str(weights)),
+            *("--indices", indices, "--out", str(out), *arguments),
+        ]
+    )
+    assert status == 0, capsys.readouterr().err
+    explorer = _explorer_export(folder, weights, request_)
+    if suffix == ".npz":
+        from_cli = dict(np.load(out, allow_pickle=False))
+        from_explorer = dict(np.load(io.BytesIO(export.npz_bytes(explorer)), allow_pickle=False))
+    else:
+        from_cli = torch.load(out, weights_only=True)
+        from_explorer = torch.load(io.BytesIO(export.pt_bytes(explorer)), weights_only=True)
+    assert list(from_cli) == list(from_explorer)
+    for name, value in from_cli.items():
+        if isinstance(value, torch.Tensor | np.ndarray):
+            np.testing.assert_array_equal(np.asarray(value), np.asarray(from_explorer[name]))
+        else:
+            assert value == from_explorer[name], name
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    report = json.loads(export.metadata_json(explorer))
+    assert list(sidecar) == list(export.FIELDS)
+    assert list(report) == [*export.FIELDS, "explorer"]
+    assert {name: sidecar[name] for name in STEP_FIELDS} == {
+        name: report[name] for name in STEP_FIELDS
+    }
+    assert sidecar["target_values"] == pytest.approx(report["target_values"], rel=1e-6)
+    assert list(sidecar["model"]) == list(report["model"])
+    assert list(sidecar["source"]) == list(report["source"]) and sidecar["source"]["N"] == 12

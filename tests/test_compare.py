@@ -25,6 +25,7 @@ from gradpick.compare import (
 from gradpick.errors import InputError, SelectionError
 from gradpick.gradients import STRATEGIES
 from gradpick.measure import CPU_PEAK_LABEL
+from gradpick.request import GradientRequest
 
 INDICES = [5, 0, 5, 11]  # repeated and unordered on purpose
 
@@ -56,7 +57,7 @@ def test_floor_equals_a_per_sample_loop_in_float64(tiny_cnn, random_batch, targe
     model = tiny_cnn.double()
     images = random_batch.images.double()
     labels = random_batch.labels if target == "loss" else None
-    floor = floor_gradients(model, images, INDICES, labels=labels, target=target)
+    floor = floor_gradients(GradientRequest.build(model, images, INDICES, labels, target))
     expected = per_sample_loop(model, images, INDICES, labels, classes=None)
     assert floor.shape == (len(INDICES), 3, 32, 32)
     torch.testing.assert_close(floor, expected, rtol=1e-12, atol=1e-14)
@@ -64,8 +65,10 @@ def test_floor_equals_a_per_sample_loop_in_float64(tiny_cnn, random_batch, targe
 
 def test_floor_takes_one_class_or_one_per_index(tiny_cnn, random_batch):
     images = random_batch.images
-    one = floor_gradients(tiny_cnn, images, INDICES, target="logit", classes=3)
-    each = floor_gradients(tiny_cnn, images, INDICES, target="logit", classes=[3, 1, 2, 0])
+    one = floor_gradients(GradientRequest.build(tiny_cnn, images, INDICES, None, "logit", 3))
+    each = floor_gradients(
+        GradientRequest.build(tiny_cnn, images, INDICES, None, "logit", [3, 1, 2, 0])
+    )
     torch.testing.assert_close(one, per_sample_loop(tiny_cnn, images, INDICES, None, [3] * 4))
     torch.testing.assert_close(each, per_sample_loop(tiny_cnn, images, INDICES, None, [3, 1, 2, 0]))
 

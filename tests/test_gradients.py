@@ -7,6 +7,7 @@ and against captum's Saliency as an independent implementation.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,8 +19,7 @@ import torch.nn.functional as F
 from captum.attr import Saliency
 from torch import nn
 
-from gradpick import gradients as gradients_module
-from gradpick import models
+from gradpick import models, strategies
 from gradpick.errors import (
     DeviceMemoryError,
     DeviceUnavailableError,
@@ -597,14 +597,15 @@ def test_leakage_uses_each_images_own_class(tiny_cnn: nn.Module, random_batch: A
 
 def _fail_above(limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make 'recompute' raise CUDA out-of-memory for chunks larger than ``limit`` images."""
-    step = gradients_module._STEPS["recompute"]
+    recompute = strategies.REGISTRY["recompute"]
 
     def step_with_memory_limit(request: Any, order: slice) -> Any:
         if request.indices[order].numel() > limit:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
-        return step(request, order)
+        return recompute.step(request, order)
 
-    monkeypatch.setitem(gradients_module._STEPS, "recompute", step_with_memory_limit)
+    limited = dataclasses.replace(recompute, step=step_with_memory_limit)
+    monkeypatch.setitem(strategies.REGISTRY, "recompute", limited)
 
 
 def test_out_of_memory_retries_with_smaller_chunks(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradpick.errors import DeviceUnavailableError, InputError
-from gradpick.infer import as_model_input, infer
+from gradpick.infer import InferenceResult, as_model_input, infer
 
 
 def direct_logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -124,3 +125,15 @@ def test_bad_input_is_an_input_error(
 def test_an_unavailable_device_is_refused(tiny_cnn: nn.Module, random_batch: Any) -> None:
     with pytest.raises(DeviceUnavailableError, match="not available"):
         infer(tiny_cnn, random_batch.images, device="cuda")
+
+
+def test_entropy_is_zero_when_certain_and_log_classes_when_uniform() -> None:
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [100.0, 0.0, 0.0, 0.0], [2.0, 1.0, 0.0, 0.0]])
+    result = InferenceResult(
+        logits, logits.softmax(dim=1), logits.argmax(dim=1), logits.softmax(1).amax(1),
+        None, None, "cpu", 1.0,
+    )  # fmt: skip
+    entropies = result.entropies
+    assert entropies[0] == pytest.approx(math.log(4)) and entropies[1] == pytest.approx(0, abs=1e-6)
+    p = logits[2].softmax(dim=0)
+    assert entropies[2] == pytest.approx(float(-(p * p.log()).sum()))

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from gradpick.compare import FLOOR
+from gradpick.compare import FLOOR, StrategyRun
 from gradpick.data import CIFAR10_CLASSES, ImageBatch
 from gradpick.errors import SelectionError
 from gradpick.gradients import STRATEGIES
@@ -115,3 +115,56 @@ def test_sweep_varies_k_at_the_largest_n_and_n_at_the_largest_k(
     assert cells == [(1, 20), (4, 8), (4, 20)]
     assert steps[-1] == (3, 3)
     assert {point.strategy for point in points} == {FLOOR, *STRATEGIES}
+
+
+def test_agreement_is_judged_at_float32_rounding() -> None:
+    def run(difference: float) -> StrategyRun:
+        return StrategyRun("x", 1.0, None, None, "not measured", difference)
+
+    assert experiments.agreement([run(0.0), run(experiments.AGREEMENT)]).agrees
+    verdict = experiments.agreement([run(1e-7), run(3e-3)])
+    assert not verdict.agrees and verdict.worst == 3e-3
+
+
+def test_run_comparison_runs_every_experiment_and_asks_for_the_leakage_model_when_needed(
+    tiny_cnn: nn.Module, tiny_bn_cnn: nn.Module, batch: ImageBatch
+) -> None:
+    asked: list[int] = []
+
+    def leakage_model() -> nn.Module:
+        asked.append(1)
+        return tiny_bn_cnn
+
+    stored = experiments.run_comparison(tiny_cnn, _setup(batch, [0, 5]), ("key",), leakage_model)
+    assert stored.key == ("key",) and asked == [1]
+    assert [run.name for run in stored.runs] == [FLOOR, *STRATEGIES] and stored.skipped == {}
+    assert stored.naive.error is not None and stored.mean.k == 2
+    assert stored.agreement.agrees
+    assert stored.leakage is not None and stored.leakage[1].relative > 1e-3
+    single = experiments.run_comparison(tiny_cnn, _setup(batch, [3]), ("one",), leakage_model)
+    assert single.leakage is None and asked == [1]
+
+
+def test_sweep_series_split_the_points_by_direction() -> None:
+    points = [
+        experiments.SweepPoint("recompute", k, n, float(k * n), None if k == 1 else 10 * k)
+        for k, n in ((4, 20), (1, 20), (4, 8))
+    ]
+    against_k, against_n = experiments.sweep_series(points)
+    assert against_k.fixed == 20 and against_k.lines == {
+        "recompute": ([1, 4], [20.0, 80.0], [None, 40])
+    }
+    assert against_n.fixed == 4 and against_n.lines == {
+        "recompute": ([8, 20], [32.0, 80.0], [40, 40])
+    }
+
+
+def test_the_run_table_compares_with_the_floor_in_megabytes() -> None:
+    runs = [
+        StrategyRun(FLOOR, 2.0, 1_000_000, 3_456_789, "x", 0.0),
+        StrategyRun("summed", 5.0, None, None, "x", 1e-6),
+    ]
+    table = experiments.run_table(runs)
+    assert table["strategy"] == [FLOOR, "summed"] and table["× floor"] == [1.0, 2.5]
+    assert table["saved for backward (MB)"] == [1.0, None]
+    assert table["peak (MB)"] == [3.46, None]

@@ -11,9 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradpick import render
+from gradpick import attribution, export, render
 from gradpick.data import CIFAR10_CLASSES, ImageBatch
 from gradpick.errors import InputError
+from gradpick.measure import MemoryReport
 from gradpick.ui import heatmaps
 from gradpick.ui.heatmaps import HeatmapRequest
 
@@ -141,15 +142,30 @@ def test_colourbar_runs_from_low_to_high() -> None:
     assert (signed[0, 0] == render.DIVERGING[0]).all()
 
 
+def _export(
+    result: attribution.Attribution,
+    batch: ImageBatch,
+    request: HeatmapRequest,
+    memory: MemoryReport | None = None,
+) -> export.Export:
+    source = export.source_record(batch.source, len(batch))
+    model = {"name": "tiny", "weights": "tiny:random"}
+    return heatmaps.export_of(
+        result, batch, PICKED, request, memory, model, source, {"colour_scale": "shared"}
+    )
+
+
 def test_exports_hold_the_same_numbers(tiny_cnn: nn.Module, batch: ImageBatch) -> None:
     result = heatmaps.compute(tiny_cnn, batch, PICKED, HeatmapRequest())
-    arrays = np.load(io.BytesIO(heatmaps.gradients_npz(result, batch, PICKED)))
+    exported = _export(result, batch, HeatmapRequest())
+    arrays = np.load(io.BytesIO(export.npz_bytes(exported)), allow_pickle=False)
+    assert arrays.files == list(export.ARRAYS)
     assert arrays["indices"].tolist() == PICKED
     assert arrays["positions"].tolist() == [batch.positions[i] for i in PICKED]
     assert arrays["names"].tolist() == [batch.names[i] for i in PICKED]
     np.testing.assert_array_equal(arrays["gradients"], result.gradients.gradients.numpy())
-    exported = heatmaps.gradients_pt(result, batch, PICKED)
-    loaded = torch.load(io.BytesIO(exported), weights_only=True)
+    np.testing.assert_array_equal(arrays["images"], batch.float_images()[PICKED].numpy())
+    loaded = torch.load(io.BytesIO(export.pt_bytes(exported)), weights_only=True)
     assert torch.equal(loaded["maps"], result.maps)
     assert loaded["indices"].tolist() == PICKED and loaded["target"] == "loss"
     assert loaded["names"] == [batch.names[i] for i in PICKED]
@@ -161,18 +177,36 @@ def test_report_says_what_was_asked_what_came_out_and_what_it_cost(
     request = HeatmapRequest(target_mode="class", target_class=3)
     result = heatmaps.compute(tiny_cnn, batch, PICKED, request)
     memory = heatmaps.step_memory(tiny_cnn, batch, PICKED, request)
-    report = heatmaps.report(result, PICKED, request, CIFAR10_CLASSES, memory, {"N": 12})
-    decoded = json.loads(heatmaps.report_json(report))
-    assert decoded["indices"] == PICKED and decoded["k"] == 3 and decoded["N"] == 12
-    assert decoded["target"]["classes"] == ["cat"] * 3
-    assert decoded["target"]["quantity"] == "logit[cat]"
+    decoded = json.loads(export.metadata_json(_export(result, batch, request, memory)))
+    assert decoded["indices"] == PICKED and decoded["k"] == 3 and decoded["source"]["N"] == 12
+    assert decoded["class_names"] == ["cat"] * 3
+    assert decoded["quantity"] == "logit[cat]"
     assert decoded["strategy"] == "recompute"
-    assert decoded["timings_ms"]["gradient_step"] > 0
+    assert decoded["timing_ms"] > 0
     assert decoded["memory"]["saved_for_backward"]["bytes"] > 0
     assert {"torch", "streamlit", "plotly", "gradpick"} <= set(decoded["versions"])
+    explorer = decoded["explorer"]
+    assert explorer["target_mode"] == "class" and explorer["colour_scale"] == "shared"
 
 
 def test_units_name_the_differentiated_quantity() -> None:
     assert heatmaps.unit(HeatmapRequest(), CIFAR10_CLASSES) == "d loss / d pixel"
     request = HeatmapRequest(target_mode="class", target_class=5, method="gradient_x_input")
     assert heatmaps.unit(request, CIFAR10_CLASSES) == "pixel × d logit[dog] / d pixel"
+
+
+@pytest.mark.parametrize("method", attribution.METHOD_NAMES)
+def test_every_registered_method_has_a_unit_and_runs_from_its_settings(
+    tiny_cnn: nn.Module, batch: ImageBatch, method: str
+) -> None:
+    unit = heatmaps.unit(HeatmapRequest(method=method), CIFAR10_CLASSES)
+    assert "loss" in unit and "{" not in unit
+    shown = {
+        parameter.name: parameter.shown[0]
+        for parameter in attribution.get(method).parameters
+        if parameter.shown is not None
+    }
+    request = HeatmapRequest(method=method, settings=tuple(shown.items()))
+    result = heatmaps.compute(tiny_cnn, batch, PICKED, request)
+    assert result.method == method
+    assert {name: result.settings[name] for name in shown} == shown

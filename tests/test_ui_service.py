@@ -339,3 +339,38 @@ def test_your_model_takes_its_class_names_from_its_weights_unless_given() -> Non
     assert service.named_outputs(given, imagenet).class_names == ("x",) * 1000
     built_in = service.model_options()[0]
     assert service.named_outputs(built_in, imagenet) is built_in
+
+
+def test_option_named_keeps_the_served_architecture_and_else_finds_the_built_in() -> None:
+    served = ModelOption("resnet20", upload=Upload("mine.pt", b"weights", "abc"))
+    assert service.option_named("resnet20", served) is served
+    other = service.option_named("resnet20", ModelOption("tutorial"))
+    assert other.name == "resnet20" and other.upload is None
+
+
+def test_scatter_values_are_losses_or_the_entropy_without_labels(tiny_cnn) -> None:
+    images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    labels = torch.tensor([0, 1, 2, 3, 4, 5])
+    labelled = infer(tiny_cnn, images, labels)
+    values, label = service.scatter_values(labelled)
+    assert label == "loss on the true label" and values.tolist() == labelled.losses.tolist()
+    unlabelled = infer(tiny_cnn, images)
+    values, label = service.scatter_values(unlabelled)
+    assert "entropy" in label
+    np.testing.assert_allclose(values, unlabelled.entropies.numpy())
+
+
+def test_export_records_name_the_weights_and_the_batch() -> None:
+    option = next(o for o in service.model_options() if o.name == "resnet20")
+    assert option.card is not None
+    shipped = service.load_model(option, torch.device("cpu")).identity()
+    assert shipped["weights_sha256"] == shipped["card_sha256"] == option.card["sha256"]
+    assert shipped["card_test_accuracy"] == option.card["test_accuracy"]
+    assert shipped["input_spec"]["size"] == [32, 32]
+    batch = data.ImageBatch(
+        torch.zeros(3, 3, 32, 32, dtype=torch.uint8), None, ("a",), ("x", "y", "z"), (4, 5, 6), "s"
+    )
+    sliced = service.source_record(DataChoice(split="train", start=4, size=3), batch)
+    assert (sliced["split"], sliced["start"], sliced["size"], sliced["N"]) == ("train", 4, 3, 3)
+    uploaded = service.source_record(DataChoice(kind="upload", size=None), batch)
+    assert uploaded["split"] is None and uploaded["N"] == 3

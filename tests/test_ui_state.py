@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gradpick.ui import state
 
@@ -104,3 +109,43 @@ def test_every_selection_change_gives_the_text_box_a_new_key() -> None:
     keys.append(state.text_key(session))
     assert len(set(keys)) == 3
     assert [session.get(key) for key in keys[1:]] == ["4, 2", ""]
+
+
+UI = Path(state.__file__).parent
+PANELS = ("sidebar", "outputs", "gradients_panel", "strategies_panel")
+BARE_KEY = re.compile(
+    r"""key=f?["']|session(?:_state)?(?:\[|\.get\(|\.pop\(|\.setdefault\()f?["']|st\.form\(["']"""
+)
+
+
+def test_every_key_constant_names_a_different_key() -> None:
+    keys = {
+        name: value
+        for name, value in vars(state).items()
+        if name.isupper() and isinstance(value, str)
+    }
+    assert len(set(keys.values())) == len(keys), keys
+
+
+@pytest.mark.parametrize("panel", PANELS)
+def test_panels_use_the_key_constants_and_import_no_other_panel(panel: str) -> None:
+    source = (UI / f"{panel}.py").read_text()
+    assert not BARE_KEY.findall(source), f"{panel} spells a session key out"
+    imported = {
+        node.module or ""
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom)
+    } | {
+        alias.name
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module == "gradpick.ui"
+        for alias in node.names
+    }
+    others = {f"gradpick.ui.{name}" for name in PANELS if name != panel} | set(PANELS) - {panel}
+    assert not imported & others, f"{panel} imports {imported & others}"
+
+
+def test_per_source_keys_join_their_parts() -> None:
+    assert state.per_source(state.START, "cifar10:test") == "start:cifar10:test"
+    assert state.per_source(state.GRID_PAGE, "batch", 100) == "grid_page:batch:100"
+    assert state.download_key("npz") == "download_npz"

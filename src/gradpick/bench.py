@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradpick import models
+from gradpick import models, strategies, units
 from gradpick.compare import (
     CAPTUM,
     FLOOR,
@@ -36,7 +36,7 @@ from gradpick.compare import (
 )
 from gradpick.devices import resolve_device
 from gradpick.errors import InputError
-from gradpick.gradients import STRATEGIES, input_gradients
+from gradpick.gradients import input_gradients
 from gradpick.infer import infer
 from gradpick.versions import library_versions
 
@@ -49,14 +49,6 @@ DIRECT = "inference: direct model call"
 CAPTUM_LABEL = "captum Saliency"
 RECOMPUTE_TARGET = 1.25
 INFERENCE_TARGET = 0.9
-
-FORWARD_PASSES: dict[str, Callable[[int, int], int]] = {
-    "summed": lambda n, k: 3 * n,
-    "retain_graph": lambda n, k: n * (1 + 2 * k),
-}
-"""Rough cost of the strategies that pay for all N, in single-image forward passes (a backward
-costs about two): ``summed`` is one forward and one backward of N; ``retain_graph`` one forward
-of N and one backward through all N per picked image."""
 
 
 @dataclass(frozen=True)
@@ -175,12 +167,14 @@ def judge(rows: list[BenchRow]) -> Verdict:
 
 
 def _megabytes(value: int | None) -> str:
-    return "" if value is None else f"{value / 1e6:.2f}"
+    megabytes = units.megabytes(value)
+    return "" if megabytes is None else f"{megabytes:.2f}"
 
 
 def markdown_table(rows: list[BenchRow]) -> str:
     header = (
-        "| model | N | k | strategy | median ms | x floor | saved-for-backward MB | peak MB "
+        "| model | N | k | strategy | median ms | x floor "
+        f"| saved-for-backward {units.UNIT} | peak {units.UNIT} "
         "| note |\n|---|---:|---:|---|---:|---:|---:|---:|---|"
     )
     lines = [header]
@@ -260,23 +254,6 @@ def _inference_rows(
     return rows, medians[DIRECT] / n
 
 
-class _CostModel:
-    """Estimates the expensive strategies' time from the last measurement, to skip what won't fit.
-
-    Starts from the model's forward time per image (from the inference rows) and is corrected
-    by each strategy's own measurements as the grid grows.
-    """
-
-    def __init__(self, forward_ms_per_image: float) -> None:
-        self.ms_per_pass = {strategy: forward_ms_per_image for strategy in FORWARD_PASSES}
-
-    def estimate(self, strategy: str, n: int, k: int) -> float:
-        return self.ms_per_pass[strategy] * FORWARD_PASSES[strategy](n, k)
-
-    def observe(self, strategy: str, n: int, k: int, milliseconds: float) -> None:
-        self.ms_per_pass[strategy] = milliseconds / FORWARD_PASSES[strategy](n, k)
-
-
 def _cell_rows(
     name: str,
     model: nn.Module,
@@ -284,27 +261,25 @@ def _cell_rows(
     k: int,
     config: BenchConfig,
     device: torch.device,
-    costs: _CostModel,
+    costs: strategies.CostModel,
 ) -> list[BenchRow]:
     n = int(images.shape[0])
     generator = torch.Generator().manual_seed(config.seed + 7919 * n + k)
     indices = torch.randperm(n, generator=generator)[:k].tolist()
     runs_per_row = config.repeats + 3  # a floor check, a warm-up, the repeats, a memory run
-    skipped: dict[str, str] = {}
-    for strategy in FORWARD_PASSES:
-        seconds = costs.estimate(strategy, n, k) / 1000
-        if seconds * runs_per_row > config.row_budget_seconds:
-            skipped[strategy] = (
-                f"skipped: would take ~{seconds * runs_per_row:.0f} s "
-                f"({runs_per_row} runs of ~{seconds:.1f} s)"
-            )
+    skipped = {
+        strategy: f"skipped: {estimate.describe()}"
+        for strategy, estimate in costs.over_budget(
+            n, k, runs_per_row, config.row_budget_seconds
+        ).items()
+    }
     captum_reason = captum_unavailable_reason(TARGET)
     runs = compare_strategies(
         model,
         images,
         indices,
         target=TARGET,
-        strategies=[strategy for strategy in STRATEGIES if strategy not in skipped],
+        strategies=[strategy for strategy in strategies.NAMES if strategy not in skipped],
         repeats=config.repeats,
         include_captum=captum_reason is None,
         min_seconds=config.min_seconds,
@@ -338,12 +313,12 @@ def _cell_rows(
         )
 
     rows = [row(FLOOR, floor_ms, FLOOR)]
-    for strategy in STRATEGIES:
+    for strategy in strategies.NAMES:
         if strategy in skipped:
             rows.append(BenchRow(name, n, k, strategy, None, note=skipped[strategy]))
             continue
         milliseconds = by_name[strategy].milliseconds
-        if strategy in FORWARD_PASSES:
+        if strategy in strategies.budgeted():
             costs.observe(strategy, n, k, milliseconds)
         rows.append(row(strategy, milliseconds, strategy))
         if strategy == "recompute":
@@ -393,14 +368,14 @@ def _run_grid(config: BenchConfig, progress: Callable[[str], None] | None) -> Be
     weights: dict[str, str] = {}
     for name in config.models:
         model, weights[name] = _model(name, device, config.seed)
-        costs: _CostModel | None = None
+        costs: strategies.CostModel | None = None
         for n in sorted(config.sizes):
             images = pixels[:n]
             if progress:
                 progress(f"{name} N={n}: inference")
             inference, forward_ms_per_image = _inference_rows(name, model, images, config, device)
             rows.extend(inference)
-            costs = costs or _CostModel(forward_ms_per_image)
+            costs = costs or strategies.CostModel(forward_ms_per_image)
             for k in sorted(config.picks):
                 if k > n:
                     continue
@@ -418,7 +393,7 @@ def report_text(report: BenchReport) -> str:
         f"({environment['threads']} threads), seeded random images; "
         f"median of at least {report.config.repeats} runs and {report.config.min_seconds} s "
         "of each call's own time; calls take turns in rounds (a cheap call up to "
-        f"{MAX_RUNS_PER_ROUND} times a round).",
+        f"{MAX_RUNS_PER_ROUND} times a round); {units.UNIT_NOTE}.",
         *(f"- {name}: {weights}" for name, weights in report.weights.items()),
         "",
         markdown_table(report.rows),

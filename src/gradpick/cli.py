@@ -10,21 +10,19 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from gradpick import data, models
+from gradpick import attribution, data, export, models, strategies, units
 from gradpick.devices import DEVICE_CHOICES
 from gradpick.errors import GradpickError, InputError, ModelError
-from gradpick.gradients import REDUCTIONS, STRATEGIES, TARGETS, GradientResult, input_gradients
+from gradpick.gradients import REDUCTIONS, TARGETS, GradientResult
 from gradpick.infer import as_model_input, infer
 from gradpick.measure import MemoryFigure, MemoryReport
+from gradpick.request import GradientRequest
 from gradpick.selection import parse_indices
-from gradpick.versions import library_versions
 from gradpick.zoo import LoadedModel, SpecOverrides
 
 Handler = Callable[[argparse.Namespace], int]
@@ -38,7 +36,7 @@ def _source(location: str | None, split: str) -> data.ImageSource:
 
 
 def _download_progress(done: int, total: int) -> None:
-    share = f"{done / total:.0%}" if total else f"{done / 1e6:.0f} MB"
+    share = f"{done / total:.0%}" if total else units.format_bytes(done, digits=0)
     sys.stderr.write(f"\rdownloading CIFAR-10: {share}")
     if total and done >= total:
         sys.stderr.write("\n")
@@ -200,10 +198,6 @@ def _eval_parser(commands: argparse._SubParsersAction) -> None:
 
 # ----------------------------------------------------------------------------- infer and grads
 
-WHOLE_BATCH_STRATEGIES = ("summed", "retain_graph")
-"""Strategies that forward every image of the batch; the others need only the picked ones."""
-OUTPUT_SUFFIXES = (".pt", ".npz")
-
 
 def _bounded(
     convert: Callable[[str], Any], low: float, high: float | None = None, unit: str = ""
@@ -319,85 +313,16 @@ def _class_argument(text: str | None, class_names: tuple[str, ...], target: str)
     raise InputError(f"Unknown class '{text}'; give an index or one of: {', '.join(class_names)}.")
 
 
-def _class_name(class_names: tuple[str, ...], index: int) -> str:
-    """The source's name for a model class, or the number when the source has fewer classes."""
-    return class_names[index] if 0 <= index < len(class_names) else str(index)
-
-
 def _output_path(text: str | None) -> Path | None:
     """Check the output file before any work is done, so a typo costs nothing."""
     if text is None:
         return None
     path = Path(text).expanduser()
-    if path.suffix not in OUTPUT_SUFFIXES:
+    if path.suffix not in export.SUFFIXES:
         raise InputError(f"--out must end in .pt or .npz, not '{path.suffix or path.name}'.")
     if not path.parent.is_dir():
         raise InputError(f"--out: the folder {path.parent} does not exist.")
     return path
-
-
-def _write_gradients(path: Path, result: GradientResult, indices: list[int]) -> None:
-    gradients = result.gradients.cpu()
-    if path.suffix == ".pt":
-        torch.save(
-            {
-                "gradients": gradients,
-                "indices": torch.tensor(indices),
-                "target_values": result.target_values,
-                "classes": result.classes,
-            },
-            path,
-        )
-    else:
-        np.savez(
-            path,
-            gradients=gradients.numpy(),
-            indices=np.asarray(indices),
-            target_values=result.target_values.numpy(),
-            classes=result.classes.numpy(),
-        )
-
-
-def _sidecar(
-    args: argparse.Namespace,
-    path: Path,
-    source: data.ImageSource,
-    loaded: LoadedModel,
-    result: GradientResult,
-    indices: list[int],
-    positions: list[int],
-    labels: torch.Tensor | None,
-) -> dict[str, Any]:
-    return {
-        "gradients_file": path.name,
-        "shape": list(result.gradients.shape),
-        "dtype": str(result.gradients.dtype).removeprefix("torch."),
-        "rows": "row i is d target_i / d image[indices[i]], pixels in [0, 1]",
-        "indices": indices,
-        "source_positions": positions,
-        "image_names": source.names(positions),
-        "labels": None if labels is None else labels.tolist(),
-        "target": result.target,
-        "target_values": result.target_values.tolist(),
-        "classes": result.classes.tolist(),
-        "class_names": [_class_name(source.class_names, c) for c in result.classes.tolist()],
-        "strategy": result.strategy,
-        "reduction": result.reduction,
-        "device": result.device,
-        "timing_ms": result.timing,
-        "chunks": result.chunks,
-        "memory": None if result.memory is None else result.memory.as_dict(),
-        "model": loaded.identity(),
-        "source": {
-            "description": source.description,
-            "split": args.split,
-            "start": args.start,
-            "size": args.size,
-            "seed": args.seed,
-        },
-        "versions": library_versions(),
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
 
 
 def _print_gradients(
@@ -413,13 +338,13 @@ def _print_gradients(
         magnitudes,
         strict=True,
     ):
-        label = _class_name(class_names, chosen)
+        label = export.class_name(class_names, chosen)
         print(f"{index:>6}  {name[-28:]:<28} {label:<12} {value:>10.4g}  {magnitude:>10.3g}")
 
 
 def _memory_line(memory: MemoryReport) -> str:
     def figure(value: MemoryFigure) -> str:
-        amount = "n/a" if value.megabytes is None else f"{value.megabytes:,.2f} MB"
+        amount = units.format_bytes(value.bytes, missing="n/a")
         return f"{amount} ({value.counts})"
 
     return (
@@ -445,7 +370,7 @@ def _read_picked(
     source: data.ImageSource, args: argparse.Namespace, positions: list[int], indices: list[int]
 ) -> _Picked:
     """Only the picked images, unless the strategy forwards the whole batch (then all of it)."""
-    if args.strategy in WHOLE_BATCH_STRATEGIES:
+    if strategies.get(args.strategy).whole_batch:
         batch = data.load_batch(
             source, args.start, args.size, args.seed, progress=_reading_progress
         )
@@ -468,7 +393,7 @@ def _cmd_grads(args: argparse.Namespace) -> int:
     loaded = _load_model(args)
     picked = _read_picked(source, args, positions, indices)
     loaded.check_images(picked.images)
-    result = input_gradients(
+    request = GradientRequest.build(
         loaded.module,
         as_model_input(picked.images),
         picked.rows,
@@ -479,6 +404,8 @@ def _cmd_grads(args: argparse.Namespace) -> int:
         reduction=args.reduction,
         measure_memory=args.measure_memory,
     )
+    attributed = attribution.Gradient().attribute(request)
+    result = attributed.gradients
     picked_positions = [positions[i] for i in indices]
     print(f"model: {loaded.describe()}")
     print(
@@ -492,12 +419,23 @@ def _cmd_grads(args: argparse.Namespace) -> int:
     if result.memory is not None:
         print(_memory_line(result.memory))
     if out is not None:
-        _write_gradients(out, result, indices)
-        sidecar = out.with_suffix(".json")
-        record = _sidecar(
-            args, out, source, loaded, result, indices, picked_positions, picked.picked_labels
+        labels = picked.picked_labels
+        written = export.Export(
+            attributed,
+            indices=indices,
+            images=request.picked_images,
+            positions=picked_positions,
+            names=source.names(picked_positions),
+            labels=None if labels is None else labels.tolist(),
+            class_names=source.class_names,
+            quantity=export.quantity(args.target, classes, source.class_names),
+            model=loaded.identity(),
+            source=export.source_record(
+                source.description, len(positions), args.split, args.start, args.size, args.seed
+            ),
+            memory=result.memory,
         )
-        sidecar.write_text(json.dumps(record, indent=2) + "\n")
+        sidecar = export.write(out, written)
         print(f"wrote {out} and {sidecar}")
     return 0
 
@@ -520,8 +458,9 @@ def _grads_parser(commands: argparse._SubParsersAction) -> None:
         "grads",
         help="exact input gradients of picked images, written to .pt or .npz",
         description="Compute d target_j / d image_j for the picked indices of a batch and "
-        "write them to FILE.pt or FILE.npz with a JSON sidecar FILE.json (indices, targets, "
-        "strategy, timing, memory, model and library versions).",
+        "write them to FILE.pt or FILE.npz with a JSON sidecar FILE.json: the README's export "
+        "schema (the picked pixels, indices, targets, strategy, timing, memory, model and "
+        "library versions).",
     )
     _add_batch_arguments(parser)
     _add_model_arguments(parser)
@@ -536,7 +475,12 @@ def _grads_parser(commands: argparse._SubParsersAction) -> None:
         help="with --target logit: the class (index or name) whose logit to differentiate "
         "(default: each image's predicted class)",
     )
-    parser.add_argument("--strategy", default="recompute", choices=STRATEGIES)
+    parser.add_argument(
+        "--strategy",
+        default=strategies.NAMES[0],
+        choices=strategies.NAMES,
+        help=strategies.help_text(),
+    )
     parser.add_argument("--reduction", default="sum", choices=REDUCTIONS)
     parser.add_argument(
         "--measure-memory", action="store_true", help="also report saved-for-backward and peak"
@@ -561,8 +505,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         "model": loaded.identity(),
         "source": {"description": source.description, "split": args.split, "start": args.start},
         "image_names": source.names([positions[i] for i in indices]),
-        "versions": library_versions(),
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        **export.stamp(),
     }
     print(f"model: {loaded.describe()}")
     command.run(out, options, loaded.module, images, indices, classes, source.class_names, context)

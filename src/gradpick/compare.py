@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradpick import measure
-from gradpick.devices import device_for
+from gradpick import gradients, measure
 from gradpick.errors import InputError
-from gradpick.gradients import STRATEGIES, input_gradients
 from gradpick.measure import MemoryReport, Stopwatch
+from gradpick.request import GradientRequest
+from gradpick.strategies import NAMES, get
 
 FLOOR = "floor"
 CAPTUM = "captum"
@@ -50,37 +50,23 @@ class StrategyRun:
     max_abs_difference: float
 
 
-def _index_tensor(indices: Indices, device: torch.device) -> torch.Tensor:
-    return torch.as_tensor(indices, dtype=torch.long).reshape(-1).to(device)
-
-
-def floor_gradients(
-    model: nn.Module,
-    images: torch.Tensor,
-    indices: Indices,
-    labels: Sequence[int] | torch.Tensor | None = None,
-    target: str = "loss",
-    classes: Classes = None,
-) -> torch.Tensor:
+def floor_gradients(request: GradientRequest) -> torch.Tensor:
     """The yardstick: d target_j / d image_j by one plain forward+backward of the picked images.
 
-    No validation, chunking or bookkeeping, on purpose: this is what a careful user would write
-    by hand, so it is the cost every strategy is compared with.
+    No chunking or bookkeeping, on purpose: this is what a careful user would write by hand
+    (on arguments already checked), so it is the cost every strategy is compared with.
     """
-    rows = _index_tensor(indices, images.device)
-    picked = images[rows].detach().requires_grad_(True)
-    logits = model(picked)
-    if target == "loss":
-        if labels is None:
-            raise InputError("target='loss' needs labels; pass labels=... or use target='logit'.")
-        wanted = torch.as_tensor(labels, dtype=torch.long).to(logits.device)[rows]
+    picked = request.picked_images.detach().requires_grad_(True)
+    logits = request.model(picked)
+    if request.target == "loss":
+        assert request.labels is not None  # the request's validation insists on labels
+        wanted = request.labels[request.indices].to(logits.device)
         total = F.cross_entropy(logits, wanted, reduction="sum")
     else:
-        if classes is None:
+        if request.classes is None:
             chosen = logits.detach().argmax(dim=1)
         else:
-            chosen = torch.as_tensor(classes, dtype=torch.long).reshape(-1).to(logits.device)
-            chosen = chosen.expand(rows.numel())
+            chosen = request.classes.to(logits.device)
         total = logits.gather(1, chosen.unsqueeze(1)).sum()
     (gradients,) = torch.autograd.grad(total, picked)
     return gradients
@@ -173,106 +159,80 @@ def _measured(function: Callable[[], torch.Tensor], device: torch.device) -> Run
     return run
 
 
-def _strategy_runner(
-    strategy: str,
-    model: nn.Module,
-    images: torch.Tensor,
-    indices: Indices,
-    labels: Sequence[int] | torch.Tensor | None,
-    target: str,
-    classes: Classes,
-) -> Runner:
+def _strategy_runner(request: GradientRequest) -> Runner:
     def run(measure_memory: bool) -> tuple[torch.Tensor, MemoryReport | None]:
-        result = input_gradients(
-            model,
-            images,
-            indices,
-            labels=labels,
-            target=target,
-            classes=classes,
-            strategy=strategy,
-            measure_memory=measure_memory,
-        )
+        result = gradients.compute(request.but(measure_memory=measure_memory))
         return result.gradients, result.memory
 
     return run
 
 
-def _captum_saliency(
-    model: nn.Module, images: torch.Tensor, indices: Indices, classes: torch.Tensor
-) -> Callable[[], torch.Tensor]:
+def _captum_saliency(request: GradientRequest, classes: torch.Tensor) -> Callable[[], torch.Tensor]:
     from captum.attr import Saliency
 
-    rows = _index_tensor(indices, images.device)
-    targets = classes.to(images.device)
+    targets = classes.to(request.images.device)
 
     def attribute() -> torch.Tensor:
-        picked = images[rows].detach().requires_grad_(True)
-        gradients: torch.Tensor = Saliency(model).attribute(picked, target=targets, abs=False)
-        return gradients
+        picked = request.picked_images.detach().requires_grad_(True)
+        saliency: torch.Tensor = Saliency(request.model).attribute(
+            picked, target=targets, abs=False
+        )
+        return saliency
 
     return attribute
 
 
-def compare_strategies(
-    model: nn.Module,
-    images: torch.Tensor,
-    indices: Indices,
-    labels: Sequence[int] | torch.Tensor | None = None,
-    target: str = "loss",
-    classes: Classes = None,
-    strategies: Sequence[str] = STRATEGIES,
+def compare(
+    request: GradientRequest,
+    strategies: Sequence[str] = NAMES,
     repeats: int = 3,
-    measure_memory: bool = True,
     include_floor: bool = True,
     include_captum: bool = False,
-    device: str | torch.device | None = None,
     min_seconds: float = INTERACTIVE_MIN_SECONDS,
 ) -> list[StrategyRun]:
-    """Time each strategy (and the floor, and captum's Saliency) on the same picked images.
+    """Time each strategy (and the floor, and captum's Saliency) on the request's picks.
 
     Rows come in the order: floor, the strategies as given, captum. ``milliseconds`` is the
-    median over ``repeats`` of the whole call's wall time; the memory columns come from one
-    extra run with measurement on (None when ``measure_memory`` is False). The captum row is
-    left out, with a warning, when ``captum_unavailable_reason(target)`` gives a reason.
+    median over ``repeats`` of the engine call on the built request (validation happens once,
+    when the request is built, as it does for a click in the explorer); the memory columns come
+    from one extra run with measurement on, when ``request.measure_memory`` is set. The captum
+    row is left out, with a warning, when ``captum_unavailable_reason`` gives a reason.
     """
-    run_device = device_for(model, device)
-    images = images.to(run_device)
-    # Validates every argument with gradpick's own errors, warms the model up, and resolves
-    # the classes (the predicted ones when none are given) for captum's explicit targets.
-    reference = input_gradients(model, images, indices, labels, target, classes)
+    # Every row, the floor and captum included, takes the images on the run device, as a
+    # careful user would put them there before timing anything.
+    request = request.but(images=request.images.to(request.device))
+    # Warms the model up and resolves the classes (the predicted ones when none are given)
+    # for captum's explicit targets.
+    reference = gradients.compute(request.but(measure_memory=False))
 
     runners: dict[str, Runner] = {}
     if include_floor:
-        runners[FLOOR] = _measured(
-            lambda: floor_gradients(model, images, indices, labels, target, classes), run_device
-        )
+        runners[FLOOR] = _measured(lambda: floor_gradients(request), request.device)
     for strategy in strategies:
-        runners[strategy] = _strategy_runner(
-            strategy, model, images, indices, labels, target, classes
-        )
+        runners[strategy] = _strategy_runner(request.but(strategy=get(strategy).name))
     if include_captum:
-        reason = captum_unavailable_reason(target)
+        reason = captum_unavailable_reason(request.target)
         if reason is None:
-            saliency = _captum_saliency(model, images, indices, reference.classes)
-            runners[CAPTUM] = _measured(saliency, run_device)
+            runners[CAPTUM] = _measured(
+                _captum_saliency(request, reference.classes), request.device
+            )
         else:
             warnings.warn(f"captum row skipped: {reason}", stacklevel=2)
 
-    floor = floor_gradients(model, images, indices, labels, target, classes)
+    floor = floor_gradients(request)
     differences = {
         name: float((run(False)[0] - floor).abs().max()) for name, run in runners.items()
     }
     medians = interleaved_medians(
         {name: partial(run, False) for name, run in runners.items()},
-        run_device,
+        request.device,
         repeats,
         min_seconds,
     )
 
     rows = []
     for name, run in runners.items():
-        memory = run(True)[1] if measure_memory else None
+        memory = run(True)[1] if request.measure_memory else None
         rows.append(
             StrategyRun(
                 name=name,
@@ -284,3 +244,32 @@ def compare_strategies(
             )
         )
     return rows
+
+
+def compare_strategies(
+    model: nn.Module,
+    images: torch.Tensor,
+    indices: Indices,
+    labels: Sequence[int] | torch.Tensor | None = None,
+    target: str = "loss",
+    classes: Classes = None,
+    strategies: Sequence[str] = NAMES,
+    repeats: int = 3,
+    measure_memory: bool = True,
+    include_floor: bool = True,
+    include_captum: bool = False,
+    device: str | torch.device | None = None,
+    min_seconds: float = INTERACTIVE_MIN_SECONDS,
+) -> list[StrategyRun]:
+    """``compare`` of a request built from these arguments."""
+    request = GradientRequest.build(
+        model,
+        images,
+        indices,
+        labels,
+        target,
+        classes,
+        device=device,
+        measure_memory=measure_memory,
+    )
+    return compare(request, strategies, repeats, include_floor, include_captum, min_seconds)

@@ -49,6 +49,12 @@ class InferenceResult:
         correct = self.correct
         return None if correct is None else float(correct.float().mean())
 
+    @property
+    def entropies(self) -> torch.Tensor:
+        """Entropy of each prediction in nats: 0 when certain, log(classes) when uniform."""
+        probabilities = self.probabilities.clamp_min(1e-12)
+        return -(probabilities * probabilities.log()).sum(dim=1)
+
 
 def as_model_input(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """uint8 images become floats in [0, 1]; float images pass through unchanged."""
@@ -91,6 +97,14 @@ def call_model(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
         ) from None
 
 
+def check_logits(logits: torch.Tensor, rows: int | None = None) -> None:
+    """Models must map [N, C, H, W] to [N, classes] (``rows`` = N when known)."""
+    if logits.dim() != 2 or (rows is not None and logits.shape[0] != rows):
+        raise InputError(
+            f"The model must map [N, C, H, W] to [N, classes]; it returned {tuple(logits.shape)}."
+        )
+
+
 def _model_dtype(model: nn.Module) -> torch.dtype:
     for parameter in model.parameters():
         if parameter.is_floating_point():
@@ -128,10 +142,7 @@ def infer(
             if progress is not None:
                 progress(min(start + batch_size, total), total)
     logits = torch.cat(chunks)
-    if logits.dim() != 2:
-        raise InputError(
-            f"The model must map [N, C, H, W] to [N, classes]; it returned {tuple(logits.shape)}."
-        )
+    check_logits(logits)
     # NaN images are found through their outputs ([N, classes]) instead of a scan of every
     # pixel before the pass, which would cost as much as a small model's forward.
     finite = torch.isfinite(logits).all(dim=1)

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from gradpick import units
 from gradpick.devices import synchronize
 
 MEASUREMENT_LOCK = threading.Lock()
@@ -68,7 +69,7 @@ class MemoryFigure:
 
     @property
     def megabytes(self) -> float | None:
-        return None if self.bytes is None else self.bytes / 1e6
+        return units.megabytes(self.bytes)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
@@ -19,12 +19,23 @@ from gradpick import attribution
 from gradpick.devices import device_for, modules_of
 from gradpick.errors import InputError
 from gradpick.infer import call_model
+from gradpick.request import GradientRequest
 
-METHODS: tuple[str, ...] = attribution.METHODS
+METHODS: tuple[str, ...] = attribution.METHOD_NAMES
 MAX_SAMPLES = 1024
 """Most SmoothGrad copies per image a check may ask for."""
 MAX_STEPS = 4096
 """Most Integrated Gradients path points per image a check may ask for."""
+
+
+def _registered_default(name: str) -> float | int:
+    """The attribution registry's default for parameter ``name``: the checks use the same."""
+    return next(
+        parameter.default
+        for method in attribution.METHODS.values()
+        for parameter in method.parameters
+        if parameter.name == name
+    )
 
 
 @dataclass(frozen=True)
@@ -36,10 +47,16 @@ class MethodSettings:
     path points of Integrated Gradients; ``seed`` seeds the noise by (seed, batch index).
     """
 
-    samples: int = 16
-    noise: float = 0.15
-    steps: int = 32
-    seed: int = 0
+    samples: int = int(_registered_default("samples"))
+    noise: float = float(_registered_default("noise"))
+    steps: int = int(_registered_default("steps"))
+    seed: int = int(_registered_default("seed"))
+
+    @classmethod
+    def from_chosen(cls, chosen: Mapping[str, float | int]) -> MethodSettings:
+        """The settings a user chose for the maps (the others keep their defaults)."""
+        own = {field.name for field in fields(cls)}
+        return cls(**{name: value for name, value in chosen.items() if name in own})  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         check_count("SmoothGrad samples", self.samples, MAX_SAMPLES)
@@ -54,12 +71,9 @@ class MethodSettings:
         check_count("The seed", self.seed, None, least=0)
 
     def of(self, method: str) -> dict[str, float | int]:
-        """The keyword arguments ``method`` takes (none for the gradient views)."""
-        if method == "smoothgrad":
-            return {"samples": self.samples, "noise": self.noise, "seed": self.seed}
-        if method == "integrated_gradients":
-            return {"steps": self.steps}
-        return {}
+        """Those of these settings that the registered ``method`` takes (none for gradients)."""
+        own = {parameter.name for parameter in attribution.get(method).parameters}
+        return {name: value for name, value in vars(self).items() if name in own}
 
 
 def check_count(name: str, value: object, most: int | None, least: int = 1) -> int:
@@ -96,15 +110,8 @@ def attribute_maps(
     settings: MethodSettings,
 ) -> torch.Tensor:
     """Signed maps [k, C, H, W] of d logit[classes] / d images[indices] by ``method``."""
-    return attribution.attribute(
-        model,
-        images,
-        list(indices),
-        target="logit",
-        classes=classes,
-        method=method,
-        **settings.of(method),  # type: ignore[arg-type]
-    ).maps
+    request = GradientRequest.build(model, images, list(indices), target="logit", classes=classes)
+    return attribution.build(method, settings.of(method)).attribute(request).maps
 
 
 def noise_std(

@@ -15,14 +15,19 @@ import pandas as pd
 import streamlit as st
 import torch
 
+from gradpick import attribution
 from gradpick.trust.baselines import BASELINES
 from gradpick.trust.engine import METHODS, MethodSettings
 from gradpick.trust.faithfulness import INSERTION_START, RANDOM, REMOVED
 from gradpick.trust.report import CheckOptions, TrustReport, mean_and_std, run_checks
 from gradpick.ui import figures, heatmaps, service, state
 from gradpick.ui.guard import guarded
-from gradpick.ui.outputs import CHART_CONFIG, Loaded
-from gradpick.ui.sidebar import Settings
+from gradpick.ui.session import Loaded, Settings
+
+
+def _method_label(name: str) -> str:
+    return attribution.get(name).label
+
 
 MAX_CHECKED = 8
 """The checks run on at most this many of the picked images."""
@@ -43,8 +48,8 @@ def _options(settings: Settings) -> CheckOptions:
         "Methods",
         METHODS,
         default=[chosen],
-        format_func=heatmaps.METHOD_LABELS.__getitem__,
-        key="trust_methods",
+        format_func=_method_label,
+        key=state.TRUST_METHODS,
     )
     mode = columns[0].radio(
         "Randomise layers",
@@ -53,13 +58,13 @@ def _options(settings: Settings) -> CheckOptions:
             "cascade": "cumulatively, from the output",
             "independent": "one at a time",
         }.__getitem__,
-        key="trust_mode",
+        key=state.TRUST_MODE,
     )
     layers = columns[1].number_input(
-        "Layers to randomise (0: all)", min_value=0, value=0, step=1, key="trust_layers"
+        "Layers to randomise (0: all)", min_value=0, value=0, step=1, key=state.TRUST_LAYERS
     )
     baselines = columns[1].multiselect(
-        "IG baselines", BASELINES, default=["black"], key="trust_baselines"
+        "IG baselines", BASELINES, default=["black"], key=state.TRUST_BASELINES
     )
     tolerance = columns[2].number_input(
         "IG tolerance (relative error)",
@@ -68,14 +73,14 @@ def _options(settings: Settings) -> CheckOptions:
         value=0.05,
         step=0.01,
         format="%.3f",
-        key="trust_tolerance",
+        key=state.TRUST_TOLERANCE,
     )
     max_steps = columns[2].number_input(
-        "IG step cap", min_value=2, max_value=4096, value=512, step=16, key="trust_max_steps"
+        "IG step cap", min_value=2, max_value=4096, value=512, step=16, key=state.TRUST_MAX_STEPS
     )
     return CheckOptions(
         methods=tuple(methods),
-        settings=MethodSettings(request.samples, request.noise, request.steps),
+        settings=MethodSettings.from_chosen(dict(request.settings)),
         randomisation=mode,
         layers=int(layers) or None,
         baselines=tuple(baselines),
@@ -107,7 +112,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
     options = _options(settings)
     key = (loaded.key, loaded.option.identity, str(loaded.device), tuple(checked), classes, options)
     session = st.session_state
-    if st.button("Run the trust checks", type="primary", key="run_trust_checks"):
+    if st.button("Run the trust checks", type="primary", key=state.TRUST_RUN):
         with guarded("The trust checks"):
             bar = st.progress(0.0, text="Randomising layers…")
 
@@ -163,7 +168,7 @@ def _randomisation(loaded: Loaded, report: TrustReport, titles: list[str]) -> No
     def series(part: int, trained: float) -> dict[str, tuple[list[Any], list[Any]]]:
         """Per method, (Spearman, SSIM) means (part 0) or spreads (part 1) at each step."""
         return {
-            heatmaps.METHOD_LABELS[method]: (
+            _method_label(method): (
                 [trained, *(mean_and_std(step.spearman)[part] for step in curve.steps)],
                 [trained, *(mean_and_std(step.ssim)[part] for step in curve.steps)],
             )
@@ -172,8 +177,8 @@ def _randomisation(loaded: Loaded, report: TrustReport, titles: list[str]) -> No
 
     st.plotly_chart(
         figures.randomisation_lines(labels, series(0, 1.0), series(1, 0.0)),
-        config=CHART_CONFIG,
-        key="trust_randomisation",
+        config=figures.CHART_CONFIG,
+        key=state.TRUST_RANDOMISATION,
     )
     st.caption(
         f"Mean over the picks, ± one standard deviation; {first.mode} randomisation. Each "
@@ -185,11 +190,11 @@ def _randomisation(loaded: Loaded, report: TrustReport, titles: list[str]) -> No
     method = left.selectbox(
         "Randomised maps of",
         list(curves),
-        format_func=heatmaps.METHOD_LABELS.__getitem__,
-        key="trust_map_method",
+        format_func=_method_label,
+        key=state.TRUST_MAP_METHOD,
     )
     position = right.selectbox(
-        "for image", range(len(titles)), format_func=titles.__getitem__, key="trust_map_image"
+        "for image", range(len(titles)), format_func=titles.__getitem__, key=state.TRUST_MAP_IMAGE
     )
     curve = curves[method]
     maps = torch.stack([curve.original[position], *(s.maps[position] for s in curve.steps)])
@@ -218,7 +223,7 @@ def _completeness(report: TrustReport, class_names: tuple[str, ...]) -> None:
             }
         ),
         hide_index=True,
-        key="trust_completeness",
+        key=state.TRUST_COMPLETENESS,
     )
     automatic = report.options.ig_steps == "auto"
     st.caption(
@@ -232,14 +237,16 @@ def _completeness(report: TrustReport, class_names: tuple[str, ...]) -> None:
 def _faithfulness(report: TrustReport) -> None:
     st.markdown("**Deletion and insertion** (most important pixels first, against random order)")
     curves = report.faithfulness
-    names = {name: heatmaps.METHOD_LABELS.get(name, name) for name in curves}
+    names = {name: _method_label(name) for name in curves}
     series = {
         names[name]: (curve.deletion.mean(dim=0).tolist(), curve.insertion.mean(dim=0).tolist())
         for name, curve in curves.items()
     }
     fractions = next(iter(curves.values())).fractions.tolist()
     st.plotly_chart(
-        figures.faithfulness_lines(fractions, series), config=CHART_CONFIG, key="trust_curves"
+        figures.faithfulness_lines(fractions, series),
+        config=figures.CHART_CONFIG,
+        key=state.TRUST_CURVES,
     )
     st.dataframe(
         pd.DataFrame(
@@ -254,7 +261,7 @@ def _faithfulness(report: TrustReport) -> None:
             }
         ),
         hide_index=True,
-        key="trust_aucs",
+        key=state.TRUST_AUCS,
     )
     st.caption(
         f"Probability of the explained class, mean over the picks; deleted pixels become "

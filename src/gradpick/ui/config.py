@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gradpick.errors import InputError
+from gradpick.units import MB
 
 HOSTED_ENV = "GRADPICK_HOSTED"
 MODEL_ENV = "GRADPICK_MODEL"
@@ -25,9 +26,9 @@ CLOUD_ROOT = Path("/mount/src")
 """Streamlit Community Cloud runs every app from /mount/src/<repository>."""
 
 HOSTED_MAX_UPLOAD_FILES = 64
-HOSTED_MAX_IMAGE_BYTES = 5 << 20
+HOSTED_MAX_IMAGE_BYTES = 5 * MB
 HOSTED_MAX_BATCH_SIZE = 2000
-MAX_WEIGHTS_BYTES = 50 << 20
+MAX_WEIGHTS_BYTES = 50 * MB
 """Far above ResNet-20's 1 MB: a bigger file is not weights for a built-in architecture."""
 
 

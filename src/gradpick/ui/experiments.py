@@ -16,15 +16,14 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from gradpick import compare, gradients
-from gradpick.bench import FORWARD_PASSES
+from gradpick import compare, gradients, strategies, units
 from gradpick.compare import StrategyRun
 from gradpick.data import ImageBatch
 from gradpick.errors import SelectionError
-from gradpick.gradients import STRATEGIES, LeakageReport
+from gradpick.gradients import LeakageReport
+from gradpick.request import GradientRequest
 from gradpick.ui.heatmaps import (
     WHOLE_BATCH_BUDGET,
-    WHOLE_BATCH_STRATEGIES,
     HeatmapRequest,
     whole_batch_bytes,
 )
@@ -37,6 +36,10 @@ MAX_COMPARED = 16
 SWEEP_BUDGET_SECONDS = 5.0
 SWEEP_K = (1, 4, 16)
 SWEEP_N = (256, 1000)
+AGREEMENT = 1e-4
+"""Largest |difference| from the floor still called agreement (float32 rounding)."""
+LEAKAGE_MODEL = "resnet20"
+"""The model whose training-mode BatchNorm shows the cross-sample leakage."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,18 @@ class Setup:
             batch.float_images(), batch.labels, picked, target, classes, forward_ms_per_image
         )
 
+    def request(self, model: nn.Module, measure_memory: bool = False) -> GradientRequest:
+        """The engine's request for these picks on ``model`` (validated here, once)."""
+        return GradientRequest.build(
+            model,
+            self.images,
+            self.indices,
+            self.labels,
+            self.target,
+            self.classes,
+            measure_memory=measure_memory,
+        )
+
     def with_batch(self, size: int, picked: int) -> Setup:
         """The first ``size`` images with the first ``picked`` of them picked (for sweeps)."""
         labels = None if self.labels is None else self.labels[:size]
@@ -82,24 +97,24 @@ def affordable_strategies(
     """The strategies that fit the memory and time budgets, and why each other one was skipped.
 
     Only the whole-batch strategies can exceed them; their time is estimated from the forward
-    time per image with the benchmark's pass counts (``gradpick.bench.FORWARD_PASSES``).
+    time per image with the registry's cost model (``gradpick.strategies.CostModel``).
     """
     n, k = len(setup.images), len(setup.indices)
     needed = whole_batch_bytes(model, setup.images)
     runs = repeats + 2  # compare_strategies also checks against the floor and measures memory
+    slow = strategies.CostModel(setup.forward_ms_per_image).over_budget(n, k, runs, budget_seconds)
     skipped = {}
-    for name in WHOLE_BATCH_STRATEGIES:
-        seconds = setup.forward_ms_per_image * FORWARD_PASSES[name](n, k) / 1000
+    for name in strategies.whole_batch():
         if needed > WHOLE_BATCH_BUDGET:
             skipped[name] = (
-                f"would keep about {needed / 1e9:.1f} GB of activations for {n:,} images"
+                f"would keep about {units.format_bytes(needed, 1, 'GB')} of activations "
+                f"for {n:,} images"
             )
-        elif seconds * runs > budget_seconds:
+        elif name in slow:
             skipped[name] = (
-                f"would take about {seconds * runs:.0f} s here ({runs} runs of ~{seconds:.1f} s "
-                f"for k = {k}, N = {n:,}); pick fewer images or a smaller batch to time it"
+                f"{slow[name].describe()} here; pick fewer images or a smaller batch to time it"
             )
-    return [name for name in STRATEGIES if name not in skipped], skipped
+    return [name for name in strategies.NAMES if name not in skipped], skipped
 
 
 def compare_all(
@@ -110,16 +125,7 @@ def compare_all(
 ) -> list[StrategyRun]:
     """Every affordable strategy and the floor on the picked images, with memory."""
     strategies, _ = affordable_strategies(model, setup, repeats, budget_seconds)
-    return compare.compare_strategies(
-        model,
-        setup.images,
-        setup.indices,
-        setup.labels,
-        setup.target,
-        setup.classes,
-        strategies=strategies,
-        repeats=repeats,
-    )
+    return compare.compare(setup.request(model, measure_memory=True), strategies, repeats)
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,52 @@ def sweep(
 
 
 @dataclass(frozen=True)
+class SweepSeries:
+    """One sweep direction: per strategy, (x values, times in ms, peak bytes), at ``fixed``."""
+
+    fixed: int
+    """The largest N (for the series against k) or the largest k (against N)."""
+    lines: dict[str, tuple[list[int], list[float], list[int | None]]]
+
+
+def sweep_series(points: Sequence[SweepPoint]) -> tuple[SweepSeries, SweepSeries]:
+    """The sweep's points as lines against k (at the largest N) and against N (at the largest k)."""
+    largest_n = max(point.n for point in points)
+    largest_k = max(point.k for point in points)
+    against_k, against_n = SweepSeries(largest_n, {}), SweepSeries(largest_k, {})
+    for point in sorted(points, key=lambda p: (p.k, p.n)):
+        for series, x, wanted in (
+            (against_k, point.k, point.n == largest_n),
+            (against_n, point.n, point.k == largest_k),
+        ):
+            if wanted:
+                xs, times, peaks = series.lines.setdefault(point.strategy, ([], [], []))
+                xs.append(x)
+                times.append(point.milliseconds)
+                peaks.append(point.peak_bytes)
+    return against_k, against_n
+
+
+def run_table(runs: Sequence[StrategyRun]) -> dict[str, list[object]]:
+    """The comparison's table, column by column: time against the floor, memory in MB, and
+    each row's largest difference from the floor's gradients."""
+
+    def megabytes(count: int | None) -> float | None:
+        value = units.megabytes(count)
+        return None if value is None else round(value, 2)
+
+    floor = next((run.milliseconds for run in runs if run.name == compare.FLOOR), None)
+    return {
+        "strategy": [run.name for run in runs],
+        "time (ms)": [round(run.milliseconds, 2) for run in runs],
+        "× floor": [None if not floor else round(run.milliseconds / floor, 2) for run in runs],
+        f"saved for backward ({units.UNIT})": [megabytes(run.saved_bytes) for run in runs],
+        f"peak ({units.UNIT})": [megabytes(run.peak_bytes) for run in runs],
+        "max |difference| from floor": [run.max_abs_difference for run in runs],
+    }
+
+
+@dataclass(frozen=True)
 class NaiveLoop:
     """The question's loop: one forward of all N, then a backward per index."""
 
@@ -168,9 +220,7 @@ class NaiveLoop:
 
 def naive_loop(model: nn.Module, setup: Setup) -> NaiveLoop:
     started = time.perf_counter()
-    error = gradients.naive_loop_error(
-        model, setup.images, setup.indices, setup.labels, setup.target, setup.classes
-    )
+    error = gradients.naive_loop(setup.request(model))
     return NaiveLoop(None if error is None else str(error), (time.perf_counter() - started) * 1e3)
 
 
@@ -184,9 +234,9 @@ class MeanScaling:
 
 
 def mean_scaling(model: nn.Module, setup: Setup) -> MeanScaling:
-    arguments = (model, setup.images, setup.indices, setup.labels, setup.target, setup.classes)
-    summed = gradients.input_gradients(*arguments, reduction="sum").gradients
-    mean = gradients.input_gradients(*arguments, reduction="mean").gradients
+    request = setup.request(model)
+    summed = gradients.compute(request).gradients
+    mean = gradients.compute(request.but(reduction="mean")).gradients
     k = len(setup.indices)
     return MeanScaling(
         k=k,
@@ -203,7 +253,64 @@ def leakage(model: nn.Module, setup: Setup) -> tuple[LeakageReport, LeakageRepor
     """
     if len(set(setup.indices)) < 2:
         raise SelectionError("The leakage check needs at least two different picked images.")
-    arguments = (setup.images, setup.indices, setup.labels, setup.target, setup.classes)
-    served = gradients.cross_sample_leakage(model, *arguments)
+    request = setup.request(model)
     training = copy.deepcopy(model).train()
-    return served, gradients.cross_sample_leakage(training, *arguments)
+    return gradients.leakage(request), gradients.leakage(request.but(model=training))
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Whether every row of a comparison gives the floor's gradients, up to float32 rounding."""
+
+    worst: float
+    """The largest |difference| from the floor over all rows."""
+
+    @property
+    def agrees(self) -> bool:
+        return self.worst <= AGREEMENT
+
+
+def agreement(runs: Sequence[StrategyRun]) -> Agreement:
+    return Agreement(max(run.max_abs_difference for run in runs))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One run of the Strategies tab's experiments, with what it was run on (``key``)."""
+
+    key: tuple[object, ...]
+    runs: list[StrategyRun]
+    skipped: dict[str, str]
+    naive: NaiveLoop
+    mean: MeanScaling
+    leakage: tuple[LeakageReport, LeakageReport] | None
+    """None when fewer than two different images were picked."""
+
+    @property
+    def agreement(self) -> Agreement:
+        return agreement(self.runs)
+
+
+def run_comparison(
+    model: nn.Module,
+    setup: Setup,
+    key: tuple[object, ...],
+    leakage_model: Callable[[], nn.Module],
+) -> Comparison:
+    """Every experiment of the Strategies tab on ``setup``'s picks.
+
+    ``leakage_model`` gives the model whose BatchNorm shows the leakage (``LEAKAGE_MODEL``);
+    it is only asked for when two different images are picked.
+    """
+    _, skipped = affordable_strategies(model, setup)
+    coupled = None
+    if len(set(setup.indices)) >= 2:
+        coupled = leakage(leakage_model(), setup)
+    return Comparison(
+        key=key,
+        runs=compare_all(model, setup),
+        skipped=skipped,
+        naive=naive_loop(model, setup),
+        mean=mean_scaling(model, setup),
+        leakage=coupled,
+    )

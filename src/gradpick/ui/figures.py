@@ -22,9 +22,8 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-from gradpick import render
+from gradpick import render, strategies, units
 from gradpick.compare import FLOOR
-from gradpick.gradients import STRATEGIES
 
 RIGHT = "#2f9e44"
 WRONG = "#e03131"
@@ -43,6 +42,8 @@ CLASS_COLOURS = (
     "#1098ad",
 )
 THUMBNAIL_GAP = 2
+CHART_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["toImage"]}
+"""Plotly options of every chart on the page: no logo, no PNG export button."""
 """Transparent pixels between thumbnails of a sheet, so the page background shows through."""
 WEBGL_ABOVE = 5000
 """Scatters with more points are drawn with WebGL: thousands of SVG markers make a page slow."""
@@ -69,7 +70,7 @@ def colourscale(table: np.ndarray, stops: int = 17) -> list[list[Any]]:
 
 def strategy_colour(name: str) -> str:
     """The same colour for a strategy in every chart, whichever strategies a chart shows."""
-    order = (FLOOR, *STRATEGIES)
+    order = (FLOOR, *strategies.NAMES)
     return CLASS_COLOURS[order.index(name)] if name in order else NEUTRAL
 
 
@@ -472,7 +473,7 @@ def strategy_bars(
     peak_bytes: Sequence[int | None],
 ) -> go.Figure:
     """Time and memory of each strategy side by side (memory in MB; missing ones left out)."""
-    layout = _side_by_side(("time per call (ms, median)", "memory (MB)"), gap=0.12)
+    layout = _side_by_side(("time per call (ms, median)", f"memory ({units.UNIT})"), gap=0.12)
     traces: list[Trace] = [
         {
             "type": "bar",
@@ -491,7 +492,7 @@ def strategy_bars(
             {
                 "type": "bar",
                 "x": list(names),
-                "y": [None if value is None else value / 1e6 for value in values],
+                "y": [units.megabytes(value) for value in values],
                 "name": label,
                 "marker": {"color": colour},
                 "xaxis": "x2",
@@ -504,7 +505,8 @@ def strategy_bars(
 def sweep_lines(series: Series, axis_label: str) -> go.Figure:
     """Time and peak memory against ``axis_label`` (k or N), one line per strategy."""
     layout = _side_by_side(
-        (f"time (ms) against {axis_label}", f"peak memory (MB) against {axis_label}"), gap=0.12
+        (f"time (ms) against {axis_label}", f"peak memory ({units.UNIT}) against {axis_label}"),
+        gap=0.12,
     )
     traces: list[Trace] = []
     ticks = sorted({x for xs, _, _ in series.values() for x in xs})
@@ -515,7 +517,7 @@ def sweep_lines(series: Series, axis_label: str) -> go.Figure:
         traces.append(
             {
                 **common,
-                "y": [None if peak is None else peak / 1e6 for peak in peaks],
+                "y": [units.megabytes(peak) for peak in peaks],
                 "name": name,
                 "legendgroup": name,
                 "showlegend": False,

@@ -8,19 +8,17 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from gradpick import render, selection
+from gradpick import attribution, export, render, selection
 from gradpick.attribution import Attribution
-from gradpick.measure import MemoryFigure, MemoryReport
+from gradpick.measure import MemoryReport
 from gradpick.ui import cache, figures, heatmaps, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import HeatmapRequest
-from gradpick.ui.outputs import CHART_CONFIG, Loaded
-from gradpick.ui.sidebar import TARGET_CLASS, TARGET_MODE, Settings
+from gradpick.ui.session import Loaded, Settings
+from gradpick.units import UNIT_NOTE, format_bytes
 
 DETAILED_ROWS = 12
 """Up to this many picks get a full row each (with channel maps); more get a compact grid."""
-DETAIL = "detail_index"
-HEATMAPS_CONTAINER = "heatmaps"
 PANELS_FULL = "image · saliency |gradient| · overlay · red · green · blue (signed)"
 PANELS_COMPACT = "image · saliency |gradient| · overlay"
 
@@ -31,12 +29,8 @@ def absorb_target_click() -> None:
     event = state.fresh_selection(session, state.PROBABILITY_CHART)
     classes = selection.indices_from_plotly_selection(event)
     if classes:
-        session[TARGET_MODE] = "class"
-        session[TARGET_CLASS] = classes[-1]
-
-
-def _megabytes(figure: MemoryFigure) -> str:
-    return "not measured" if figure.bytes is None else f"{figure.bytes / 1e6:,.2f} MB"
+        session[state.TARGET_MODE] = "class"
+        session[state.TARGET_CLASS] = classes[-1]
 
 
 def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
@@ -65,7 +59,7 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
         _legend(tiles, unit, settings.shared_scale)
         detailed = len(picked) <= DETAILED_ROWS
         st.caption(PANELS_FULL if detailed else PANELS_COMPACT)
-        with st.container(key=HEATMAPS_CONTAINER):
+        with st.container(key=state.HEATMAPS_CONTAINER):
             captions = [
                 title if settings.shared_scale else f"{title} · saliency 0 to {tile.limit:.3g}"
                 for title, tile in zip(titles, tiles, strict=True)
@@ -104,7 +98,7 @@ def _step_readouts(loaded: Loaded, result: Attribution, request: HeatmapRequest)
         "synchronised before and after. The same pick and settings later reuse them.",
     )
     if request.method != "gradient":
-        st.metric(heatmaps.METHOD_LABELS[request.method], f"{result.milliseconds:,.1f} ms")
+        st.metric(attribution.get(request.method).label, f"{result.milliseconds:,.1f} ms")
     if request.method == "smoothgrad":
         st.caption(
             f"SmoothGrad: {result.settings['samples']} noisy copies per image, noise standard "
@@ -120,7 +114,7 @@ def _memory_readouts(memory: MemoryReport | None) -> None:
         ("Saved for backward", memory.saved_for_backward),
         ("Peak memory", memory.peak),
     ):
-        st.metric(label, _megabytes(figure), help=figure.counts)
+        st.metric(label, format_bytes(figure.bytes), help=f"{figure.counts} ({UNIT_NOTE})")
         st.caption(figure.counts)
 
 
@@ -145,13 +139,13 @@ def _detail(
 ) -> None:
     picked = state.picked(st.session_state)
     session = st.session_state
-    if session.get(DETAIL) not in picked:
-        session[DETAIL] = picked[0]
+    if session.get(state.DETAIL) not in picked:
+        session[state.DETAIL] = picked[0]
     index = st.selectbox(
         "Detailed view of",
         picked,
         format_func=lambda i: titles[picked.index(i)],
-        key=DETAIL,
+        key=state.DETAIL,
     )
     position = picked.index(index)
     tile = tiles[position]
@@ -165,8 +159,8 @@ def _detail(
             tile.channel_limit,
             unit,
         ),
-        config=CHART_CONFIG,
-        key="detail_heatmaps",
+        config=figures.CHART_CONFIG,
+        key=state.DETAIL_HEATMAPS,
     )
     probabilities = loaded.result.probabilities[index].numpy()
     labels = loaded.result.labels
@@ -181,7 +175,7 @@ def _detail(
         key=state.PROBABILITY_CHART,
         on_select="rerun",
         selection_mode="points",
-        config=CHART_CONFIG,
+        config=figures.CHART_CONFIG,
     )
 
 
@@ -193,23 +187,20 @@ def _downloads(
     memory: MemoryReport | None,
 ) -> None:
     picked = state.picked(st.session_state)
-    context = {
-        "data": {"source": loaded.batch.source, "batch": loaded.key, "N": len(loaded)},
-        "model": {
-            "name": loaded.option.name,
-            "weights": loaded.option.identity,
-            "card": loaded.option.card,
+    exported = heatmaps.export_of(
+        result,
+        loaded.batch,
+        picked,
+        settings.request,
+        memory,
+        model=loaded.served.identity(),
+        source=service.source_record(loaded.choice, loaded.batch),
+        explorer={
+            "batch": loaded.key,
+            "inference_ms": loaded.result.milliseconds,
+            "colour_scale": "shared" if settings.shared_scale else "per image",
         },
-        "inference_ms": loaded.result.milliseconds,
-        "colour_scale": "shared" if settings.shared_scale else "per image",
-    }
-
-    def report() -> bytes:
-        return heatmaps.report_json(
-            heatmaps.report(
-                result, picked, settings.request, loaded.batch.class_names, memory, context
-            )
-        )
+    )
 
     grid = functools.partial(
         render.grid_png,
@@ -222,16 +213,16 @@ def _downloads(
     downloads: tuple[tuple[str, Callable[[], bytes], str], ...] = (
         (
             "Gradients (.pt)",
-            functools.partial(heatmaps.gradients_pt, result, loaded.batch, picked),
+            functools.partial(export.pt_bytes, exported),
             "pt",
         ),
         (
             "Gradients (.npz)",
-            functools.partial(heatmaps.gradients_npz, result, loaded.batch, picked),
+            functools.partial(export.npz_bytes, exported),
             "npz",
         ),
         ("Heatmap grid (.png)", grid, "png"),
-        ("Report (.json)", report, "json"),
+        ("Report (.json)", functools.partial(export.metadata_json, exported), "json"),
     )
     for column, (label, data, suffix) in zip(columns, downloads, strict=True):
         column.download_button(
@@ -239,5 +230,5 @@ def _downloads(
             data=data,
             file_name=f"gradpick-{result.method}.{suffix}",
             on_click="ignore",
-            key=f"download_{suffix}",
+            key=state.download_key(suffix),
         )

@@ -7,8 +7,6 @@ pictures (nearest-neighbour enlarged, so no pixel is blurred); the download buil
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -17,14 +15,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradpick import attribution, gradients, render, versions
+from gradpick import attribution, export, gradients, render, strategies, units
 from gradpick.attribution import Attribution
-from gradpick.bench import FORWARD_PASSES
 from gradpick.data import ImageBatch
 from gradpick.devices import model_device
 from gradpick.errors import InputError
 from gradpick.infer import as_model_input
 from gradpick.measure import MemoryReport
+from gradpick.request import GradientRequest
 
 TARGET_MODES = ("loss", "predicted", "class")
 TARGET_LABELS = {
@@ -32,15 +30,6 @@ TARGET_LABELS = {
     "predicted": "Logit of the predicted class",
     "class": "Logit of a chosen class",
 }
-METHOD_LABELS = {
-    "gradient": "Gradient",
-    "gradient_x_input": "Gradient × input",
-    "smoothgrad": "SmoothGrad",
-    "integrated_gradients": "Integrated Gradients",
-}
-WHOLE_BATCH_STRATEGIES = tuple(FORWARD_PASSES)
-"""Strategies that forward the whole batch with gradients (summed, retain_graph); the others
-touch only the picked images."""
 WHOLE_BATCH_BUDGET = 4 << 30
 """Saved-activation bytes above which a whole-batch strategy is refused rather than run."""
 ENLARGE = 4
@@ -55,9 +44,8 @@ class HeatmapRequest:
     target_class: int = 0
     method: str = "gradient"
     strategy: str = "recompute"
-    samples: int = 16
-    noise: float = 0.15
-    steps: int = 32
+    settings: tuple[tuple[str, float | int], ...] = ()
+    """The method's settings that differ from its defaults, as (name, value) pairs."""
 
     def engine_target(self) -> tuple[str, int | None]:
         """(target, classes) as ``input_gradients`` takes them."""
@@ -74,22 +62,13 @@ class HeatmapRequest:
 
 def quantity(request: HeatmapRequest, class_names: Sequence[str]) -> str:
     """The differentiated quantity in words, e.g. 'loss' or 'logit[cat]'."""
-    if request.target_mode == "loss":
-        return "loss"
-    if request.target_mode == "predicted":
-        return "logit[predicted]"
-    return f"logit[{class_names[request.target_class]}]"
+    target, chosen = request.engine_target()
+    return export.quantity(target, chosen, class_names)
 
 
 def unit(request: HeatmapRequest, class_names: Sequence[str]) -> str:
     """What one map value is, for colourbar titles (pixels are intensities in [0, 1])."""
-    q = quantity(request, class_names)
-    return {
-        "gradient": f"d {q} / d pixel",
-        "gradient_x_input": f"pixel × d {q} / d pixel",
-        "smoothgrad": f"mean d {q} / d pixel (SmoothGrad)",
-        "integrated_gradients": f"{q} attribution (IG)",
-    }[request.method]
+    return attribution.get(request.method).unit.format(quantity=quantity(request, class_names))
 
 
 def whole_batch_bytes(model: nn.Module, images: torch.Tensor) -> int:
@@ -104,20 +83,41 @@ def _check_whole_batch_cost(model: nn.Module, batch: ImageBatch, strategy: str) 
     if needed > WHOLE_BATCH_BUDGET:
         raise InputError(
             f"The '{strategy}' strategy forwards all {len(batch):,} images with gradients, "
-            f"which would keep about {needed / 1e9:.1f} GB of activations. Use 'recompute' "
-            "(its cost depends on the picked images only) or a smaller batch."
+            f"which would keep about {units.format_bytes(needed, 1, 'GB')} of activations. "
+            "Use 'recompute' (its cost depends on the picked images only) or a smaller batch."
         )
 
 
-def compute(
-    model: nn.Module, batch: ImageBatch, indices: Sequence[int], request: HeatmapRequest
-) -> Attribution:
-    """The attribution maps of ``batch[indices]`` for ``request``, over the whole batch.
+def gradient_request(
+    model: nn.Module,
+    batch: ImageBatch,
+    indices: Sequence[int],
+    request: HeatmapRequest,
+    measure_memory: bool = False,
+) -> GradientRequest:
+    """The engine's request for ``batch[indices]`` under the sidebar's ``request``.
 
     The engine gets all N images so that every strategy pays its true cost (the whole-batch
     ones need them; recompute forwards only the picks) and SmoothGrad's noise stays seeded by
     the batch index.
     """
+    target, classes = request.engine_target()
+    return GradientRequest.build(
+        model,
+        batch.float_images(),
+        list(indices),
+        labels=batch.labels,
+        target=target,
+        classes=classes,
+        strategy=request.strategy,
+        measure_memory=measure_memory,
+    )
+
+
+def compute(
+    model: nn.Module, batch: ImageBatch, indices: Sequence[int], request: HeatmapRequest
+) -> Attribution:
+    """The attribution maps of ``batch[indices]`` for ``request``, over the whole batch."""
     if not indices:
         raise InputError("No images picked: click, box-select or use a picker first.")
     if request.target_mode == "loss" and batch.labels is None:
@@ -125,22 +125,10 @@ def compute(
             "These images have no labels, so there is no loss to explain; choose the logit "
             "of the predicted class or of a chosen class as the target."
         )
-    if request.strategy in WHOLE_BATCH_STRATEGIES:
+    method = attribution.build(request.method, dict(request.settings))
+    if strategies.get(request.strategy).whole_batch:
         _check_whole_batch_cost(model, batch, request.strategy)
-    target, classes = request.engine_target()
-    return attribution.attribute(
-        model,
-        batch.float_images(),
-        list(indices),
-        labels=batch.labels,
-        target=target,
-        classes=classes,
-        method=request.method,
-        strategy=request.strategy,
-        samples=request.samples,
-        noise=request.noise,
-        steps=request.steps,
-    )
+    return method.attribute(gradient_request(model, batch, indices, request))
 
 
 def step_memory(
@@ -151,16 +139,8 @@ def step_memory(
     Kept apart from ``compute`` so the profiler's overhead reaches neither the step's timing
     nor the time to the heatmaps.
     """
-    target, classes = request.engine_target()
-    return gradients.input_gradients(
-        model,
-        batch.float_images(),
-        list(indices),
-        labels=batch.labels,
-        target=target,
-        classes=classes,
-        strategy=request.strategy,
-        measure_memory=True,
+    return gradients.compute(
+        gradient_request(model, batch, indices, request, measure_memory=True)
     ).memory
 
 
@@ -239,82 +219,42 @@ def colourbar(cmap: str = "inferno", signed: bool = False, width: int = 256) -> 
 # ----------------------------------------------------------------------------- exports
 
 
-def _export_arrays(
-    result: Attribution, batch: ImageBatch, indices: Sequence[int]
-) -> dict[str, np.ndarray]:
-    """Positions and names say where each picked image came from, so anyone can recompute its
-    gradient from the source itself."""
-    return {
-        "indices": np.asarray(indices, dtype=np.int64),
-        "positions": np.asarray([batch.positions[i] for i in indices], dtype=np.int64),
-        "names": np.asarray([batch.names[i] for i in indices], dtype=np.str_),
-        "gradients": result.gradients.gradients.detach().cpu().numpy(),
-        "maps": result.maps.detach().cpu().numpy(),
-        "classes": result.gradients.classes.numpy(),
-        "target_values": result.gradients.target_values.numpy(),
-    }
-
-
-def gradients_npz(result: Attribution, batch: ImageBatch, indices: Sequence[int]) -> bytes:
-    """indices, source positions and names [k], gradients and maps [k, C, H, W], classes and
-    target values [k]."""
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, allow_pickle=False, **_export_arrays(result, batch, indices))
-    return buffer.getvalue()
-
-
-def gradients_pt(result: Attribution, batch: ImageBatch, indices: Sequence[int]) -> bytes:
-    """The same content as the .npz, as a dict for ``torch.load(..., weights_only=True)``."""
-    buffer = io.BytesIO()
-    arrays = _export_arrays(result, batch, indices)
-    names = [str(name) for name in arrays.pop("names")]
-    tensors = {name: torch.from_numpy(array) for name, array in arrays.items()}
-    extras = {"names": names, "method": result.method, "target": result.gradients.target}
-    torch.save({**tensors, **extras}, buffer)
-    return buffer.getvalue()
-
-
-def library_versions() -> dict[str, str]:
-    """The versions gradpick records beside every result, plus the app's own libraries."""
-    return {
-        **versions.library_versions(),
-        **{name: versions.installed_version(name) for name in APP_LIBRARIES},
-    }
-
-
-def report(
+def export_of(
     result: Attribution,
+    batch: ImageBatch,
     indices: Sequence[int],
     request: HeatmapRequest,
-    class_names: Sequence[str],
     memory: MemoryReport | None,
-    context: dict[str, Any],
-) -> dict[str, Any]:
-    """A JSON-ready account of one gradient step: what was asked, what came out, what it cost.
+    model: dict[str, Any],
+    source: dict[str, Any],
+    explorer: dict[str, Any],
+) -> export.Export:
+    """The export schema's content for one gradient step of the explorer.
 
-    ``context`` adds what only the page knows (data source, N, model card, inference time).
+    Positions and names say where each picked image came from, so anyone can recompute its
+    gradient from the source itself; ``explorer`` adds what only the page knows (its settings).
     """
-    step = result.gradients
-    return {
-        "indices": [int(index) for index in indices],
-        "k": len(indices),
-        "target": {
-            "mode": request.target_mode,
-            "label": TARGET_LABELS[request.target_mode],
-            "quantity": quantity(request, class_names),
-            "classes": [class_names[int(c)] for c in step.classes],
-            "values": [float(v) for v in step.target_values],
+    picked = list(indices)
+    labels = None if batch.labels is None else batch.labels[picked].tolist()
+    return export.Export(
+        result,
+        indices=picked,
+        images=as_model_input(batch.images[picked]),
+        positions=[batch.positions[i] for i in picked],
+        names=[batch.names[i] for i in picked],
+        labels=labels,
+        class_names=batch.class_names,
+        quantity=quantity(request, batch.class_names),
+        model=model,
+        source=source,
+        memory=memory,
+        libraries=APP_LIBRARIES,
+        extra={
+            "explorer": {
+                "target_mode": request.target_mode,
+                "target_label": TARGET_LABELS[request.target_mode],
+                "request": asdict(request),
+                **explorer,
+            }
         },
-        "method": {"name": result.method, "settings": dict(result.settings)},
-        "strategy": step.strategy,
-        "device": step.device,
-        "timings_ms": {"gradient_step": step.timing, "method_total": result.milliseconds},
-        "memory": None if memory is None else memory.as_dict(),
-        "request": asdict(request),
-        **context,
-        "versions": library_versions(),
-    }
-
-
-def report_json(report_dict: dict[str, Any]) -> bytes:
-    return json.dumps(report_dict, indent=2, default=str).encode()
+    )

@@ -9,23 +9,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
 import streamlit as st
-import torch
-from torch import nn
 
 from gradpick import selection
-from gradpick.data import ImageBatch
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
 from gradpick.ui import cache, figures, service, state
 from gradpick.ui.guard import guarded
-from gradpick.ui.service import DataChoice, ModelOption
+from gradpick.ui.session import Loaded
 
-CHART_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["toImage"]}
 GRID_COLUMNS = 10
 PAGE_SIZES = (100, 50, 200)
 RULE_LABELS = {
@@ -36,27 +31,6 @@ RULE_LABELS = {
     "predicted_class": "By predicted class",
     "random": "Seeded random k",
 }
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """A batch and its inference outputs: everything the sections below the sidebar share."""
-
-    choice: DataChoice
-    batch: ImageBatch
-    option: ModelOption
-    model: nn.Module
-    device: torch.device
-    result: InferenceResult
-    hover: tuple[str, ...]
-    """One line per image: index, true and predicted class, confidence."""
-
-    @property
-    def key(self) -> str:
-        return self.choice.batch_key
-
-    def __len__(self) -> int:
-        return len(self.batch)
 
 
 def absorb_selections(loaded: Loaded) -> None:
@@ -120,19 +94,21 @@ def _plot(figure: go.Figure, key: str) -> None:
         key=key,
         on_select="rerun",
         selection_mode=figures.SELECT_MODES,
-        config=CHART_CONFIG,
+        config=figures.CHART_CONFIG,
     )
 
 
 def _thumbnails(loaded: Loaded) -> None:
     size = len(loaded)
     top = st.columns([1, 1, 2])
-    page_size = top[0].selectbox("Per page", PAGE_SIZES, key="grid_page_size")
+    page_size = top[0].selectbox("Per page", PAGE_SIZES, key=state.GRID_PAGE_SIZE)
     pages = max(1, math.ceil(size / page_size))
     page = 1
     if pages > 1:
         page = int(
-            top[1].number_input("Page", 1, pages, 1, key=f"grid_page:{loaded.key}:{page_size}")
+            top[1].number_input(
+                "Page", 1, pages, 1, key=state.per_source(state.GRID_PAGE, loaded.key, page_size)
+            )
         )
     first, last = (page - 1) * page_size, min(page * page_size, size)
     top[2].caption(
@@ -154,12 +130,7 @@ def _thumbnails(loaded: Loaded) -> None:
 
 def _scatter(loaded: Loaded) -> None:
     result = loaded.result
-    if result.losses is not None:
-        values, label = result.losses.numpy(), "loss on the true label"
-    else:
-        probabilities = result.probabilities.clamp_min(1e-12)
-        values = (-(probabilities * probabilities.log()).sum(dim=1)).numpy()
-        label = "entropy of the prediction (no labels)"
+    values, label = service.scatter_values(result)
     correct = result.correct
     figure = figures.outputs_scatter(
         result.confidences.numpy(),
@@ -204,16 +175,16 @@ def _pick(result: InferenceResult) -> None:
     try:
         indices = selection.pick(
             result,
-            session["rule"],
-            k=int(session["rule_k"]),
-            class_index=int(session.get("rule_class", 0)),
-            seed=int(session.get("rule_seed", 0)),
+            session[state.RULE],
+            k=int(session[state.RULE_K]),
+            class_index=int(session.get(state.RULE_CLASS, 0)),
+            seed=int(session.get(state.RULE_SEED, 0)),
         )
     except SelectionError as error:
         session[state.NOTICE] = str(error)
         return
     if not indices:
-        session[state.NOTICE] = f"No image matches the rule '{RULE_LABELS[session['rule']]}'."
+        session[state.NOTICE] = f"No image matches the rule '{RULE_LABELS[session[state.RULE]]}'."
         return
     state.apply(session, indices)
 
@@ -229,20 +200,20 @@ def _selection_tools(loaded: Loaded) -> None:
         format_func={"replace": "replaces", "add": "adds to", "remove": "removes from"}.get,
         help="How a click, box, lasso, table selection or picker changes the picked images.",
     )
-    with st.form("pickers", border=True):
+    with st.form(state.PICKERS, border=True):
         rule_column, k_column = st.columns([2, 1])
         rule_column.selectbox(
-            "Rule", selection.RULES, format_func=RULE_LABELS.__getitem__, key="rule"
+            "Rule", selection.RULES, format_func=RULE_LABELS.__getitem__, key=state.RULE
         )
-        k_column.number_input("k", 1, len(loaded), min(16, len(loaded)), key="rule_k")
+        k_column.number_input("k", 1, len(loaded), min(16, len(loaded)), key=state.RULE_K)
         class_column, seed_column = st.columns([2, 1])
         class_column.selectbox(
             "Class (for the class rules)",
             range(len(loaded.batch.class_names)),
             format_func=loaded.batch.class_names.__getitem__,
-            key="rule_class",
+            key=state.RULE_CLASS,
         )
-        seed_column.number_input("Seed", 0, None, 0, key="rule_seed")
+        seed_column.number_input("Seed", 0, None, 0, key=state.RULE_SEED)
         st.form_submit_button("Pick", on_click=_pick, args=(loaded.result,), type="primary")
     notice = session.pop(state.NOTICE, None)
     if notice:

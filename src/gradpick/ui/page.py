@@ -27,7 +27,8 @@ from gradpick.ui.config import (
     app_config,
 )
 from gradpick.ui.guard import guarded
-from gradpick.ui.outputs import Loaded
+from gradpick.ui.session import Loaded, Settings
+from gradpick.units import format_bytes
 
 PIXELATED = """<style>
 .js-plotly-plot image, [data-testid="stImage"] img { image-rendering: pixelated; }
@@ -37,12 +38,12 @@ PIXELATED = """<style>
 
 HOSTED_NOTE = (
     f"Hosted demo: local folders and your own model code are off; uploads take at most "
-    f"{HOSTED_MAX_UPLOAD_FILES} images of {HOSTED_MAX_IMAGE_BYTES >> 20} MB each, and batches "
-    f"at most {HOSTED_MAX_BATCH_SIZE:,} images. Run gradpick locally to lift these limits."
+    f"{HOSTED_MAX_UPLOAD_FILES} images of {format_bytes(HOSTED_MAX_IMAGE_BYTES, 0)} each, and "
+    f"batches at most {HOSTED_MAX_BATCH_SIZE:,} images. Run gradpick locally to lift these limits."
 )
 
 
-def _load(settings: sidebar.Settings) -> Loaded | None:
+def _load(settings: Settings) -> Loaded | None:
     """The batch, the model and their inference outputs, each from its cache."""
     choice, source = settings.data, settings.source
     if choice is None or source is None:
@@ -51,7 +52,8 @@ def _load(settings: sidebar.Settings) -> Loaded | None:
     loaded: Loaded | None = None
     with guarded("Loading the batch and the model"):
         option, device = settings.model, settings.device
-        model = cache.model(option.identity, str(device), option)
+        served = cache.served(option.identity, str(device), option)
+        model = served.module
         classes = cache.output_count(option.identity, str(device), model)
         batch, note = service.fit_classes(
             cache.batch(choice.batch_key, source, choice), classes, option.class_names
@@ -60,7 +62,7 @@ def _load(settings: sidebar.Settings) -> Loaded | None:
             st.warning(note)
         result = cache.inference(choice.batch_key, option.identity, str(device), model, batch)
         hover = tuple(service.describe_indices(batch, result, range(len(batch))))
-        loaded = Loaded(choice, batch, option, model, device, result, hover)
+        loaded = Loaded(choice, batch, option, served, device, result, hover)
     return loaded
 
 

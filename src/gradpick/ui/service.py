@@ -15,11 +15,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
-from gradpick import data, devices, models
+from gradpick import data, devices, export, models, units
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
 from gradpick.errors import DataError, DownloadError, InputError, ModelError
 from gradpick.infer import InferenceResult
@@ -126,8 +127,8 @@ def screen_uploads(
     for upload in uploads:
         if max_bytes is not None and len(upload.data) > max_bytes:
             problems.append(
-                f"{upload.name}: {len(upload.data) / 2**20:.1f} MB is over this demo's limit of "
-                f"{max_bytes / 2**20:.0f} MB per image."
+                f"{upload.name}: {units.format_bytes(len(upload.data), 1)} is over this demo's "
+                f"limit of {units.format_bytes(max_bytes, 0)} per image."
             )
             continue
         try:
@@ -275,6 +276,14 @@ def model_options() -> list[ModelOption]:
     return options
 
 
+def option_named(name: str, current: ModelOption) -> ModelOption:
+    """``current`` when it is architecture ``name`` (whatever its weights), else the built-in
+    option of that name."""
+    if current.name == name:
+        return current
+    return next(option for option in model_options() if option.name == name)
+
+
 def user_model_option(args: UserModelArgs) -> ModelOption:
     """The option for ``--model`` (with ``--weights``/``--classes``); files are checked here so
     a wrong path is explained before any of the user's code runs."""
@@ -334,8 +343,8 @@ def uploaded_weights_option(option: ModelOption, upload: Upload) -> ModelOption:
         raise ModelError("Uploaded weights apply to the built-in architectures only.")
     if len(upload.data) > MAX_WEIGHTS_BYTES:
         raise ModelError(
-            f"{upload.name}: {len(upload.data) / 2**20:.0f} MB is too large for weights of a "
-            f"built-in architecture (limit {MAX_WEIGHTS_BYTES >> 20} MB)."
+            f"{upload.name}: {units.format_bytes(len(upload.data), 0)} is too large for weights "
+            f"of a built-in architecture (limit {units.format_bytes(MAX_WEIGHTS_BYTES, 0)})."
         )
     return ModelOption(option.name, upload=upload)
 
@@ -472,3 +481,20 @@ def describe_indices(
         f"#{i} {names[t]}→{names[p]} ({c:.0%}) {'✓' if t == p else '✗'}"
         for i, t, p, c in zip(indices, true, predicted, confidence, strict=True)
     ]
+
+
+def source_record(choice: DataChoice, batch: ImageBatch) -> dict[str, Any]:
+    """The export schema's ``source`` field: the batch and how it was cut from its source."""
+    if choice.kind == "upload":
+        return export.source_record(batch.source, len(batch))
+    return export.source_record(
+        batch.source, len(batch), choice.split, choice.start, choice.size, choice.seed
+    )
+
+
+def scatter_values(result: InferenceResult) -> tuple[np.ndarray, str]:
+    """The outputs scatter's vertical values and their name: each image's loss on its true
+    label, or the entropy of its prediction when there are no labels."""
+    if result.losses is not None:
+        return result.losses.numpy(), "loss on the true label"
+    return result.entropies.numpy(), "entropy of the prediction (no labels)"

@@ -2,44 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import streamlit as st
 import torch
 from streamlit.delta_generator import DeltaGenerator
 
-from gradpick import devices
-from gradpick.attribution import METHODS
+from gradpick import attribution, devices, strategies
 from gradpick.data import IMAGE_SUFFIXES, ImageSource
 from gradpick.errors import GradpickError, InputError
-from gradpick.gradients import STRATEGIES
-from gradpick.ui import cache, service
+from gradpick.ui import cache, service, state
 from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
-from gradpick.ui.heatmaps import METHOD_LABELS, TARGET_LABELS, TARGET_MODES, HeatmapRequest
+from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest
 from gradpick.ui.service import DEFAULT_BATCH_SIZE, SOURCE_KINDS, SOURCE_LABELS, DataChoice
-
-TARGET_MODE = "target_mode"
-TARGET_CLASS = "target_class"
-STRATEGY_HELP = (
-    "recompute: forward only the picked images again with gradients (cost depends on k). "
-    "summed: forward all N with gradients, one backward of the summed targets. "
-    "retain_graph: the question's loop, one backward per index through all N. "
-    "vmap: torch.func.vmap(grad(...)), one image per call."
-)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the sidebar decided; ``data``/``source`` are None until a usable source exists."""
-
-    data: DataChoice | None
-    source: ImageSource | None
-    model: service.ModelOption
-    device: torch.device
-    request: HeatmapRequest
-    shared_scale: bool
-    measure_memory: bool
+from gradpick.ui.session import Settings
 
 
 def render(config: AppConfig) -> Settings:
@@ -61,13 +38,13 @@ def render(config: AppConfig) -> Settings:
 
 def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
     kinds = [kind for kind in SOURCE_KINDS if kind != "folder" or config.allow_local_folder]
-    kind = st.radio("Source", kinds, format_func=SOURCE_LABELS.__getitem__, key="source_kind")
+    kind = st.radio("Source", kinds, format_func=SOURCE_LABELS.__getitem__, key=state.SOURCE_KIND)
     if kind == "upload":
         files = st.file_uploader(
             "Images (several at once)",
             accept_multiple_files=True,
             type=[suffix.lstrip(".") for suffix in IMAGE_SUFFIXES],
-            key="uploads",
+            key=state.UPLOADS,
         )
         uploads, problems = service.screen_uploads(
             [service.Upload.of(f.name, f.getvalue()) for f in files or []],
@@ -81,11 +58,11 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
             return None, None
         base = DataChoice(kind="upload", size=None, uploads=uploads)
     else:
-        split = st.selectbox("Split", ("test", "train"), key="split")
+        split = st.selectbox("Split", ("test", "train"), key=state.SPLIT)
         folder = ""
         if kind == "folder":
             folder = st.text_input(
-                "Folder", key="folder_path", placeholder="/path/to/cifar10-jpg or a class tree"
+                "Folder", key=state.FOLDER_PATH, placeholder="/path/to/cifar10-jpg or a class tree"
             )
         base = DataChoice(kind=kind, split=split, folder=folder, hosted=config.hosted)
     source: ImageSource | None = None
@@ -102,11 +79,23 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
     by_class = service.sorted_by_class(source)
     if by_class:
         st.caption("These images are stored class by class, so the batch is a seeded sample.")
-    if st.toggle("Seeded random sample", value=by_class, key=f"random:{key}"):
-        seed = int(st.number_input("Seed", min_value=0, value=0, key=f"seed:{key}"))
+    if st.toggle(
+        "Seeded random sample", value=by_class, key=state.per_source(state.RANDOM_SAMPLE, key)
+    ):
+        seed = int(
+            st.number_input(
+                "Seed", min_value=0, value=0, key=state.per_source(state.SAMPLE_SEED, key)
+            )
+        )
         return replace(base, size=size, seed=seed), source
     start = int(
-        st.number_input("Start", min_value=0, max_value=total - 1, value=0, key=f"start:{key}")
+        st.number_input(
+            "Start",
+            min_value=0,
+            max_value=total - 1,
+            value=0,
+            key=state.per_source(state.START, key),
+        )
     )
     return replace(base, start=start, size=size), source
 
@@ -114,7 +103,7 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
 def _batch_size(source_key: str, total: int, cap: int | None) -> int:
     """The batch size typed for this source; an impossible one is explained and the last good
     one kept, so the batch, its results and the picks stay as they were."""
-    good_key = f"good_size:{source_key}"
+    good_key = state.per_source(state.GOOD_BATCH_SIZE, source_key)
     limit = min(total, cap or total)
     default = min(DEFAULT_BATCH_SIZE, limit)
     requested = int(
@@ -122,7 +111,7 @@ def _batch_size(source_key: str, total: int, cap: int | None) -> int:
             "Batch size N",
             value=default,
             step=100,
-            key=f"size:{source_key}",
+            key=state.per_source(state.BATCH_SIZE, source_key),
             help=f"1 to {limit:,} images" + (" (this demo's cap)." if limit < total else "."),
         )
     )
@@ -146,7 +135,7 @@ def _model(
     if user is not None:
         options = {user.identity: user, **options}
     identity = st.selectbox(
-        "Model", list(options), format_func=lambda name: options[name].label, key="model"
+        "Model", list(options), format_func=lambda name: options[name].label, key=state.MODEL
     )
     option = options.get(identity, next(iter(options.values())))
     about = st.container()
@@ -156,7 +145,7 @@ def _model(
     upload = st.file_uploader(
         f"Your weights for {option.name} (.pt, .pth, .safetensors)",
         type=["pt", "pth", "safetensors"],
-        key="weights_upload",
+        key=state.WEIGHTS_UPLOAD,
         help="A state_dict saved with torch.save (read with weights_only=True: a file that "
         "holds anything but tensors is refused without running it) or with safetensors.",
     )
@@ -246,7 +235,7 @@ def _usable(
 def _device() -> torch.device:
     options = {option.kind: option for option in service.device_options()}
     kind = st.selectbox(
-        "Device", list(options), format_func=lambda name: options[name].label, key="device"
+        "Device", list(options), format_func=lambda name: options[name].label, key=state.DEVICE
     )
     reason = options[kind].reason
     if reason is not None:
@@ -260,35 +249,39 @@ def _device() -> torch.device:
 def _gradients(
     labelled: bool, class_names: tuple[str, ...], measure_by_default: bool
 ) -> tuple[HeatmapRequest, bool, bool]:
-    strategy = st.selectbox("Gradient strategy", STRATEGIES, key="strategy", help=STRATEGY_HELP)
+    strategy = st.selectbox(
+        "Gradient strategy", strategies.NAMES, key=state.STRATEGY, help=strategies.help_text()
+    )
     modes = [mode for mode in TARGET_MODES if labelled or mode != "loss"]
-    mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=TARGET_MODE)
-    target_class = int(st.session_state.get(TARGET_CLASS, 0))
+    mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=state.TARGET_MODE)
+    target_class = int(st.session_state.get(state.TARGET_CLASS, 0))
     if mode == "class" and class_names:
         if target_class >= len(class_names):
-            st.session_state[TARGET_CLASS] = target_class = 0
+            st.session_state[state.TARGET_CLASS] = target_class = 0
         target_class = int(
             st.selectbox(
                 "Class",
                 range(len(class_names)),
                 format_func=class_names.__getitem__,
-                key=TARGET_CLASS,
+                key=state.TARGET_CLASS,
                 help="Or click a bar of the class probabilities below the heatmaps.",
             )
         )
     method = st.selectbox(
-        "Attribution view", METHODS, format_func=METHOD_LABELS.__getitem__, key="method"
+        "Attribution view",
+        attribution.METHOD_NAMES,
+        format_func=lambda name: attribution.get(name).label,
+        key=state.METHOD,
     )
-    settings: dict[str, float | int] = {}
-    if method == "smoothgrad":
-        settings["samples"] = st.slider("Noisy copies", 4, 64, 16, key="samples")
-        settings["noise"] = st.slider("Noise (fraction of range)", 0.0, 0.5, 0.15, key="noise")
-    elif method == "integrated_gradients":
-        settings["steps"] = st.slider("Path steps", 4, 128, 32, key="steps")
+    settings = {
+        parameter.name: _setting(parameter)
+        for parameter in attribution.get(method).parameters
+        if parameter.shown is not None
+    }
     scale = st.radio(
         "Colour scale",
         ("per image", "shared"),
-        key="colour_scale",
+        key=state.COLOUR_SCALE,
         horizontal=True,
         help="Shared: one scale for all picked images, so magnitudes compare. Per image: "
         "each image's own range, so its structure shows.",
@@ -297,7 +290,7 @@ def _gradients(
         "Measure memory",
         # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
         value=measure_by_default,
-        key="measure_memory",
+        key=state.MEASURE_MEMORY,
         help="Saved-for-backward bytes and the peak of the gradient step, from one more run "
         "of it with measurement on (the profiler's overhead never reaches the timings).",
     )
@@ -306,6 +299,22 @@ def _gradients(
         target_class=target_class,
         method=method,
         strategy=strategy,
-        **settings,  # type: ignore[arg-type]
+        settings=tuple(settings.items()),
     )
     return request, scale == "shared", measure
+
+
+def _setting(parameter: attribution.Parameter) -> float | int:
+    """A slider over the parameter's range in the explorer, at its default to begin with."""
+    assert parameter.shown is not None
+    low, high = parameter.shown
+    kind = int if parameter.whole else float
+    value = st.slider(
+        parameter.label,
+        kind(low),
+        kind(high),
+        kind(parameter.default),
+        key=state.setting_key(parameter.name),
+        help=parameter.help,
+    )
+    return kind(value)

@@ -6,44 +6,18 @@ tagged with the selection they were run on.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 import streamlit as st
 from torch import nn
 
+from gradpick import units
 from gradpick.compare import FLOOR, StrategyRun
-from gradpick.gradients import LeakageReport
 from gradpick.ui import cache, experiments, figures, service, state
 from gradpick.ui.guard import guarded
-from gradpick.ui.outputs import CHART_CONFIG, Loaded
-from gradpick.ui.sidebar import Settings
-
-AGREEMENT = 1e-4
-"""Largest |difference| from the floor still called agreement (float32 rounding)."""
-COMPARISON = "strategy_comparison"
-SWEEP = "strategy_sweep"
-LEAKAGE_MODEL = "resnet20"
-"""The model whose training-mode BatchNorm shows the cross-sample leakage."""
-
-
-def _megabytes(value: int | None) -> float | None:
-    return None if value is None else round(value / 1e6, 2)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One run of the comparison, kept in the session with what it was run on."""
-
-    key: tuple[Any, ...]
-    runs: list[StrategyRun]
-    skipped: dict[str, str]
-    naive: experiments.NaiveLoop
-    mean: experiments.MeanScaling
-    leakage: tuple[LeakageReport, LeakageReport] | None
+from gradpick.ui.session import Loaded, Settings
 
 
 def render(loaded: Loaded, settings: Settings) -> None:
@@ -67,18 +41,23 @@ def render(loaded: Loaded, settings: Settings) -> None:
     )
     session = st.session_state
     forward_ms = loaded.result.milliseconds / len(loaded)
-    if st.button("Run every strategy", type="primary", key="run_comparison"):
+    if st.button("Run every strategy", type="primary", key=state.RUN_COMPARISON):
         with guarded("The comparison"), st.spinner("Running every strategy…"):
             setup = experiments.Setup.of(loaded.batch, compared, settings.request, forward_ms)
-            session[COMPARISON] = _compare(loaded, setup, (*context, tuple(compared)))
-    stored: Comparison | None = session.get(COMPARISON)
+            session[state.COMPARISON] = experiments.run_comparison(
+                loaded.model,
+                setup,
+                (*context, tuple(compared)),
+                functools.partial(_leakage_model, loaded),
+            )
+    stored: experiments.Comparison | None = session.get(state.COMPARISON)
     if stored is not None and stored.key == (*context, tuple(compared)):
         _show_comparison(stored)
     elif stored is not None:
         st.info("The selection or settings changed since the last run: run it again.")
 
     st.subheader("Cost against k and against N")
-    if st.button("Run the sweep", key="run_sweep"):
+    if st.button("Run the sweep", key=state.RUN_SWEEP):
         with guarded("The sweep"):
             bar = st.progress(0.0, text="Sweeping k and N…")
 
@@ -88,8 +67,8 @@ def render(loaded: Loaded, settings: Settings) -> None:
             setup = experiments.Setup.of(loaded.batch, compared, settings.request, forward_ms)
             points = experiments.sweep(loaded.model, setup, progress=advance)
             bar.empty()
-            session[SWEEP] = (context, points)
-    stored_sweep = session.get(SWEEP)
+            session[state.SWEEP] = (context, points)
+    stored_sweep = session.get(state.SWEEP)
     if stored_sweep is not None and stored_sweep[0] == context:
         _show_sweep(stored_sweep[1])
     else:
@@ -102,42 +81,14 @@ def render(loaded: Loaded, settings: Settings) -> None:
 
 
 def _leakage_model(loaded: Loaded) -> nn.Module:
-    if loaded.option.name == LEAKAGE_MODEL:
+    """The served model when it is the leakage model, else that one from the model cache."""
+    option = service.option_named(experiments.LEAKAGE_MODEL, loaded.option)
+    if option == loaded.option:
         return loaded.model
-    option = next(o for o in service.model_options() if o.name == LEAKAGE_MODEL)
     return cache.model(option.identity, str(loaded.device), option)
 
 
-def _compare(loaded: Loaded, setup: experiments.Setup, key: tuple[Any, ...]) -> Comparison:
-    _, skipped = experiments.affordable_strategies(loaded.model, setup)
-    leakage = None
-    if len(set(setup.indices)) >= 2:
-        leakage = experiments.leakage(_leakage_model(loaded), setup)
-    return Comparison(
-        key=key,
-        runs=experiments.compare_all(loaded.model, setup),
-        skipped=skipped,
-        naive=experiments.naive_loop(loaded.model, setup),
-        mean=experiments.mean_scaling(loaded.model, setup),
-        leakage=leakage,
-    )
-
-
-def _run_table(runs: Sequence[StrategyRun]) -> pd.DataFrame:
-    floor = next((run.milliseconds for run in runs if run.name == FLOOR), None)
-    return pd.DataFrame(
-        {
-            "strategy": [run.name for run in runs],
-            "time (ms)": [round(run.milliseconds, 2) for run in runs],
-            "× floor": [None if not floor else round(run.milliseconds / floor, 2) for run in runs],
-            "saved for backward (MB)": [_megabytes(run.saved_bytes) for run in runs],
-            "peak (MB)": [_megabytes(run.peak_bytes) for run in runs],
-            "max |difference| from floor": [run.max_abs_difference for run in runs],
-        }
-    )
-
-
-def _show_comparison(stored: Comparison) -> None:
+def _show_comparison(stored: experiments.Comparison) -> None:
     runs: list[StrategyRun] = stored.runs
     st.plotly_chart(
         figures.strategy_bars(
@@ -146,10 +97,10 @@ def _show_comparison(stored: Comparison) -> None:
             [run.saved_bytes for run in runs],
             [run.peak_bytes for run in runs],
         ),
-        config=CHART_CONFIG,
-        key="strategy_bars",
+        config=figures.CHART_CONFIG,
+        key=state.STRATEGY_BARS,
     )
-    st.dataframe(_run_table(runs), hide_index=True)
+    st.dataframe(pd.DataFrame(experiments.run_table(runs)), hide_index=True)
     st.caption(
         "floor: one plain forward and backward of the picked images alone, by hand. "
         f"Peak memory counts: {runs[0].peak_counts}. Saved for backward counts the tensors "
@@ -157,14 +108,15 @@ def _show_comparison(stored: Comparison) -> None:
     )
     for name, reason in stored.skipped.items():
         st.warning(f"{name} skipped: it {reason}.")
-    worst = max(run.max_abs_difference for run in runs)
-    if worst <= AGREEMENT:
+    verdict = stored.agreement
+    if verdict.agrees:
         st.success(
             f"Every strategy gives the same gradients: the largest |difference| from the floor "
-            f"is {worst:.2e}, float32 rounding (whole-batch strategies sum in another order)."
+            f"is {verdict.worst:.2e}, float32 rounding (whole-batch strategies sum in another "
+            "order)."
         )
     else:
-        st.warning(f"The strategies disagree: the largest |difference| is {worst:.2e}.")
+        st.warning(f"The strategies disagree: the largest |difference| is {verdict.worst:.2e}.")
     _show_naive(stored)
     mean = stored.mean
     st.markdown(
@@ -175,7 +127,8 @@ def _show_comparison(stored: Comparison) -> None:
     if stored.leakage is not None:
         served, training = stored.leakage
         st.markdown(
-            f"**Cross-sample leakage** ({LEAKAGE_MODEL}, the picked images as one batch): "
+            f"**Cross-sample leakage** ({experiments.LEAKAGE_MODEL}, the picked images as one "
+            "batch): "
             f"in eval mode, as gradpick serves models, the largest gradient reaching another "
             f"image is {served.relative:.2e} of the image's own. In training mode (a deep copy; "
             f"the served model is never switched) it is {training.relative:.2%}, because "
@@ -185,7 +138,7 @@ def _show_comparison(stored: Comparison) -> None:
         )
 
 
-def _show_naive(stored: Comparison) -> None:
+def _show_naive(stored: experiments.Comparison) -> None:
     naive = stored.naive
     runs = {run.name: run for run in stored.runs}
     st.markdown("**The question's naive loop** (one forward of all N, a backward per index):")
@@ -198,7 +151,7 @@ def _show_naive(stored: Comparison) -> None:
         run = runs.get(name)
         if run is None:
             return "skipped here (too much memory)"
-        peak = "" if run.peak_bytes is None else f", peak {run.peak_bytes / 1e6:,.1f} MB"
+        peak = "" if run.peak_bytes is None else f", peak {units.format_bytes(run.peak_bytes, 1)}"
         return f"{run.milliseconds:,.1f} ms{peak}"
 
     st.markdown(
@@ -215,25 +168,12 @@ def _show_naive(stored: Comparison) -> None:
 
 
 def _show_sweep(points: Sequence[experiments.SweepPoint]) -> None:
-    largest_n = max(point.n for point in points)
-    largest_k = max(point.k for point in points)
-    by_k: dict[str, tuple[list[int], list[float], list[int | None]]] = defaultdict(
-        lambda: ([], [], [])
+    against_k, against_n = experiments.sweep_series(points)
+    st.caption(f"Against k, at N = {against_k.fixed:,}:")
+    st.plotly_chart(
+        figures.sweep_lines(against_k.lines, "k"), config=figures.CHART_CONFIG, key=state.SWEEP_K
     )
-    by_n: dict[str, tuple[list[int], list[float], list[int | None]]] = defaultdict(
-        lambda: ([], [], [])
+    st.caption(f"Against N, at k = {against_n.fixed}:")
+    st.plotly_chart(
+        figures.sweep_lines(against_n.lines, "N"), config=figures.CHART_CONFIG, key=state.SWEEP_N
     )
-    for point in sorted(points, key=lambda p: (p.k, p.n)):
-        for series, x, wanted in (
-            (by_k, point.k, point.n == largest_n),
-            (by_n, point.n, point.k == largest_k),
-        ):
-            if wanted:
-                xs, times, peaks = series[point.strategy]
-                xs.append(x)
-                times.append(point.milliseconds)
-                peaks.append(point.peak_bytes)
-    st.caption(f"Against k, at N = {largest_n:,}:")
-    st.plotly_chart(figures.sweep_lines(by_k, "k"), config=CHART_CONFIG, key="sweep_k")
-    st.caption(f"Against N, at k = {largest_k}:")
-    st.plotly_chart(figures.sweep_lines(by_n, "N"), config=CHART_CONFIG, key="sweep_n")

@@ -1,0 +1,110 @@
+"""The strategy registry: each entry's claims (what it forwards, whether it chunks, what memory
+it can count, what it costs) hold for the engine, and every caller offers exactly its names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from gradpick import cli, gradients, strategies
+from gradpick.errors import InputError
+from gradpick.strategies import REGISTRY, CostModel
+
+
+class RowCounter(nn.Module):
+    """Wraps a model and records how many images each forward call gets."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.rows: list[int] = []
+        self.eval()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        self.rows.append(int(images.shape[0]))
+        output: torch.Tensor = self.model(images)
+        return output
+
+
+def test_names_follow_the_registry_with_the_default_first() -> None:
+    assert strategies.NAMES == tuple(REGISTRY) == gradients.STRATEGIES
+    assert strategies.NAMES[0] == "recompute"
+    assert all(name == strategy.name for name, strategy in REGISTRY.items())
+
+
+def test_unknown_strategy_names_the_known_ones() -> None:
+    with pytest.raises(InputError, match="recompute, summed, retain_graph, vmap"):
+        strategies.get("fastest")
+
+
+@pytest.mark.parametrize("name", strategies.NAMES)
+def test_each_strategy_forwards_what_it_declares(
+    name: str, tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    images, labels = random_batch
+    counter = RowCounter(tiny_cnn)
+    gradients.input_gradients(counter, images, [3, 9], labels, strategy=name)
+    whole = REGISTRY[name].whole_batch
+    assert max(counter.rows) == (len(images) if whole else 2 if name == "recompute" else 1)
+    assert (name in strategies.whole_batch()) == whole
+
+
+@pytest.mark.parametrize("name", strategies.NAMES)
+def test_each_strategy_chunks_as_it_declares(
+    name: str, tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    images, labels = random_batch
+    result = gradients.input_gradients(
+        tiny_cnn, images, [3, 9, 1], labels, strategy=name, chunk_size=1
+    )
+    assert result.chunks == (3 if REGISTRY[name].chunks else 1)
+
+
+@pytest.mark.parametrize("name", strategies.NAMES)
+def test_saved_bytes_are_counted_where_the_registry_says_they_can_be(
+    name: str, tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    images, labels = random_batch
+    result = gradients.input_gradients(
+        tiny_cnn, images, [3, 9], labels, strategy=name, measure_memory=True
+    )
+    assert result.memory is not None
+    counted = result.memory.saved_for_backward.bytes
+    assert (counted is not None and counted > 0) == REGISTRY[name].counts_saved
+
+
+def test_budgeted_strategies_are_those_whose_cost_grows_with_n() -> None:
+    assert strategies.budgeted() == strategies.whole_batch() == ("summed", "retain_graph")
+    for name in strategies.budgeted():
+        passes = REGISTRY[name].passes
+        assert passes is not None and passes(2000, 4) > passes(1000, 4)
+
+
+def test_the_cost_model_estimates_and_learns_from_measurements() -> None:
+    costs = CostModel(forward_ms_per_image=0.5)
+    summed = costs.estimate("summed", 1000, 4, runs=3)
+    assert summed.seconds == pytest.approx(0.5 * 3 * 1000 / 1000)
+    assert summed.total == pytest.approx(4.5)
+    retained = costs.estimate("retain_graph", 1000, 4)
+    assert retained.seconds == pytest.approx(0.5 * 1000 * 9 / 1000)
+    costs.observe("summed", 1000, 4, milliseconds=300.0)  # 0.1 ms per pass, measured
+    assert costs.estimate("summed", 2000, 4).seconds == pytest.approx(0.6)
+    assert set(costs.over_budget(1000, 4, runs=3, budget_seconds=1.0)) == {"retain_graph"}
+    assert costs.over_budget(10, 1, runs=1, budget_seconds=1.0) == {}
+
+
+def test_an_estimate_describes_itself_in_one_sentence() -> None:
+    estimate = CostModel(10.0).estimate("summed", 1000, 4, runs=3)
+    assert estimate.describe() == "would take about 90 s (3 runs of ~30.0 s for k = 4, N = 1,000)"
+
+
+def test_the_cli_offers_the_registry_with_its_help() -> None:
+    parser = cli.build_parser()
+    grads = parser._subparsers._group_actions[0].choices["grads"]  # type: ignore[union-attr]
+    option = next(action for action in grads._actions if action.dest == "strategy")
+    assert tuple(option.choices) == strategies.NAMES and option.default == "recompute"
+    for strategy in REGISTRY.values():
+        assert strategy.help in strategies.help_text() == option.help
