@@ -112,7 +112,7 @@ def test_every_selection_change_gives_the_text_box_a_new_key() -> None:
 
 
 UI = Path(state.__file__).parent
-PANELS = ("sidebar", "outputs", "gradients_panel", "strategies_panel")
+PANELS = ("sidebar", "outputs", "gradients_panel", "strategies_panel", "checks_panel")
 BARE_KEY = re.compile(
     r"""key=f?["']|session(?:_state)?(?:\[|\.get\(|\.pop\(|\.setdefault\()f?["']|st\.form\(["']"""
 )

@@ -26,7 +26,9 @@ from gradpick.ui.session import Loaded, Settings
 
 
 def _method_label(name: str) -> str:
-    return attribution.get(name).label
+    """A registered method's label; other curve names (the random order) stand as they are."""
+    method = attribution.METHODS.get(name)
+    return name if method is None else method.label
 
 
 MAX_CHECKED = 8

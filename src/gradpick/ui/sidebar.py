@@ -160,15 +160,15 @@ def _spec_fields(option: service.ModelOption) -> service.ModelOption:
     """Your model's input spec, prefilled from the command line; empty fields keep what the
     model's metadata says. Unreadable text is explained and the command line's spec kept."""
     with st.expander("Input spec", expanded=False):
-        size = st.text_input("Input size (S or HxW)", option.input_size, key="spec_size")
+        size = st.text_input("Input size (S or HxW)", option.input_size, key=state.SPEC_SIZE)
         resize = st.text_input(
             "Resize shorter side to",
             "" if option.resize is None else str(option.resize),
-            key="spec_resize",
+            key=state.SPEC_RESIZE,
             help="Then the centre crop to the input size; empty: the input height.",
         )
-        mean = st.text_input("Mean (3 values)", _values_text(option.mean), key="spec_mean")
-        std = st.text_input("Std (3 values)", _values_text(option.std), key="spec_std")
+        mean = st.text_input("Mean (3 values)", _values_text(option.mean), key=state.SPEC_MEAN)
+        std = st.text_input("Std (3 values)", _values_text(option.std), key=state.SPEC_STD)
     typed = option
     with guarded("The input spec"):
         typed = service.with_spec_text(option, size, resize, mean, std)
