@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -9,8 +10,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gradpick.data import image_folder, load_batch
 from gradpick.errors import DeviceUnavailableError, InputError
-from gradpick.infer import as_model_input, infer
+from gradpick.infer import (
+    as_model_input,
+    capture_embeddings,
+    embedding_layer,
+    infer,
+    infer_source,
+    logits_and_embeddings,
+)
 
 
 def direct_logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -124,3 +133,71 @@ def test_bad_input_is_an_input_error(
 def test_an_unavailable_device_is_refused(tiny_cnn: nn.Module, random_batch: Any) -> None:
     with pytest.raises(DeviceUnavailableError, match="not available"):
         infer(tiny_cnn, random_batch.images, device="cuda")
+
+
+# ----------------------------------------------------------------------------- from a source
+
+
+@pytest.fixture
+def ten_class_source(image_folder_factory: Any) -> Any:
+    classes = [f"c{index}" for index in range(10)]
+    return image_folder(image_folder_factory(classes=classes, per_class=3))
+
+
+def test_inference_from_a_source_equals_inference_of_its_batch(
+    tiny_cnn: nn.Module, ten_class_source: Any
+) -> None:
+    batch = load_batch(ten_class_source)
+    expected = infer(tiny_cnn, batch.images, batch.labels, batch_size=8)
+    inferred = infer_source(tiny_cnn, ten_class_source, batch_size=8, workers=1)
+    assert inferred.positions == tuple(range(30)) and inferred.notes == ()
+    assert torch.equal(inferred.result.logits, expected.logits)
+    assert inferred.result.losses is not None and expected.losses is not None
+    assert torch.equal(inferred.result.losses, expected.losses)
+    assert inferred.embeddings is None
+
+
+def test_embeddings_are_the_input_of_the_last_linear_layer(
+    tiny_cnn: nn.Module, ten_class_source: Any
+) -> None:
+    assert embedding_layer(tiny_cnn) is tiny_cnn[-1]
+    inferred = infer_source(tiny_cnn, ten_class_source, [4, 2, 9], batch_size=2, embeddings=True)
+    images = as_model_input(ten_class_source.read([4, 2, 9]))
+    with torch.no_grad():
+        features = tiny_cnn[:-1](images)
+    assert inferred.embeddings is not None and inferred.embeddings.shape == (3, 512)
+    assert torch.allclose(inferred.embeddings, features, atol=1e-6)
+    assert torch.allclose(inferred.result.logits, tiny_cnn[-1](features), atol=1e-5)
+    assert not tiny_cnn[-1]._forward_pre_hooks  # the hook is gone afterwards
+
+
+def test_embeddings_capture_only_the_calling_threads_forwards(tiny_cnn: nn.Module) -> None:
+    images = torch.rand(2, 3, 32, 32)
+    with capture_embeddings(tiny_cnn) as captured:
+        worker = threading.Thread(target=lambda: tiny_cnn(torch.rand(5, 3, 32, 32)))
+        worker.start()
+        worker.join()
+        _, features = logits_and_embeddings(tiny_cnn, images)
+    assert [tuple(item.shape) for item in captured] == [(2, 512)]  # not the 5 images
+    assert features.shape == (2, 512)
+
+
+def test_a_model_without_a_linear_layer_has_no_embeddings() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 10, 32), nn.Flatten())
+    with pytest.raises(InputError, match="no nn.Linear layer.*without embeddings"):
+        embedding_layer(model)
+
+
+def test_unreadable_files_are_skipped_in_inference(
+    tiny_cnn: nn.Module, ten_class_source: Any
+) -> None:
+    broken = ten_class_source.files[5]
+    broken.write_bytes(b"broken")
+    inferred = infer_source(tiny_cnn, ten_class_source, batch_size=4)
+    assert len(inferred.result) == 29 and 5 not in inferred.positions
+    assert inferred.result.labels is not None
+    assert (
+        inferred.result.labels.tolist()
+        == ten_class_source.labels()[list(inferred.positions)].tolist()
+    )
+    assert any(broken.name in note and "skipped" in note for note in inferred.notes)

@@ -18,23 +18,26 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradpick import data, models
+from gradpick import data, models, store
 from gradpick.devices import DEVICE_CHOICES
 from gradpick.errors import GradpickError, InputError, ModelError
 from gradpick.gradients import REDUCTIONS, STRATEGIES, TARGETS, GradientResult, input_gradients
-from gradpick.infer import as_model_input, infer
-from gradpick.measure import MemoryFigure, MemoryReport
+from gradpick.infer import as_model_input, infer_chunks, infer_source, source_labels
+from gradpick.measure import MemoryFigure, MemoryReport, Stopwatch
 from gradpick.selection import parse_indices
+from gradpick.spec import InputSpec
 from gradpick.versions import library_versions
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _source(location: str | None, split: str) -> data.ImageSource:
+def _source(
+    location: str | None, split: str, spec: InputSpec = data.DEFAULT_SPEC
+) -> data.ImageSource:
     """A local path when given, else the default CIFAR-10 (configured folder or download)."""
     if location:
-        return data.open_source(location, split)
-    return data.default_cifar10(split, progress=_download_progress)
+        return data.open_source(location, split, spec)
+    return data.default_cifar10(split, progress=_download_progress, spec=spec)
 
 
 def _download_progress(done: int, total: int) -> None:
@@ -248,6 +251,8 @@ class _LoadedModel:
     weights: Path
     card: dict[str, Any] | None
     """The shipped model card; None for other weights, which it does not describe."""
+    spec: InputSpec = data.DEFAULT_SPEC
+    """What the model takes; every source is read at it."""
 
     def describe(self) -> str:
         if self.card is None:
@@ -257,10 +262,14 @@ class _LoadedModel:
         return f"{self.name} (shipped weights{shown})"
 
     def provenance(self) -> dict[str, Any]:
+        """The model as JSON for sidecars and stored outputs; ``identity`` (name and weights'
+        sha256) is what a store is checked against."""
+        weights_sha256 = models.sha256_file(self.weights)
         return {
+            "identity": f"{self.name}:{weights_sha256}",
             "name": self.name,
             "weights": str(self.weights),
-            "weights_sha256": models.sha256_file(self.weights),
+            "weights_sha256": weights_sha256,
             "card_sha256": None if self.card is None else self.card.get("sha256"),
             "card_test_accuracy": None if self.card is None else self.card.get("test_accuracy"),
         }
@@ -281,17 +290,82 @@ def _batch_description(source: data.ImageSource, args: argparse.Namespace, count
 
 
 def _cmd_infer(args: argparse.Namespace) -> int:
-    source = _source(args.data, args.split)
+    out = _store_path(args.out)
+    if args.embeddings and out is None:
+        raise InputError("--embeddings are stored with the outputs; give --out DIR too.")
     loaded = _load_model(args)
-    batch = data.load_batch(source, args.start, args.size, args.seed, progress=_reading_progress)
-    result = infer(loaded.model, batch.images, batch.labels, batch_size=args.batch_size)
+    source = _source(args.data, args.split, loaded.spec)
+    positions = data.batch_positions(len(source), args.start, args.size, args.seed)
+    if out is not None:
+        return _infer_to_store(args, out, loaded, source, positions)
+    inferred = infer_source(
+        loaded.model, source, positions, args.batch_size, progress=_reading_progress
+    )
+    result = inferred.result
     print(f"model: {loaded.describe()}")
-    print(f"images: {_batch_description(source, args, len(batch))}")
+    print(f"images: {_batch_description(source, args, len(positions))}")
+    for note in inferred.notes:
+        print(f"note: {note}")
     if result.accuracy is not None and result.correct is not None:
         print(f"accuracy: {result.accuracy:.2%} ({int(result.correct.sum()):,} of {len(result):,})")
     print(
         f"time: {result.milliseconds:,.1f} ms on {result.device} (batch size {args.batch_size}), "
         f"{result.images_per_second:,.0f} images/s"
+    )
+    return 0
+
+
+def _store_path(text: str | None) -> Path | None:
+    """``--out`` of ``infer``: a folder that is new, or an earlier store to replace."""
+    if text is None:
+        return None
+    path = Path(text).expanduser()
+    if path.suffix == ".parquet" or path.is_file():
+        raise InputError(f"--out names a folder for the Parquet parts, not a file: '{path}'.")
+    if not path.parent.is_dir():
+        raise InputError(f"--out: the folder {path.parent} does not exist.")
+    return path
+
+
+def _infer_to_store(
+    args: argparse.Namespace,
+    out: Path,
+    loaded: _LoadedModel,
+    source: data.ImageSource,
+    positions: list[int],
+) -> int:
+    """Stream the model's outputs into a store: one Parquet row per image, published whole."""
+    metadata = store.store_metadata(loaded.provenance(), loaded.spec, source, args.embeddings)
+    report = data.ReadReport(source.spec)
+    with (
+        Stopwatch(torch.device("cpu")) as watch,
+        store.StoreWriter(out, metadata, embeddings=args.embeddings) as writer,
+    ):
+        for chunk in infer_chunks(
+            loaded.model,
+            source,
+            positions,
+            args.batch_size,
+            embeddings=args.embeddings,
+            report=report,
+            progress=_reading_progress,
+        ):
+            labels = source_labels(source, chunk.positions, int(chunk.logits.shape[1]))
+            names = source.names(chunk.positions)
+            writer.write(
+                store.output_table(chunk.positions, names, labels, chunk.logits, chunk.embeddings)
+            )
+        if writer.rows == 0:
+            raise InputError("None of the images could be read:\n" + "\n".join(report.skipped))
+        writer.annotate(skipped=report.skipped, notes=list(report.notes()))
+    print(f"model: {loaded.describe()}")
+    print(f"images: {_batch_description(source, args, len(positions))}")
+    for note in report.notes():
+        print(f"note: {note}")
+    rate = writer.rows / max(watch.milliseconds / 1000, 1e-9)
+    print(
+        f"wrote {writer.rows:,} rows to {out} in {watch.milliseconds / 1000:,.1f} s "
+        f"({rate:,.0f} images/s)"
     )
     return 0
 
@@ -451,11 +525,11 @@ def _read_picked(
 
 def _cmd_grads(args: argparse.Namespace) -> int:
     out = _output_path(args.out)
-    source = _source(args.data, args.split)
+    loaded = _load_model(args)
+    source = _source(args.data, args.split, loaded.spec)
     positions = data.batch_positions(len(source), args.start, args.size, args.seed)
     indices = parse_indices(args.indices, len(positions))
     classes = _class_argument(args.class_, source.class_names, args.target)
-    loaded = _load_model(args)
     picked = _read_picked(source, args, positions, indices)
     result = input_gradients(
         loaded.model,
@@ -494,13 +568,25 @@ def _cmd_grads(args: argparse.Namespace) -> int:
 def _infer_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "infer",
-        help="batched inference: accuracy and throughput of a model on a batch",
-        description="Run a model over a batch (a slice or a seeded sample of a source) under "
-        "torch.inference_mode() and print its accuracy and throughput.",
+        help="batched inference: accuracy and throughput, or stored outputs (--out)",
+        description="Run a model over a batch (a slice or a seeded sample of a source; default "
+        "all of it) under torch.inference_mode(), images decoded while the model runs, and "
+        "print its accuracy and throughput; with --out DIR, store one Parquet row per image.",
     )
     _add_batch_arguments(parser)
     _add_model_arguments(parser)
-    parser.add_argument("--batch-size", type=_positive_int, default=500)
+    parser.add_argument("--batch-size", type=_positive_int, default=256)
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="store the outputs: one Parquet row per image (position, name, label, prediction, "
+        "confidence, loss, logits) in DIR, written whole or not at all",
+    )
+    parser.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="with --out: also store each image's embedding (the input of the last nn.Linear)",
+    )
     parser.set_defaults(handler=_cmd_infer)
 
 

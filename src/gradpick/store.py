@@ -28,16 +28,20 @@ import torch.nn.functional as F
 
 from gradpick import __version__
 from gradpick.errors import DataError
+from gradpick.spec import InputSpec
 
 __all__ = [
     "METADATA_KEY",
     "STORE_FORMAT",
     "OpenedStore",
     "StoreWriter",
+    "check_store",
     "output_schema",
     "output_table",
     "open_store",
     "source_fingerprint",
+    "store_is_current",
+    "store_metadata",
 ]
 
 METADATA_KEY = b"gradpick"
@@ -161,6 +165,7 @@ class StoreWriter:
         self._parts = 0
         self._pending: list[Any] = []
         self._pending_rows = 0
+        self._embeddings = embeddings
 
     def _remove_leftovers(self) -> int:
         leftovers = list(self.out.parent.glob(f".{self.out.name}.partial-*"))
@@ -176,6 +181,12 @@ class StoreWriter:
             )
         self.partial.mkdir(parents=True)
         return self
+
+    def annotate(self, **values: Any) -> None:
+        """Add metadata known only at the end (e.g. the files a pass skipped); parts written
+        before are given it when the store is published, so every part says the same."""
+        self.metadata = {**self.metadata, **values}
+        self.schema = output_schema(self.metadata, embeddings=self._embeddings)
 
     def write(self, table: Any) -> None:
         """Queue one batch of rows (from ``output_table``); parts are flushed every PART_ROWS."""
@@ -200,11 +211,15 @@ class StoreWriter:
         if kind is not None:
             shutil.rmtree(self.partial, ignore_errors=True)
             return
+        import pyarrow.parquet as pq
+
         self._flush()
         if self._parts == 0:
-            import pyarrow.parquet as pq
-
             pq.write_table(self.schema.empty_table(), self.partial / "part-00000.parquet")
+        for part in sorted(self.partial.glob("*.parquet")):
+            if pq.read_schema(part).metadata != self.schema.metadata:
+                rewritten = pq.read_table(part).replace_schema_metadata(self.schema.metadata)
+                pq.write_table(rewritten, part)
         publish(self.partial, self.out)
 
 
@@ -255,3 +270,39 @@ def open_store(path: str | Path) -> OpenedStore:
         )
     table = dataset.to_table().sort_by("position")
     return OpenedStore(table=table, metadata=metadata, path=path)
+
+
+def store_metadata(
+    model: dict[str, Any], spec: InputSpec, source: Any, embeddings: bool = False
+) -> dict[str, Any]:
+    """The ``gradpick`` metadata of a store: which model at which spec read which source.
+
+    ``model`` is the loaded model's provenance and must hold ``identity`` (what decides whether
+    a store belongs to a model: its name and weights' sha256) and ``weights_sha256``. ``source``
+    is a ``gradpick.data.ImageSource``; its fingerprint is taken now, before inference starts,
+    so a folder edited during the run reads as changed afterwards.
+    """
+    if "identity" not in model:
+        raise ValueError("model metadata needs an 'identity'")
+    return {
+        "model": model,
+        "input_spec": spec.to_json(),
+        "source": {**source.origin(), "count": len(source), "fingerprint": source.fingerprint()},
+        "class_names": list(source.class_names),
+        "embeddings": embeddings,
+    }
+
+
+def check_store(opened: OpenedStore, model_identity: str) -> None:
+    """Refuse a store another model wrote (its outputs would be shown as this one's)."""
+    written_by = (opened.metadata.get("model") or {}).get("identity")
+    if written_by != model_identity:
+        raise DataError(
+            f"{opened.path}: these outputs were written by model {written_by or 'unknown'}, not "
+            f"by {model_identity}; choose that model, or infer again with this one."
+        )
+
+
+def store_is_current(opened: OpenedStore, fingerprint: str) -> bool:
+    """Whether the source still holds the images the store was written from."""
+    return bool((opened.metadata.get("source") or {}).get("fingerprint") == fingerprint)
