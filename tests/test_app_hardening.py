@@ -453,7 +453,9 @@ def test_an_animated_gif_gives_its_first_frame_with_a_note(generated: Path) -> N
     app = uploads(open_app(**TUTORIAL), [("a.png", png(0)), ("moving.gif", animated_gif())])
     no_errors(app)
     assert metrics(app)["Images N"] == "2"
-    assert any("moving.gif: animated image, only its first frame" in c.value for c in app.caption)
+    assert any(
+        "animated image(s), only the first frame used: moving.gif" in c.value for c in app.caption
+    )
     app = select(app, state.SCATTER_CHART, [1])
     no_errors(app)
     assert captioned_indices(app) == [1]

@@ -7,9 +7,14 @@ and leaves the others working.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import streamlit as st
+from torch import nn
 
+from gradpick import store
+from gradpick.data import ImageBatch
+from gradpick.infer import InferenceResult
 from gradpick.ui import (
     cache,
     gradients_panel,
@@ -17,6 +22,7 @@ from gradpick.ui import (
     process,
     service,
     sidebar,
+    stored,
     strategies_panel,
 )
 from gradpick.ui.config import (
@@ -57,10 +63,47 @@ def _load(settings: sidebar.Settings) -> Loaded | None:
         )
         if note:
             st.warning(note)
-        result = cache.inference(choice.batch_key, option.identity, str(device), model, batch)
+        if choice.kind == "stored":
+            result = _stored_outputs(settings, model, batch)
+        else:
+            result = cache.inference(
+                choice.batch_key, option.identity, str(device), model, batch, option, source
+            )
         hover = tuple(service.describe_indices(batch, result, range(len(batch))))
         loaded = Loaded(choice, batch, option, model, device, result, hover)
     return loaded
+
+
+def _stored_outputs(
+    settings: sidebar.Settings, model: nn.Module, batch: ImageBatch
+) -> InferenceResult:
+    """The batch's outputs from the store the user opened: refused when another model wrote
+    it; when its images changed since, said so, with a button to infer them again."""
+    choice, option, source = settings.data, settings.model, settings.source
+    assert choice is not None and source is not None
+    path = choice.outputs.strip()
+    stamp = Path(path).expanduser().stat().st_mtime
+    opened = cache.stored_outputs(path, stamp)
+    store.check_store(opened, stored.store_identity(option))
+    again = f"reinfer:{choice.source_key}"
+    if st.session_state.get(again):
+        st.caption(f"Inferred again with this model; {opened.path} is left as it was.")
+        return cache.inference(
+            choice.batch_key, option.identity, str(settings.device), model, batch, option, source
+        )
+    if cache.store_is_current(choice.source_key, stamp, opened, source):
+        st.caption(f"Outputs of {len(opened):,} images stored in {opened.path}: not inferred.")
+    else:
+        st.warning(
+            f"The images in {source.description} changed since {opened.path} was written: its "
+            "outputs may not describe them any more."
+        )
+        st.button(
+            "Infer these images again",
+            key="reinfer",
+            on_click=lambda: st.session_state.__setitem__(again, True),
+        )
+    return cache.stored_result(choice.batch_key, stamp, option.identity, opened, batch)
 
 
 def main() -> None:

@@ -24,8 +24,15 @@ from gradpick.infer import InferenceResult
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
 
 DEFAULT_BATCH_SIZE = 1000
-SOURCE_KINDS = ("cifar10", "folder", "upload")
-SOURCE_LABELS = {"cifar10": "CIFAR-10", "folder": "Local folder", "upload": "Uploaded images"}
+SOURCE_KINDS = ("cifar10", "folder", "upload", "stored")
+SOURCE_LABELS = {
+    "cifar10": "CIFAR-10",
+    "folder": "Local folder",
+    "upload": "Uploaded images",
+    "stored": "Stored outputs",
+}
+LOCAL_KINDS = ("folder", "stored")
+"""Sources that read the server's file system: off in hosted mode."""
 RANDOM_WEIGHTS_SEED = 0
 """Seed of the stand-in model offered while no trained weights ship: same model every run."""
 
@@ -58,9 +65,13 @@ class DataChoice:
     seed: int | None = None
     """A seeded random sample of ``size`` images instead of the slice from ``start``."""
     uploads: tuple[Upload, ...] = ()
+    outputs: str = ""
+    """The folder of stored outputs (``gradpick infer --out``), for the 'stored' kind."""
 
     @property
     def source_key(self) -> str:
+        if self.kind == "stored":
+            return f"stored:{self.outputs.strip()}"
         if self.kind == "upload":
             return "upload:" + ",".join(upload.identity for upload in self.uploads)
         if self.kind == "folder":
@@ -86,6 +97,10 @@ def open_source(choice: DataChoice, progress: ProgressCallback | None = None) ->
         return data.open_source(choice.folder.strip(), choice.split)
     if choice.kind == "upload":
         return data.images_from_files([(upload.name, upload.data) for upload in choice.uploads])
+    if choice.kind == "stored":
+        from gradpick.ui import stored
+
+        return stored.stored_source(stored.open_stored(choice.outputs))
     raise InputError(f"Unknown data source '{choice.kind}'; use one of {', '.join(SOURCE_KINDS)}.")
 
 
