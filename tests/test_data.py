@@ -571,7 +571,7 @@ def test_a_folder_source_holds_paths_not_pixels(
     source = image_folder(root, InputSpec(size=(224, 224)))
     decoded_bytes = len(source) * 3 * 224 * 224
     assert len(pickle.dumps(source)) < decoded_bytes / 100
-    assert all(isinstance(path, Path) for path in source.files)
+    assert all(isinstance(name, str) for name in source.relative_names)
 
 
 def test_a_16_bit_png_is_scaled_not_clipped(tmp_path: Path) -> None:

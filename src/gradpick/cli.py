@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -341,6 +342,7 @@ def _infer_to_store(
         Stopwatch(torch.device("cpu")) as watch,
         store.StoreWriter(out, metadata, embeddings=args.embeddings) as writer,
     ):
+        started = time.perf_counter()
         for chunk in infer_chunks(
             loaded.model,
             source,
@@ -357,7 +359,11 @@ def _infer_to_store(
             )
         if writer.rows == 0:
             raise InputError("None of the images could be read:\n" + "\n".join(report.skipped))
-        writer.annotate(skipped=report.skipped, notes=list(report.notes()))
+        writer.annotate(
+            skipped=report.skipped,
+            notes=list(report.notes()),
+            inference_seconds=time.perf_counter() - started,
+        )
     print(f"model: {loaded.describe()}")
     print(f"images: {_batch_description(source, args, len(positions))}")
     for note in report.notes():
@@ -648,6 +654,66 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_infer(args: argparse.Namespace) -> int:
+    from gradpick import infer_bench
+
+    images = dict(zip(args.sides, args.images, strict=True)) if args.images else None
+    if args.images and len(args.images) != len(args.sides):
+        raise InputError("--images needs one count per --sides value.")
+    config = infer_bench.InferBenchConfig(
+        folder=args.data,
+        sides=tuple(args.sides),
+        images=images,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        repeats=args.repeats,
+        store_rows=args.store_rows,
+        memory_counts=tuple(args.memory or ()),
+        memory_stand_in=tuple(args.memory_stand_in or ()),
+        device=args.device,
+        threads=args.threads,
+    )
+    rows, environment = infer_bench.run(config)
+    print(infer_bench.table(rows))
+    infer_bench.write_json(args.json, config, rows, environment)
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+def _bench_infer_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "bench-infer",
+        help="inference from a folder against a hand-written DataLoader loop; stored outputs "
+        "reopened; memory",
+        description="Time infer_source over a folder's first files at each input side against "
+        "a hand-written DataLoader + model loop over the same files, time reopening a stored "
+        "table in the explorer, and (with --memory) measure resident memory in fresh processes.",
+    )
+    parser.add_argument("--data", required=True, help="an ImageFolder tree")
+    parser.add_argument("--sides", nargs="+", type=_positive_int, default=[32, 224])
+    parser.add_argument(
+        "--images", nargs="+", type=_positive_int, help="images per side (default 2000 and 256)"
+    )
+    parser.add_argument("--batch-size", type=_positive_int, default=64)
+    parser.add_argument("--workers", type=int, help="DataLoader workers for both loops")
+    parser.add_argument("--repeats", type=_positive_int, default=3)
+    parser.add_argument("--store-rows", type=_positive_int, default=50_000)
+    parser.add_argument(
+        "--memory", nargs="+", type=_positive_int, metavar="COUNT", help="image counts to measure"
+    )
+    parser.add_argument(
+        "--memory-stand-in",
+        nargs="+",
+        type=_positive_int,
+        metavar="SIDE",
+        help="sides whose memory rows use a pooling + linear stand-in model (decoding-bound)",
+    )
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
+    parser.add_argument("--threads", type=_positive_int, help="torch intra-op threads")
+    parser.add_argument("--json", default="bench-infer.json")
+    parser.set_defaults(handler=_cmd_bench_infer)
+
+
 def _bench_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "bench",
@@ -684,6 +750,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _infer_parser,
     _grads_parser,
     _bench_parser,
+    _bench_infer_parser,
 ]
 
 

@@ -214,26 +214,35 @@ class ArraySource(_Reads):
 
 @dataclass(frozen=True)
 class FolderSource(_Reads):
-    """An ImageFolder tree (``root/<class>/<file>``): paths only, each decoded when read."""
+    """An ImageFolder tree (``root/<class>/<file>``): names only, each file decoded when read.
+
+    The files are kept as relative names (``"cat/0001.jpg"``), plain strings: 50,000 ``Path``
+    objects take most of a second to build and sort, the names a tenth of that.
+    """
 
     root: Path
-    files: tuple[Path, ...]
+    relative_names: tuple[str, ...]
     label_tensor: torch.Tensor
     class_names: tuple[str, ...]
     description: str
     spec: InputSpec = DEFAULT_SPEC
 
     def __len__(self) -> int:
-        return len(self.files)
+        return len(self.relative_names)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every file's path, built when asked for."""
+        return tuple(self.root / name for name in self.relative_names)
 
     def labels(self) -> torch.Tensor | None:
         return self.label_tensor
 
     def names(self, positions: Sequence[int]) -> list[str]:
-        return [self.files[p].relative_to(self.root).as_posix() for p in positions]
+        return [self.relative_names[p] for p in positions]
 
     def read_one(self, position: int) -> DecodedImage:
-        path = self.files[position]
+        path = self.root / self.relative_names[position]
         try:
             content = path.read_bytes()
         except OSError as error:
@@ -246,7 +255,7 @@ class FolderSource(_Reads):
     def fingerprint(self) -> str:
         from gradpick.store import source_fingerprint
 
-        return source_fingerprint(self.root, self.names(range(len(self))))
+        return source_fingerprint(self.root, self.relative_names)
 
     def origin(self) -> dict[str, Any]:
         return {"kind": "folder", "root": str(self.root), "description": self.description}
@@ -400,25 +409,27 @@ def image_folder(root: str | Path, spec: InputSpec = DEFAULT_SPEC) -> FolderSour
     root = Path(root).expanduser()
     if not root.is_dir():
         raise DataError(f"{root}: no such folder. Give a folder with one sub-folder per class.")
-    class_dirs = sorted(entry for entry in root.iterdir() if entry.is_dir())
-    files: list[Path] = []
+    class_names = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+    names: list[str] = []
     labels: list[int] = []
-    for label, class_dir in enumerate(class_dirs):
+    for label, class_name in enumerate(class_names):
         class_files = sorted(
-            path for path in class_dir.iterdir() if path.suffix.lower() in IMAGE_SUFFIXES
+            entry.name
+            for entry in os.scandir(root / class_name)
+            if os.path.splitext(entry.name)[1].lower() in IMAGE_SUFFIXES
         )
-        files.extend(class_files)
+        names.extend(f"{class_name}/{name}" for name in class_files)
         labels.extend([label] * len(class_files))
-    if not files:
+    if not names:
         raise DataError(
             f"{root}: no images found. Expected the ImageFolder layout "
             "root/<class>/<image>.png|jpg|webp, for example .../cifar10-jpg/test."
         )
     return FolderSource(
         root=root,
-        files=tuple(files),
+        relative_names=tuple(names),
         label_tensor=torch.tensor(labels, dtype=torch.long),
-        class_names=tuple(class_dir.name for class_dir in class_dirs),
+        class_names=tuple(class_names),
         description=f"folder {root}",
         spec=spec,
     )
