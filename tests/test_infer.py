@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 
@@ -201,3 +202,22 @@ def test_unreadable_files_are_skipped_in_inference(
         == ten_class_source.labels()[list(inferred.positions)].tolist()
     )
     assert any(broken.name in note and "skipped" in note for note in inferred.notes)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_streaming_to_cuda_pins_the_chunks_and_matches_the_cpu(
+    tiny_cnn: nn.Module, ten_class_source: Any
+) -> None:
+    from gradpick import data
+
+    chunks = list(data.stream(ten_class_source, chunk_size=8, workers=1, pin_memory=True))
+    assert all(chunk.images.is_pinned() for chunk in chunks)
+    on_cpu = infer_source(tiny_cnn, ten_class_source, batch_size=8, embeddings=True)
+    on_gpu = infer_source(
+        copy.deepcopy(tiny_cnn).cuda(), ten_class_source, batch_size=8, embeddings=True
+    )
+    assert on_gpu.result.device.startswith("cuda") and on_gpu.positions == on_cpu.positions
+    assert torch.allclose(on_gpu.result.logits, on_cpu.result.logits, atol=1e-4)
+    assert on_gpu.embeddings is not None and on_gpu.embeddings.device.type == "cpu"
+    assert on_cpu.embeddings is not None
+    assert torch.allclose(on_gpu.embeddings, on_cpu.embeddings, atol=1e-4)

@@ -670,6 +670,7 @@ def _cmd_bench_infer(args: argparse.Namespace) -> int:
         store_rows=args.store_rows,
         memory_counts=tuple(args.memory or ()),
         memory_stand_in=tuple(args.memory_stand_in or ()),
+        fixed_mmap_threshold=args.fixed_mmap_threshold,
         device=args.device,
         threads=args.threads,
     )
@@ -707,6 +708,12 @@ def _bench_infer_parser(commands: argparse._SubParsersAction) -> None:
         type=_positive_int,
         metavar="SIDE",
         help="sides whose memory rows use a pooling + linear stand-in model (decoding-bound)",
+    )
+    parser.add_argument(
+        "--fixed-mmap-threshold",
+        action="store_true",
+        help="memory rows with the explorer's allocator setting (freed buffers returned to the "
+        "system instead of kept on glibc's heap)",
     )
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
     parser.add_argument("--threads", type=_positive_int, help="torch intra-op threads")

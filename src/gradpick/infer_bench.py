@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from PIL import Image
 from torch import nn
@@ -64,6 +63,9 @@ class InferBenchConfig:
     """Image counts for the memory rows (empty: no memory rows)."""
     memory_stand_in: tuple[int, ...] = ()
     """Sides whose memory rows use the pooling stand-in instead of the benchmark's model."""
+    fixed_mmap_threshold: bool = False
+    """Memory runs with the explorer's allocator setting (``ui.process``): glibc otherwise keeps
+    freed activation buffers of every batch on its heap, and resident memory creeps up."""
     device: str = "auto"
     threads: int | None = None
 
@@ -105,7 +107,9 @@ def bench_model(
 
 
 class HandWrittenFiles(torch.utils.data.Dataset[torch.Tensor]):
-    """The baseline's dataset: open, RGB, bilinear resize of the shorter side, centre crop."""
+    """The baseline's dataset: open, RGB, bilinear resize of the shorter side, centre crop,
+    torchvision's ``pil_to_tensor`` (uint8 [3, H, W], contiguous: a permuted HWC array would
+    be collated channels-last, which ran ResNet-18 at half the speed on this CPU)."""
 
     def __init__(self, files: list[Path], side: int) -> None:
         self.files = files
@@ -115,6 +119,8 @@ class HandWrittenFiles(torch.utils.data.Dataset[torch.Tensor]):
         return len(self.files)
 
     def __getitem__(self, index: int) -> torch.Tensor:
+        from torchvision.transforms.functional import pil_to_tensor
+
         with Image.open(self.files[index]) as opened:
             rgb = opened.convert("RGB")
         scale = self.side / min(rgb.size)
@@ -124,7 +130,7 @@ class HandWrittenFiles(torch.utils.data.Dataset[torch.Tensor]):
         left, top = (size[0] - self.side) // 2, (size[1] - self.side) // 2
         if size != (self.side, self.side):
             rgb = rgb.crop((left, top, left + self.side, top + self.side))
-        return torch.from_numpy(np.asarray(rgb, dtype=np.uint8).copy()).permute(2, 0, 1)
+        return pil_to_tensor(rgb)
 
 
 def hand_written_pass(
@@ -235,7 +241,9 @@ def reopen_rows(config: InferBenchConfig) -> list[InferRow]:
     return [
         InferRow("reopen", None, count, "open the Parquet store", opened_at - started),
         InferRow("reopen", None, count, "derive every row's outputs", derived_at - opened_at),
-        InferRow("reopen", None, count, "check the folder's fingerprint", checked_at - derived_at),
+        InferRow(
+            "reopen", None, count, "list the folder, check its fingerprint", checked_at - derived_at
+        ),
         InferRow(
             "reopen",
             None,
@@ -255,9 +263,19 @@ def _rss_kb(field: str) -> int:
 
 
 def measure_memory(
-    folder: str, side: int, count: int, batch_size: int, device: str, stand_in: bool = False
+    folder: str,
+    side: int,
+    count: int,
+    batch_size: int,
+    device: str,
+    stand_in: bool = False,
+    fixed_mmap_threshold: bool = False,
 ) -> dict[str, Any]:
     """Run in a fresh process: open the folder, stream ``count`` images through the model."""
+    if fixed_mmap_threshold:
+        from gradpick.ui.process import return_freed_memory_promptly
+
+        return_freed_memory_promptly()
     torch.set_num_threads(1)
     run_device = resolve_device(device)
     model, spec, name = bench_model(side, run_device, stand_in)
@@ -296,6 +314,7 @@ def memory_rows(config: InferBenchConfig) -> list[InferRow]:
                         config.batch_size,
                         config.device,
                         side in config.memory_stand_in,
+                        config.fixed_mmap_threshold,
                     ]
                 ),
             ]

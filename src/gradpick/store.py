@@ -267,6 +267,7 @@ class OpenedStore:
 
 def open_store(path: str | Path) -> OpenedStore:
     """Read a store, sorted by position, refusing anything gradpick did not write."""
+    _pa()  # a clear message when pyarrow is missing
     import pyarrow.dataset as ds
 
     path = Path(path).expanduser()

@@ -98,12 +98,14 @@ def inference(
     _batch: ImageBatch,
     _option: ModelOption,
     _source: ImageSource,
+    _keep: bool = True,
 ) -> InferenceResult:
     """The batch's outputs: from the app's own store of them when it has one, else inferred
-    (images per step: ``stored.INFERENCE_BATCH_SIZE``) and kept there for the next visit."""
+    (images per step: ``stored.INFERENCE_BATCH_SIZE``) and, unless hosted, kept there for the
+    next visit."""
     bar = ProgressBar("Inference")
     try:
-        return stored.infer_and_keep(_model, _option, _source, _batch, bar)
+        return stored.infer_and_keep(_model, _option, _source, _batch, bar, _keep)
     finally:
         bar.close()
 

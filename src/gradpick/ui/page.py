@@ -66,8 +66,9 @@ def _load(settings: sidebar.Settings) -> Loaded | None:
         if choice.kind == "stored":
             result = _stored_outputs(settings, model, batch)
         else:
+            keep = not app_config().hosted  # a hosted demo keeps no stores on its disk
             result = cache.inference(
-                choice.batch_key, option.identity, str(device), model, batch, option, source
+                choice.batch_key, option.identity, str(device), model, batch, option, source, keep
             )
         hover = tuple(service.describe_indices(batch, result, range(len(batch))))
         loaded = Loaded(choice, batch, option, model, device, result, hover)

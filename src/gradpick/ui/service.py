@@ -21,6 +21,7 @@ from gradpick import data, devices, models
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
 from gradpick.errors import DataError, InputError, ModelError
 from gradpick.infer import InferenceResult
+from gradpick.spec import InputSpec
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
 
 DEFAULT_BATCH_SIZE = 1000
@@ -84,19 +85,25 @@ class DataChoice:
         return f"{self.source_key}|start={self.start}|size={self.size}|seed={self.seed}"
 
 
-def open_source(choice: DataChoice, progress: ProgressCallback | None = None) -> ImageSource:
-    """The image source a choice names; ``progress`` follows a CIFAR-10 download."""
+def open_source(
+    choice: DataChoice,
+    progress: ProgressCallback | None = None,
+    spec: InputSpec = data.DEFAULT_SPEC,
+) -> ImageSource:
+    """The image source a choice names, read at the model's ``spec``; ``progress`` follows a
+    CIFAR-10 download. Stored outputs are read at the spec they were inferred at."""
     if choice.kind == "cifar10":
-        return data.default_cifar10(choice.split, progress=progress)
+        return data.default_cifar10(choice.split, progress=progress, spec=spec)
     if choice.kind == "folder":
         if not choice.folder.strip():
             raise DataError(
                 "Type the path of a folder: an ImageFolder tree (one sub-folder per class), a "
                 "folder holding train/ and test/ trees, or an extracted cifar-10-batches-py."
             )
-        return data.open_source(choice.folder.strip(), choice.split)
+        return data.open_source(choice.folder.strip(), choice.split, spec)
     if choice.kind == "upload":
-        return data.images_from_files([(upload.name, upload.data) for upload in choice.uploads])
+        files = [(upload.name, upload.data) for upload in choice.uploads]
+        return data.images_from_files(files, spec=spec)
     if choice.kind == "stored":
         from gradpick.ui import stored
 

@@ -124,24 +124,28 @@ def infer_and_keep(
     source: ImageSource,
     batch: ImageBatch,
     progress: data.ProgressCallback | None = None,
+    keep: bool = True,
 ) -> InferenceResult:
     """The batch's outputs from the app's own store when it has them; else inferred and kept.
 
     Keeping is best effort: a store that cannot be written (a full disk, a read-only cache)
-    costs only the next visit's wait, never this one's result.
+    costs only the next visit's wait, never this one's result. ``keep=False`` (a hosted demo,
+    whose visitors' batches must not fill the server's disk) only infers.
     """
-    path = own_store_path(option, source, batch)
-    try:
-        opened = store.open_store(path)
-        store.check_store(opened, store_identity(option))
-        return stored_result(opened, batch)
-    except DataError:
-        pass
+    path = own_store_path(option, source, batch) if keep else None
+    if path is not None:
+        try:
+            opened = store.open_store(path)
+            store.check_store(opened, store_identity(option))
+            return stored_result(opened, batch)
+        except DataError:
+            pass
     result = infer(
         model, batch.images, batch.labels, batch_size=INFERENCE_BATCH_SIZE, progress=progress
     )
-    with contextlib.suppress(OSError, DataError):
-        _keep(path, option, source, batch, result)
+    if path is not None:
+        with contextlib.suppress(OSError, DataError):
+            _keep(path, option, source, batch, result)
     return result
 
 
