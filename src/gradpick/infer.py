@@ -335,20 +335,25 @@ def infer_source(
     """
     run_device = device_for(model, device)
     report = ReadReport(source.spec)
+    total = len(source) if positions is None else len(positions)
     kept: list[int] = []
-    logits: list[torch.Tensor] = []
-    features: list[torch.Tensor] = []
+    # Outputs go into buffers sized once: thousands of small per-chunk tensors kept alive
+    # between the model's freed activations would pin glibc's heap, and resident memory would
+    # creep up with the image count (790 -> 1,354 MB over 50,000 CIFAR images at 32 pixels).
+    outputs: list[torch.Tensor] = []
     with Stopwatch(run_device) as watch:
         for chunk in infer_chunks(
             model, source, positions, batch_size, run_device, embeddings, workers, report, progress
         ):
+            parts = [chunk.logits] if chunk.embeddings is None else [chunk.logits, chunk.embeddings]
+            if not outputs:
+                outputs = [torch.empty(total, part.shape[1]) for part in parts]
+            for buffer, part in zip(outputs, parts, strict=True):
+                buffer[len(kept) : len(kept) + len(part)] = part
             kept.extend(chunk.positions)
-            logits.append(chunk.logits)
-            if chunk.embeddings is not None:
-                features.append(chunk.embeddings)
     if not kept:
         raise InputError("None of the images could be read:\n" + "\n".join(report.skipped))
-    all_logits = torch.cat(logits)
+    all_logits = outputs[0][: len(kept)]
     classes = int(all_logits.shape[1])
     labels = source_labels(source, kept, classes)
     notes = report.notes()
@@ -360,7 +365,7 @@ def infer_source(
     return SourceInference(
         result=result_from_logits(all_logits, labels, run_device, watch.milliseconds),
         positions=tuple(kept),
-        embeddings=torch.cat(features) if features else None,
+        embeddings=outputs[1][: len(kept)] if len(outputs) > 1 else None,
         notes=notes,
     )
 
