@@ -370,3 +370,19 @@ def test_a_store_of_another_model_is_refused_and_a_changed_folder_offers_to_re_i
     no_errors(app)
     assert metrics(app)["Images N"] == str(IMAGES)
     assert not any("changed since" in warning.value for warning in app.warning)
+
+
+def test_a_store_of_an_unknown_format_is_explained_in_the_sidebar(
+    stored_folder: tuple[Path, Path],
+) -> None:
+    import pyarrow.parquet as pq
+
+    _, out = stored_folder
+    for part in out.glob("*.parquet"):
+        table = pq.read_table(part)
+        meta = table.schema.metadata[store.METADATA_KEY].replace(b'"format": 1', b'"format": 7')
+        pq.write_table(table.replace_schema_metadata({store.METADATA_KEY: meta}), part)
+    app = open_app(**TUTORIAL, source_kind="stored", outputs_path=str(out))
+    assert any("store format 7" in error.value for error in app.sidebar.error)
+    assert any("Choose a data source" in info.value for info in app.info)
+    assert not app.exception
