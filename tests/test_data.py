@@ -651,3 +651,17 @@ def test_fingerprints_change_with_the_images(image_folder_factory: Callable[...,
     upload = images_from_files([("a.png", encode(noise((32, 32)), "PNG"))])
     other = images_from_files([("a.png", encode(noise((32, 32), seed=1), "PNG"))])
     assert upload.fingerprint() != other.fingerprint()
+
+
+def test_positions_follow_torchvisions_image_folder_order(
+    image_folder_factory: Callable[..., Path],
+) -> None:
+    from torchvision.datasets import ImageFolder
+
+    root = image_folder_factory(classes=["b", "a", "C", "_x"], per_class=3, suffix=".jpg")
+    (root / "a" / "10.jpg").write_bytes((root / "a" / "0000.jpg").read_bytes())
+    reference = ImageFolder(str(root))
+    source = image_folder(root)
+    assert source.class_names == tuple(reference.classes)
+    assert [str(path) for path in source.files] == [path for path, _ in reference.samples]
+    assert source.label_tensor.tolist() == [label for _, label in reference.samples]
