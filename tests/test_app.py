@@ -9,6 +9,8 @@ neither the shared data nor training.
 from __future__ import annotations
 
 import re
+import shutil
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,9 +20,10 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gradpick import attribution, data, models, selection, strategies
+from gradpick import attribution, data, models, selection, store, strategies
 from gradpick.gradients import STRATEGIES
-from gradpick.ui import gradients_panel, state
+from gradpick.infer import infer_chunks
+from gradpick.ui import gradients_panel, service, state, stored
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 TIMEOUT = 180
@@ -324,5 +327,84 @@ def test_an_offline_download_says_how_to_use_a_local_copy(
     app = open_app()
     assert any("Could not download CIFAR-10" in error.value for error in app.sidebar.error)
     assert any("Local folder" in error.value for error in app.sidebar.error)
+    assert any("Choose a data source" in info.value for info in app.info)
+    assert not app.exception
+
+
+# ----------------------------------------------------------------------------- stored outputs
+
+
+def store_of_the_stand_in(folder: Path, out: Path) -> None:
+    """Outputs of the page's seeded tutorial stand-in over ``folder``, as a store."""
+    served = service.load_model(service.ModelOption("tutorial"), torch.device("cpu"))
+    source = data.image_folder(folder)
+    identity = served.identity()
+    labels = source.labels()
+    assert labels is not None
+    with store.StoreWriter(out, store.store_metadata(identity, source.spec, source)) as writer:
+        for chunk in infer_chunks(served.module, source):
+            rows = list(chunk.positions)
+            writer.write(store.output_table(rows, source.names(rows), labels[rows], chunk.logits))
+
+
+@pytest.fixture
+def stored_folder(generated: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the generated test split and a store of it by the tutorial stand-in."""
+    folder = tmp_path / "images"
+    shutil.copytree(generated / "test", folder)
+    store_of_the_stand_in(folder, tmp_path / "outputs")
+    return folder, tmp_path / "outputs"
+
+
+def test_stored_outputs_open_without_inferring(
+    stored_folder: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, out = stored_folder
+
+    def no_inference(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("stored outputs must not be inferred again")
+
+    monkeypatch.setattr(stored, "infer", no_inference)
+    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
+    app = open_app(**TUTORIAL)
+    no_errors(app)
+    assert app.sidebar.radio(key="source_kind").value == "stored"
+    assert any("not inferred" in caption.value for caption in app.caption)
+    assert metrics(app)["Images N"] == str(IMAGES) and len(table(app)) == IMAGES
+    app = select(app, state.SCATTER_CHART, [4])  # gradients read the picked image again
+    no_errors(app)
+    assert captioned_indices(app) == [4]
+
+
+def test_a_store_of_another_model_is_refused_and_a_changed_folder_offers_to_re_infer(
+    stored_folder: tuple[Path, Path],
+) -> None:
+    folder, out = stored_folder
+    app = open_app(source_kind="stored", outputs_path=str(out))  # resnet20 is chosen
+    assert any("written by model tutorial:random-seed0" in e.value for e in app.error)
+    assert not app.exception
+    first = sorted(folder.rglob("*.png"))[0]
+    first.write_bytes(sorted(folder.rglob("*.png"))[1].read_bytes())
+    app.selectbox(key="model").set_value(TUTORIAL["model"]).run()
+    no_errors(app)
+    assert any("changed since" in warning.value for warning in app.warning)
+    app.button(key="reinfer").click().run()
+    no_errors(app)
+    assert metrics(app)["Images N"] == str(IMAGES)
+    assert not any("changed since" in warning.value for warning in app.warning)
+
+
+def test_a_store_of_an_unknown_format_is_explained_in_the_sidebar(
+    stored_folder: tuple[Path, Path],
+) -> None:
+    import pyarrow.parquet as pq
+
+    _, out = stored_folder
+    for part in out.glob("*.parquet"):
+        table = pq.read_table(part)
+        meta = table.schema.metadata[store.METADATA_KEY].replace(b'"format": 1', b'"format": 7')
+        pq.write_table(table.replace_schema_metadata({store.METADATA_KEY: meta}), part)
+    app = open_app(**TUTORIAL, source_kind="stored", outputs_path=str(out))
+    assert any("store format 7" in error.value for error in app.sidebar.error)
     assert any("Choose a data source" in info.value for info in app.info)
     assert not app.exception

@@ -501,11 +501,28 @@ def test_a_bad_upload_is_named_and_the_batch_and_picks_kept(
     assert not app.exception
 
 
+def test_real_photos_upload_at_their_own_size(generated: Path) -> None:
+    skimage_data = pytest.importorskip("skimage.data")
+    files = []
+    for name in ("astronaut", "chelsea", "coffee"):  # 512x512, 451x300, 600x400
+        buffer = io.BytesIO()
+        Image.fromarray(getattr(skimage_data, name)()).save(buffer, format="PNG")
+        files.append((f"{name}.png", buffer.getvalue()))
+    app = uploads(open_app(**TUTORIAL), files)
+    no_errors(app)
+    assert metrics(app)["Images N"] == "3" and list(table(app)["name"]) == [n for n, _ in files]
+    app = select(app, state.SCATTER_CHART, [2])
+    no_errors(app)
+    assert captioned_indices(app) == [2]
+
+
 def test_an_animated_gif_gives_its_first_frame_with_a_note(generated: Path) -> None:
     app = uploads(open_app(**TUTORIAL), [("a.png", png(0)), ("moving.gif", animated_gif())])
     no_errors(app)
     assert metrics(app)["Images N"] == "2"
-    assert any("moving.gif: animated image, only its first frame" in c.value for c in app.caption)
+    assert any(
+        "animated image(s), only the first frame used: moving.gif" in c.value for c in app.caption
+    )
     app = select(app, state.SCATTER_CHART, [1])
     no_errors(app)
     assert captioned_indices(app) == [1]

@@ -10,12 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
-from gradpick import data, export, models
+from gradpick import data, export, models, store
 from gradpick.cli import main
 from gradpick.gradients import input_gradients
+from gradpick.infer import embedding_layer
 from gradpick.ui import heatmaps, service
 from gradpick.ui.heatmaps import HeatmapRequest
 
@@ -32,6 +34,12 @@ STEP_FIELDS = (
 @pytest.fixture
 def folder(image_folder_factory) -> Path:
     return image_folder_factory(classes=3, per_class=4)
+
+
+@pytest.fixture
+def ten_classes(image_folder_factory) -> Path:
+    """A folder in CIFAR-10's classes: its labels are the built-in models' outputs."""
+    return image_folder_factory(classes=list(data.CIFAR10_CLASSES), per_class=2, name="ten")
 
 
 @pytest.fixture
@@ -60,25 +68,32 @@ def direct_gradients(folder: Path, weights: Path, indices: list[int], **options:
     return input_gradients(model, batch.float_images(), indices, batch.labels, **options)
 
 
-def test_infer_prints_accuracy_and_throughput(capsys, folder, weights):
-    status, out, _ = run(capsys, "infer", *model_arguments(folder, weights))
+def test_infer_prints_accuracy_and_throughput(capsys, ten_classes, weights):
+    status, out, _ = run(capsys, "infer", *model_arguments(ten_classes, weights))
     assert status == 0
-    batch = data.load_batch(data.image_folder(folder))
+    batch = data.load_batch(data.image_folder(ten_classes))
     logits = models.load("tutorial", weights)(batch.float_images())
     correct = int((logits.argmax(dim=1) == batch.labels).sum())
     assert f"tutorial (weights {weights})" in out
-    assert f"a batch of {FOLDER_IMAGES} of the {FOLDER_IMAGES} images" in out
-    assert f"({correct} of {FOLDER_IMAGES})" in out
+    assert "a batch of 20 of the 20 images" in out
+    assert f"({correct} of 20)" in out
     assert "images/s" in out
 
 
-def test_infer_takes_a_seeded_sample(capsys, folder, weights):
+def test_infer_takes_a_seeded_sample(capsys, ten_classes, weights):
     status, out, _ = run(
-        capsys, "infer", *model_arguments(folder, weights), "--size", "5", "--seed", "3"
+        capsys, "infer", *model_arguments(ten_classes, weights), "--size", "5", "--seed", "3"
     )
     assert status == 0
-    assert "a batch of 5 of the 12 images" in out and "seed 3" in out
+    assert "a batch of 5 of the 20 images" in out and "seed 3" in out
     assert "of 5)" in out
+
+
+def test_infer_ignores_labels_of_other_classes_and_says_so(capsys, folder, weights):
+    status, out, _ = run(capsys, "infer", *model_arguments(folder, weights))
+    assert status == 0
+    assert "3 classes but the model predicts 10; their labels are ignored" in out
+    assert "accuracy" not in out
 
 
 def test_grads_pt_equals_input_gradients_and_has_a_sidecar(capsys, folder, weights, tmp_path):
@@ -396,3 +411,60 @@ def test_the_cli_and_the_explorer_export_the_same_arrays_and_fields(
     assert sidecar["target_values"] == pytest.approx(report["target_values"], rel=1e-6)
     assert list(sidecar["model"]) == list(report["model"])
     assert list(sidecar["source"]) == list(report["source"]) and sidecar["source"]["N"] == 12
+
+
+def test_infer_out_writes_a_store_of_every_image(capsys, ten_classes, weights, tmp_path):
+    out = tmp_path / "outputs"
+    status, printed, _ = run(
+        capsys, "infer", *model_arguments(ten_classes, weights), "--out", str(out), "--embeddings"
+    )
+    assert status == 0 and f"wrote 20 rows to {out}" in printed
+    opened = store.open_store(out)
+    source = data.image_folder(ten_classes)
+    batch = data.load_batch(source)
+    model = models.load("tutorial", weights)
+    logits = model(batch.float_images())
+    frame = opened.table.to_pandas()
+    assert frame["position"].tolist() == list(range(20))
+    assert frame["name"].tolist() == source.names(range(20))
+    assert frame["label"].tolist() == batch.labels.tolist()
+    assert frame["prediction"].tolist() == logits.argmax(dim=1).tolist()
+    assert torch.allclose(torch.tensor(np.stack(frame["logits"])), logits, atol=1e-5)
+    assert len(frame["embedding"][0]) == embedding_layer(model).in_features
+    meta = opened.metadata
+    assert meta["model"]["identity"] == models.load_model("tutorial", weights).store_identity
+    assert meta["model"]["weights_sha256"] == models.sha256_file(weights)
+    assert meta["input_spec"] == data.DEFAULT_SPEC.to_json()
+    assert meta["source"]["root"] == str(ten_classes)
+    assert meta["source"]["fingerprint"] == source.fingerprint()
+    assert meta["gradpick_version"] and meta["skipped"] == []
+    # the README's one-line pandas query
+    worst = pd.read_parquet(out).query("label != prediction").nlargest(3, "loss")
+    wrong = frame[frame["label"] != frame["prediction"]]
+    assert worst["name"].tolist() == wrong.sort_values("loss", ascending=False)["name"][:3].tolist()
+
+
+def test_infer_out_skips_and_records_a_corrupt_file(capsys, ten_classes, weights, tmp_path):
+    (ten_classes / "cat" / "0001.png").write_bytes(b"broken")
+    out = tmp_path / "outputs"
+    arguments = [*model_arguments(ten_classes, weights), "--out", str(out)]
+    status, printed, _ = run(capsys, "infer", *arguments)
+    assert status == 0 and "wrote 19 rows" in printed
+    assert "1 file(s) could not be read and were skipped" in printed
+    opened = store.open_store(out)
+    assert len(opened) == 19 and 7 not in opened.table["position"].to_pylist()
+    (skipped,) = opened.metadata["skipped"]
+    assert "cat/0001.png" in skipped
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--embeddings"], "give --out DIR too"),
+        (["--out", "x.parquet"], "names a folder"),
+        (["--out", "/no/such/folder/out"], "does not exist"),
+    ],
+)
+def test_infer_out_refuses_bad_arguments(capsys, folder, weights, extra, message):
+    status, _, err = run(capsys, "infer", *model_arguments(folder, weights), *extra)
+    assert status == 2 and message in err

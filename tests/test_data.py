@@ -24,8 +24,10 @@ from PIL import Image, features
 from gradpick import data
 from gradpick.data import (
     CIFAR10_CLASSES,
+    ArraySource,
     Cifar10Mirror,
     FolderSource,
+    UploadSource,
     batch_positions,
     cifar10,
     cifar10_batches_folder,
@@ -37,8 +39,10 @@ from gradpick.data import (
     images_from_paths,
     load_batch,
     open_source,
+    stream,
 )
 from gradpick.errors import DataError, DownloadError, InputError
+from gradpick.spec import InputSpec
 
 # ----------------------------------------------------------------------------- single images
 
@@ -433,7 +437,7 @@ def test_decoded_cache_decodes_once(
     def no_decoding(self: FolderSource, positions: Any) -> torch.Tensor:
         raise AssertionError("the cache should have been used")
 
-    monkeypatch.setattr(FolderSource, "read", no_decoding)
+    monkeypatch.setattr(FolderSource, "read_one", no_decoding)
     cached = decoded_cache(source)
     assert torch.equal(cached.images, first.images)
     assert torch.equal(cached.labels, first.labels)  # type: ignore[arg-type]
@@ -503,3 +507,161 @@ def test_a_damaged_cached_copy_says_how_to_download_again(
     (root / "cifar-10-batches-py" / "test_batch").write_bytes(b"truncated")
     with pytest.raises(DataError, match="not a CIFAR-10 batch file.*Delete .* to download"):
         cifar10("test", root=root, mirror=cifar_stand_in["mirror"])
+
+
+# ----------------------------------------------------------------------------- any input size
+
+
+def by_hand(image: Image.Image, side: int, shorter: int | None = None) -> torch.Tensor:
+    """The reference pipeline: RGB, bilinear resize of the shorter side, centre crop."""
+    rgb = image.convert("RGB")
+    shorter = shorter or side
+    scale = shorter / min(rgb.size)
+    size = (round(rgb.width * scale), round(rgb.height * scale))
+    resized = rgb.resize(size, Image.Resampling.BILINEAR)
+    left, top = (size[0] - side) // 2, (size[1] - side) // 2
+    cropped = resized.crop((left, top, left + side, top + side))
+    return torch.from_numpy(np.array(cropped)).permute(2, 0, 1)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """scikit-image's sample photos at their own sizes (512x512, 451x300, 600x400) as an
+    ImageFolder tree, as JPEG and PNG."""
+    skimage_data = pytest.importorskip("skimage.data")
+    root = tmp_path_factory.mktemp("photos")
+    for name in ("astronaut", "chelsea", "coffee"):
+        image = Image.fromarray(getattr(skimage_data, name)())
+        (root / name).mkdir()
+        image.save(root / name / "photo.png")
+        image.save(root / name / "photo.jpg", quality=92)
+    return root
+
+
+@pytest.mark.parametrize(("side", "shorter"), [(64, None), (224, None), (224, 256)])
+def test_real_photos_are_prepared_like_a_hand_written_pil_pipeline(
+    photos: Path, side: int, shorter: int | None
+) -> None:
+    spec = InputSpec(size=(side, side), resize=shorter)
+    source = image_folder(photos, spec)
+    assert source.names(range(len(source)))[:2] == ["astronaut/photo.jpg", "astronaut/photo.png"]
+    images = source.read(range(len(source)))
+    assert images.shape == (6, 3, side, side) and images.dtype == torch.uint8
+    for position, path in enumerate(source.files):
+        with Image.open(path) as opened:
+            expected = by_hand(opened, side, shorter)
+        assert (images[position].int() - expected.int()).abs().max() <= 1
+
+
+def test_uploaded_photos_read_as_the_same_folder_does(photos: Path) -> None:
+    spec = InputSpec(size=(224, 224))
+    folder = image_folder(photos, spec)
+    uploads = images_from_paths(list(folder.files), spec)
+    assert isinstance(uploads, UploadSource) and len(uploads) == len(folder)
+    assert torch.equal(uploads.read(range(len(uploads))), folder.read(range(len(folder))))
+    batch = load_batch(uploads)
+    assert batch.images.shape == (6, 3, 224, 224) and batch.notes == ()
+
+
+def test_a_folder_source_holds_paths_not_pixels(
+    image_folder_factory: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = image_folder_factory(classes=4, per_class=100, size=(48, 48))
+    monkeypatch.setattr(data, "decode", None)  # opening the folder must decode nothing
+    source = image_folder(root, InputSpec(size=(224, 224)))
+    decoded_bytes = len(source) * 3 * 224 * 224
+    assert len(pickle.dumps(source)) < decoded_bytes / 100
+    assert all(isinstance(name, str) for name in source.relative_names)
+
+
+def test_a_16_bit_png_is_scaled_not_clipped(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    values = rng.integers(1, 65_507, (64, 64)).astype(np.uint16)
+    values[0, 0], values[0, 1] = 1, 65_506
+    path = tmp_path / "deep" / "sixteen.png"
+    path.parent.mkdir()
+    Image.fromarray(values).save(path)
+    with Image.open(path) as opened:
+        assert opened.mode.startswith("I")  # really 16 bits on disk
+    pixels = image_folder(tmp_path).read([0])[0].double()
+    expected = values.mean() / 65_535 * 255
+    assert abs(float(pixels.mean()) - expected) < 0.5
+    assert 120 < float(pixels.mean()) < 130  # not 254.7, PIL's clipped conversion
+
+
+def test_a_corrupt_file_in_a_folder_is_skipped_and_named(
+    image_folder_factory: Callable[..., Path],
+) -> None:
+    root = image_folder_factory(classes=3, per_class=20)
+    (root / "class_01" / "0007.png").write_bytes(b"not a picture")
+    (root / "class_02" / "0003.png").write_bytes(encode(noise((64, 64)), "PNG")[:200])
+    source = image_folder(root)
+    batch = load_batch(source, chunk_size=16, workers=1)
+    assert len(batch) == 58 and 27 not in batch.positions and 43 not in batch.positions
+    assert batch.positions == tuple(p for p in range(60) if p not in (27, 43))
+    assert batch.labels is not None and batch.labels.tolist() == [
+        int(source.label_tensor[p]) for p in batch.positions
+    ]
+    (note,) = batch.notes
+    assert note.startswith("2 file(s) could not be read and were skipped")
+    assert "0007.png: not a readable image" in note and "0003.png" in note
+    with pytest.raises(DataError, match="0007.png"):
+        source.read([27])  # a picked image must be read exactly, or refused
+
+
+def test_streaming_in_workers_equals_reading_here(
+    image_folder_factory: Callable[..., Path],
+) -> None:
+    source = image_folder(image_folder_factory(classes=2, per_class=9), InputSpec(size=(40, 40)))
+    here = list(stream(source, chunk_size=4, workers=0))
+    there = list(stream(source, chunk_size=4, workers=2))
+    assert [chunk.positions for chunk in here] == [chunk.positions for chunk in there]
+    assert [len(chunk) for chunk in here] == [4, 4, 4, 4, 2]
+    assert torch.equal(torch.cat([c.images for c in here]), torch.cat([c.images for c in there]))
+
+
+def test_small_images_are_upscaled_with_a_note(image_folder_factory: Callable[..., Path]) -> None:
+    source = image_folder(image_folder_factory(classes=1, per_class=12, size=(20, 24)))
+    batch = load_batch(source)
+    assert batch.images.shape == (12, 3, 32, 32)
+    (note,) = batch.notes
+    assert note.startswith("12 image(s) smaller than the model's input (32x32) were upscaled")
+    assert "class_00/0000.png" in note and "and 2 more." in note
+    _, single = decode_image(encode(noise((20, 24)), "PNG"), "small.png")
+    assert single is not None and "small.png" in single and "upscaled" in single
+
+
+def test_cifar_arrays_are_resized_through_the_same_preparation() -> None:
+    images = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8)
+    source = ArraySource(images, torch.tensor([0, 1, 2]), CIFAR10_CLASSES, "arrays")
+    assert torch.equal(source.read([2, 0]), images[[2, 0]])  # its own size: as stored
+    spec = InputSpec(size=(64, 64))
+    bigger = source.at_spec(spec)
+    expected, _ = spec.prepare(Image.fromarray(images[1].permute(1, 2, 0).numpy()))
+    assert torch.equal(bigger.read([1])[0], expected)
+    assert load_batch(bigger).images.shape == (3, 3, 64, 64)
+
+
+def test_fingerprints_change_with_the_images(image_folder_factory: Callable[..., Path]) -> None:
+    root = image_folder_factory(classes=2, per_class=2)
+    before = image_folder(root).fingerprint()
+    assert image_folder(root, InputSpec(size=(64, 64))).fingerprint() == before
+    noise((32, 32), seed=99).save(root / "class_00" / "0009.png")
+    assert image_folder(root).fingerprint() != before
+    upload = images_from_files([("a.png", encode(noise((32, 32)), "PNG"))])
+    other = images_from_files([("a.png", encode(noise((32, 32), seed=1), "PNG"))])
+    assert upload.fingerprint() != other.fingerprint()
+
+
+def test_positions_follow_torchvisions_image_folder_order(
+    image_folder_factory: Callable[..., Path],
+) -> None:
+    from torchvision.datasets import ImageFolder
+
+    root = image_folder_factory(classes=["b", "a", "C", "_x"], per_class=3, suffix=".jpg")
+    (root / "a" / "10.jpg").write_bytes((root / "a" / "0000.jpg").read_bytes())
+    reference = ImageFolder(str(root))
+    source = image_folder(root)
+    assert source.class_names == tuple(reference.classes)
+    assert [str(path) for path in source.files] == [path for path, _ in reference.samples]
+    assert source.label_tensor.tolist() == [label for _, label in reference.samples]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import threading
 from typing import Any
 
 import pytest
@@ -10,8 +12,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gradpick.data import image_folder, load_batch
 from gradpick.errors import DeviceUnavailableError, InputError
-from gradpick.infer import InferenceResult, as_model_input, infer
+from gradpick.infer import (
+    InferenceResult,
+    as_model_input,
+    capture_embeddings,
+    embedding_layer,
+    infer,
+    infer_source,
+    logits_and_embeddings,
+)
 
 
 def direct_logits(model: nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -137,3 +148,90 @@ def test_entropy_is_zero_when_certain_and_log_classes_when_uniform() -> None:
     assert entropies[0] == pytest.approx(math.log(4)) and entropies[1] == pytest.approx(0, abs=1e-6)
     p = logits[2].softmax(dim=0)
     assert entropies[2] == pytest.approx(float(-(p * p.log()).sum()))
+
+
+# ----------------------------------------------------------------------------- from a source
+
+
+@pytest.fixture
+def ten_class_source(image_folder_factory: Any) -> Any:
+    classes = [f"c{index}" for index in range(10)]
+    return image_folder(image_folder_factory(classes=classes, per_class=3))
+
+
+def test_inference_from_a_source_equals_inference_of_its_batch(
+    tiny_cnn: nn.Module, ten_class_source: Any
+) -> None:
+    batch = load_batch(ten_class_source)
+    expected = infer(tiny_cnn, batch.images, batch.labels, batch_size=8)
+    inferred = infer_source(tiny_cnn, ten_class_source, batch_size=8, workers=1)
+    assert inferred.positions == tuple(range(30)) and inferred.notes == ()
+    assert torch.equal(inferred.result.logits, expected.logits)
+    assert inferred.result.losses is not None and expected.losses is not None
+    assert torch.equal(inferred.result.losses, expected.losses)
+    assert inferred.embeddings is None
+
+
+def test_embeddings_are_the_input_of_the_last_linear_layer(
+    tiny_cnn: nn.Module, ten_class_source: Any
+) -> None:
+    assert embedding_layer(tiny_cnn) is tiny_cnn[-1]
+    inferred = infer_source(tiny_cnn, ten_class_source, [4, 2, 9], batch_size=2, embeddings=True)
+    images = as_model_input(ten_class_source.read([4, 2, 9]))
+    with torch.no_grad():
+        features = tiny_cnn[:-1](images)
+    assert inferred.embeddings is not None and inferred.embeddings.shape == (3, 512)
+    assert torch.allclose(inferred.embeddings, features, atol=1e-6)
+    assert torch.allclose(inferred.result.logits, tiny_cnn[-1](features), atol=1e-5)
+    assert not tiny_cnn[-1]._forward_pre_hooks  # the hook is gone afterwards
+
+
+def test_embeddings_capture_only_the_calling_threads_forwards(tiny_cnn: nn.Module) -> None:
+    images = torch.rand(2, 3, 32, 32)
+    with capture_embeddings(tiny_cnn) as captured:
+        worker = threading.Thread(target=lambda: tiny_cnn(torch.rand(5, 3, 32, 32)))
+        worker.start()
+        worker.join()
+        _, features = logits_and_embeddings(tiny_cnn, images)
+    assert [tuple(item.shape) for item in captured] == [(2, 512)]  # not the 5 images
+    assert features.shape == (2, 512)
+
+
+def test_a_model_without_a_linear_layer_has_no_embeddings() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 10, 32), nn.Flatten())
+    with pytest.raises(InputError, match="no nn.Linear layer.*without embeddings"):
+        embedding_layer(model)
+
+
+def test_unreadable_files_are_skipped_in_inference(
+    tiny_cnn: nn.Module, ten_class_source: Any
+) -> None:
+    broken = ten_class_source.files[5]
+    broken.write_bytes(b"broken")
+    inferred = infer_source(tiny_cnn, ten_class_source, batch_size=4)
+    assert len(inferred.result) == 29 and 5 not in inferred.positions
+    assert inferred.result.labels is not None
+    assert (
+        inferred.result.labels.tolist()
+        == ten_class_source.labels()[list(inferred.positions)].tolist()
+    )
+    assert any(broken.name in note and "skipped" in note for note in inferred.notes)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_streaming_to_cuda_pins_the_chunks_and_matches_the_cpu(
+    tiny_cnn: nn.Module, ten_class_source: Any
+) -> None:
+    from gradpick import data
+
+    chunks = list(data.stream(ten_class_source, chunk_size=8, workers=1, pin_memory=True))
+    assert all(chunk.images.is_pinned() for chunk in chunks)
+    on_cpu = infer_source(tiny_cnn, ten_class_source, batch_size=8, embeddings=True)
+    on_gpu = infer_source(
+        copy.deepcopy(tiny_cnn).cuda(), ten_class_source, batch_size=8, embeddings=True
+    )
+    assert on_gpu.result.device.startswith("cuda") and on_gpu.positions == on_cpu.positions
+    assert torch.allclose(on_gpu.result.logits, on_cpu.result.logits, atol=1e-4)
+    assert on_gpu.embeddings is not None and on_gpu.embeddings.device.type == "cpu"
+    assert on_cpu.embeddings is not None
+    assert torch.allclose(on_gpu.embeddings, on_cpu.embeddings, atol=1e-4)

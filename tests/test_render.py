@@ -20,6 +20,7 @@ from gradpick.render import (
     channel_maps,
     colorize,
     enlarge,
+    fit,
     grid_png,
     lookup_table,
     overlay,
@@ -256,3 +257,21 @@ def test_grid_png_rejects_bad_input(images, maps, arguments, message):
 def test_grid_png_rejects_an_empty_pick():
     with pytest.raises(InputError, match="No images to render"):
         grid_png(torch.zeros(0, 3, 4, 4, dtype=torch.uint8), torch.zeros(0, 3, 4, 4), [])
+
+
+@pytest.mark.parametrize(("side", "factor"), [(32, 4), (64, 2), (224, 1), (512, 1)])
+def test_the_grid_export_keeps_every_pixel_and_enlarges_small_inputs(side, factor):
+    images = torch.randint(0, 256, (1, 3, side, side), dtype=torch.uint8)
+    maps = torch.rand(1, 3, side, side)
+    picture = Image.open(io.BytesIO(grid_png(images, maps, ["a"])))
+    assert picture.size[0] == len(PANELS) * (side * factor + PANEL_GAP) + PANEL_GAP
+
+
+def test_fit_enlarges_by_whole_pixels_or_averages_down():
+    small = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    assert np.array_equal(fit(small, 10), enlarge(small, 3))
+    large = np.zeros((256, 128, 3), dtype=np.uint8)
+    large[:, 64:] = 200
+    shown = fit(large, 128)
+    assert shown.shape == (128, 64, 3)
+    assert (shown[:, :32] == 0).all() and (shown[:, 32:] == 200).all()

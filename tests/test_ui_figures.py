@@ -35,6 +35,20 @@ def test_thumbnail_sheet_places_each_image_with_transparent_gaps() -> None:
     assert (sheet[-cell:, -cell:, 3] == 0).all()  # the two empty cells of the last row
 
 
+def test_thumbnails_of_large_inputs_are_averaged_down_to_the_thumbnail_side() -> None:
+    images = np.zeros((3, 3, 224, 224), dtype=np.uint8)
+    images[1, 0] = 255  # a red image
+    images[2, :, :, 112:] = 200  # grey on the right half
+    sheet = np.asarray(Image.open(io.BytesIO(figures.thumbnail_sheet(images, columns=3))))
+    side, cell = figures.THUMBNAIL_SIDE, figures.THUMBNAIL_SIDE + figures.THUMBNAIL_GAP
+    assert sheet.shape == (cell, 3 * cell, 4)
+    offset = figures.THUMBNAIL_GAP // 2
+    red = sheet[offset : offset + side, cell + offset : cell + offset + side, :3]
+    assert (red == [255, 0, 0]).all()
+    grey = sheet[offset : offset + side, 2 * cell + offset : 2 * cell + offset + side, 0]
+    assert (grey[:, : side // 2] == 0).all() and (grey[:, side // 2 :] == 200).all()
+
+
 def test_thumbnail_grid_markers_carry_batch_indices_and_outlines_mark_right_wrong_picked() -> None:
     indices = list(range(100, 112))
     correct = [index % 3 != 0 for index in indices]

@@ -109,7 +109,7 @@ def test_tiles_are_enlarged_by_whole_pixels(batch: ImageBatch, shared: bool) -> 
     maps = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     maps[1] *= 100  # one image with far larger gradients
     tiles = heatmaps.tiles(batch.images[PICKED], maps, shared_scale=shared)
-    factor = heatmaps.ENLARGE
+    factor = heatmaps.DISPLAY_SIDE // 32
     limits = [tile.limit for tile in tiles]
     assert (len(set(limits)) == 1) == shared
     for tile, image, values in zip(tiles, batch.images[PICKED], maps, strict=True):
@@ -126,12 +126,32 @@ def test_strip_puts_panels_side_by_side_with_transparent_gaps(batch: ImageBatch)
     tile = heatmaps.tiles(batch.images[:1], torch.ones(1, 3, 32, 32), True)[0]
     full = heatmaps.strip(tile, gap=6)
     compact = heatmaps.strip(tile, compact=True, gap=6)
-    side = 32 * heatmaps.ENLARGE
+    side = heatmaps.DISPLAY_SIDE
     assert full.shape == (side, 6 * side + 5 * 6, 4)
     assert compact.shape == (side // 2, 3 * side // 2 + 2 * 6, 4)
     assert (compact[:, : side // 2, :3] == tile.image[::2, ::2]).all()
     assert (full[:, side : side + 6, 3] == 0).all()
     assert (full[:, :side, :3] == tile.image).all()
+
+
+def test_tiles_of_224_pixel_inputs_are_averaged_down_for_the_page() -> None:
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8, generator=generator)
+    maps = torch.zeros(2, 3, 224, 224)
+    maps[:, :, :112] = 1.0  # the top half is hot
+    tiles = heatmaps.tiles(images, maps, shared_scale=True)
+    for tile, image in zip(tiles, images, strict=True):
+        side = heatmaps.DISPLAY_SIDE
+        assert tile.image.shape == tile.heat.shape == (side, side, 3)
+        assert all(channel.shape == (side, side, 3) for channel in tile.channels)
+        assert tile.saliency.shape == (224, 224)  # the detailed view keeps every pixel
+        mean = image.double().mean(dim=(1, 2)).numpy()
+        assert np.allclose(tile.image.reshape(-1, 3).mean(axis=0), mean, atol=1.0)
+        hot, cold = tile.heat[: side // 2 - 1], tile.heat[side // 2 + 1 :]
+        assert (hot == hot[0, 0]).all() and (cold == cold[0, 0]).all()
+        assert not (hot[0, 0] == cold[0, 0]).all()
+    strip = heatmaps.strip(tiles[0])
+    assert strip.shape == (side, 6 * side + 5 * 6, 4)
 
 
 def test_colourbar_runs_from_low_to_high() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,24 +16,27 @@ from typing import Any
 
 import torch
 
-from gradpick import attribution, data, export, models, strategies, units
-from gradpick.devices import DEVICE_CHOICES
+from gradpick import attribution, data, export, models, store, strategies, units
+from gradpick.devices import DEVICE_CHOICES, model_device
 from gradpick.errors import GradpickError, InputError, ModelError
 from gradpick.gradients import REDUCTIONS, TARGETS, GradientResult
-from gradpick.infer import as_model_input, infer
-from gradpick.measure import MemoryFigure, MemoryReport
+from gradpick.infer import as_model_input, infer_chunks, infer_source, source_labels
+from gradpick.measure import MemoryFigure, MemoryReport, Stopwatch
 from gradpick.request import GradientRequest
 from gradpick.selection import parse_indices
+from gradpick.spec import InputSpec
 from gradpick.zoo import LoadedModel, SpecOverrides
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _source(location: str | None, split: str) -> data.ImageSource:
+def _source(
+    location: str | None, split: str, spec: InputSpec = data.DEFAULT_SPEC
+) -> data.ImageSource:
     """A local path when given, else the default CIFAR-10 (configured folder or download)."""
     if location:
-        return data.open_source(location, split)
-    return data.default_cifar10(split, progress=_download_progress)
+        return data.open_source(location, split, spec)
+    return data.default_cifar10(split, progress=_download_progress, spec=spec)
 
 
 def _download_progress(done: int, total: int) -> None:
@@ -284,18 +288,87 @@ def _batch_description(source: data.ImageSource, args: argparse.Namespace, count
 
 
 def _cmd_infer(args: argparse.Namespace) -> int:
-    source = _source(args.data, args.split)
+    out = _store_path(args.out)
+    if args.embeddings and out is None:
+        raise InputError("--embeddings are stored with the outputs; give --out DIR too.")
     loaded = _load_model(args)
-    batch = data.load_batch(source, args.start, args.size, args.seed, progress=_reading_progress)
-    loaded.check_images(batch.images)
-    result = infer(loaded.module, batch.images, batch.labels, batch_size=args.batch_size)
+    source = _source(args.data, args.split, loaded.spec)
+    positions = data.batch_positions(len(source), args.start, args.size, args.seed)
+    if out is not None:
+        return _infer_to_store(args, out, loaded, source, positions)
+    inferred = infer_source(
+        loaded.module, source, positions, args.batch_size, progress=_reading_progress
+    )
+    result = inferred.result
     print(f"model: {loaded.describe()}")
-    print(f"images: {_batch_description(source, args, len(batch))}")
+    print(f"images: {_batch_description(source, args, len(positions))}")
+    for note in inferred.notes:
+        print(f"note: {note}")
     if result.accuracy is not None and result.correct is not None:
         print(f"accuracy: {result.accuracy:.2%} ({int(result.correct.sum()):,} of {len(result):,})")
     print(
         f"time: {result.milliseconds:,.1f} ms on {result.device} (batch size {args.batch_size}), "
         f"{result.images_per_second:,.0f} images/s"
+    )
+    return 0
+
+
+def _store_path(text: str | None) -> Path | None:
+    """``--out`` of ``infer``: a folder that is new, or an earlier store to replace."""
+    if text is None:
+        return None
+    path = Path(text).expanduser()
+    if path.suffix == ".parquet" or path.is_file():
+        raise InputError(f"--out names a folder for the Parquet parts, not a file: '{path}'.")
+    if not path.parent.is_dir():
+        raise InputError(f"--out: the folder {path.parent} does not exist.")
+    return path
+
+
+def _infer_to_store(
+    args: argparse.Namespace,
+    out: Path,
+    loaded: LoadedModel,
+    source: data.ImageSource,
+    positions: list[int],
+) -> int:
+    """Stream the model's outputs into a store: one Parquet row per image, published whole."""
+    metadata = store.store_metadata(loaded.identity(), loaded.spec, source, args.embeddings)
+    report = data.ReadReport(source.spec)
+    with (
+        Stopwatch(model_device(loaded.module)) as watch,
+        store.StoreWriter(out, metadata, embeddings=args.embeddings) as writer,
+    ):
+        started = time.perf_counter()
+        for chunk in infer_chunks(
+            loaded.module,
+            source,
+            positions,
+            args.batch_size,
+            embeddings=args.embeddings,
+            report=report,
+            progress=_reading_progress,
+        ):
+            labels = source_labels(source, chunk.positions, int(chunk.logits.shape[1]))
+            names = source.names(chunk.positions)
+            writer.write(
+                store.output_table(chunk.positions, names, labels, chunk.logits, chunk.embeddings)
+            )
+        if writer.rows == 0:
+            raise InputError("None of the images could be read:\n" + "\n".join(report.skipped))
+        writer.annotate(
+            skipped=report.skipped,
+            notes=list(report.notes()),
+            inference_seconds=time.perf_counter() - started,
+        )
+    print(f"model: {loaded.describe()}")
+    print(f"images: {_batch_description(source, args, len(positions))}")
+    for note in report.notes():
+        print(f"note: {note}")
+    rate = writer.rows / max(watch.milliseconds / 1000, 1e-9)
+    print(
+        f"wrote {writer.rows:,} rows to {out} in {watch.milliseconds / 1000:,.1f} s "
+        f"({rate:,.0f} images/s)"
     )
     return 0
 
@@ -386,11 +459,11 @@ def _read_picked(
 
 def _cmd_grads(args: argparse.Namespace) -> int:
     out = _output_path(args.out)
-    source = _source(args.data, args.split)
+    loaded = _load_model(args)
+    source = _source(args.data, args.split, loaded.spec)
     positions = data.batch_positions(len(source), args.start, args.size, args.seed)
     indices = parse_indices(args.indices, len(positions))
     classes = _class_argument(args.class_, source.class_names, args.target)
-    loaded = _load_model(args)
     picked = _read_picked(source, args, positions, indices)
     loaded.check_images(picked.images)
     request = GradientRequest.build(
@@ -443,13 +516,25 @@ def _cmd_grads(args: argparse.Namespace) -> int:
 def _infer_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "infer",
-        help="batched inference: accuracy and throughput of a model on a batch",
-        description="Run a model over a batch (a slice or a seeded sample of a source) under "
-        "torch.inference_mode() and print its accuracy and throughput.",
+        help="batched inference: accuracy and throughput, or stored outputs (--out)",
+        description="Run a model over a batch (a slice or a seeded sample of a source; default "
+        "all of it) under torch.inference_mode(), images decoded while the model runs, and "
+        "print its accuracy and throughput; with --out DIR, store one Parquet row per image.",
     )
     _add_batch_arguments(parser)
     _add_model_arguments(parser)
-    parser.add_argument("--batch-size", type=_positive_int, default=500)
+    parser.add_argument("--batch-size", type=_positive_int, default=256)
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="store the outputs: one Parquet row per image (position, name, label, prediction, "
+        "confidence, loss, logits) in DIR, written whole or not at all",
+    )
+    parser.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="with --out: also store each image's embedding (the input of the last nn.Linear)",
+    )
     parser.set_defaults(handler=_cmd_infer)
 
 
@@ -557,6 +642,73 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_infer(args: argparse.Namespace) -> int:
+    from gradpick import infer_bench
+
+    images = dict(zip(args.sides, args.images, strict=True)) if args.images else None
+    if args.images and len(args.images) != len(args.sides):
+        raise InputError("--images needs one count per --sides value.")
+    config = infer_bench.InferBenchConfig(
+        folder=args.data,
+        sides=tuple(args.sides),
+        images=images,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        repeats=args.repeats,
+        store_rows=args.store_rows,
+        memory_counts=tuple(args.memory or ()),
+        memory_stand_in=tuple(args.memory_stand_in or ()),
+        fixed_mmap_threshold=args.fixed_mmap_threshold,
+        device=args.device,
+        threads=args.threads,
+    )
+    rows, environment = infer_bench.run(config)
+    print(infer_bench.table(rows))
+    infer_bench.write_json(args.json, config, rows, environment)
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+def _bench_infer_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "bench-infer",
+        help="inference from a folder against a hand-written DataLoader loop; stored outputs "
+        "reopened; memory",
+        description="Time infer_source over a folder's first files at each input side against "
+        "a hand-written DataLoader + model loop over the same files, time reopening a stored "
+        "table in the explorer, and (with --memory) measure resident memory in fresh processes.",
+    )
+    parser.add_argument("--data", required=True, help="an ImageFolder tree")
+    parser.add_argument("--sides", nargs="+", type=_positive_int, default=[32, 224])
+    parser.add_argument(
+        "--images", nargs="+", type=_positive_int, help="images per side (default 2000 and 256)"
+    )
+    parser.add_argument("--batch-size", type=_positive_int, default=64)
+    parser.add_argument("--workers", type=int, help="DataLoader workers for both loops")
+    parser.add_argument("--repeats", type=_positive_int, default=3)
+    parser.add_argument("--store-rows", type=_positive_int, default=50_000)
+    parser.add_argument(
+        "--memory", nargs="+", type=_positive_int, metavar="COUNT", help="image counts to measure"
+    )
+    parser.add_argument(
+        "--memory-stand-in",
+        nargs="+",
+        type=_positive_int,
+        metavar="SIDE",
+        help="sides whose memory rows use a pooling + linear stand-in model (decoding-bound)",
+    )
+    parser.add_argument(
+        "--fixed-mmap-threshold",
+        action="store_true",
+        help="memory rows with the explorer's allocator setting (freed buffers returned to the "
+        "system instead of kept on glibc's heap)",
+    )
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
+    parser.add_argument("--threads", type=_positive_int, help="torch intra-op threads")
+    parser.add_argument("--json", default="bench-infer.json")
+    parser.set_defaults(handler=_cmd_bench_infer)
+
+
 def _bench_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "bench",
@@ -594,6 +746,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _grads_parser,
     _check_parser,
     _bench_parser,
+    _bench_infer_parser,
 ]
 
 

@@ -1,12 +1,23 @@
-"""Image sources: CIFAR-10 (torchvision download or extracted batches), ImageFolder trees, uploads.
+"""Image sources at any model's input size: CIFAR-10, ImageFolder trees and uploads.
 
-Every source hands out uint8 images [N, 3, 32, 32]; models receive them as floats in [0, 1]
-(``ImageBatch.float_images``) and normalise inside, so every gradient is with respect to pixels.
-Folder sources decode only the images a batch asks for, chunk by chunk, so memory stays bounded.
+Every source reads at an ``InputSpec`` (``DEFAULT_SPEC``, 32x32, is the built-ins'): each image
+is decoded, converted to RGB and resized and centre-cropped by ``spec.prepare`` into uint8
+[3, H, W]; models receive floats in [0, 1] (``ImageBatch.float_images``) and normalise inside,
+so every gradient is with respect to pixels. Folder and upload sources keep file references
+(paths, or the uploaded bytes), never decoded pixels: ``stream`` decodes them chunk by chunk in
+DataLoader workers while the model runs, so a folder of 50,000 photos costs the memory of a few
+chunks. A file that cannot be decoded is skipped and listed (``ReadReport``), not fatal.
+
+Example::
+
+    source = image_folder("photos/", spec=InputSpec(size=(224, 224), resize=256))
+    for chunk in stream(source, batch_size=64):
+        logits = model(chunk.images.float() / 255)  # chunk.positions index into the source
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -14,16 +25,17 @@ import pickle
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
 from gradpick.errors import DataError, DownloadError, InputError
+from gradpick.spec import InputSpec
 
 CIFAR10_CLASSES = (
     "airplane",
@@ -37,10 +49,15 @@ CIFAR10_CLASSES = (
     "ship",
     "truck",
 )
-IMAGE_SIZE = 32
+DEFAULT_SPEC = InputSpec()
+"""The built-in models' input: 32x32 pixels, the shorter side resized to 32, centre crop."""
+IMAGE_SIZE = DEFAULT_SPEC.height
+"""The side of ``DEFAULT_SPEC`` (CIFAR-10's 32), for code about the built-in models only."""
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 MAX_IMAGE_PIXELS = 40_000_000
 """Larger images are refused before decoding: a decompression bomb must not exhaust memory."""
+NAMES_LISTED = 10
+"""Notes about many files (skipped, upscaled) name this many and count the rest."""
 
 CIFAR10_DIR_ENV = "GRADPICK_CIFAR10_DIR"
 CACHE_DIR_ENV = "GRADPICK_CACHE_DIR"
@@ -69,8 +86,19 @@ class ImageBatch:
         return self.images.to(dtype) / 255.0
 
 
+@dataclass(frozen=True)
+class DecodedImage:
+    """One image's pixels at a spec and what was done to it on the way."""
+
+    pixels: torch.Tensor
+    upscaled: bool = False
+    """The image was smaller than the model's input and was enlarged."""
+    animated: bool = False
+    """Only the first frame of an animated image was used."""
+
+
 class ImageSource(Protocol):
-    """Anything that can hand out images by position, with labels known up front."""
+    """Anything that hands out images by position at its ``spec``, labels known up front."""
 
     @property
     def description(self) -> str: ...
@@ -78,25 +106,69 @@ class ImageSource(Protocol):
     @property
     def class_names(self) -> tuple[str, ...]: ...
 
+    @property
+    def spec(self) -> InputSpec: ...
+
     def __len__(self) -> int: ...
 
     def labels(self) -> torch.Tensor | None: ...
 
     def names(self, positions: Sequence[int]) -> list[str]: ...
 
-    def read(self, positions: Sequence[int]) -> torch.Tensor: ...
+    def read_one(self, position: int) -> DecodedImage:
+        """The image at ``position``; DataError when its file cannot be decoded."""
+        ...
+
+    def read(self, positions: Sequence[int]) -> torch.Tensor:
+        """uint8 [n, 3, H, W] of ``positions``; DataError if any cannot be decoded."""
+        ...
+
+    def at_spec(self, spec: InputSpec) -> ImageSource:
+        """The same images read at another spec (a model of another input size)."""
+        ...
+
+    def fingerprint(self) -> str:
+        """Changes whenever the images change: stored outputs are checked against it."""
+        ...
+
+    def origin(self) -> dict[str, Any]:
+        """Where the images come from, as JSON for stored outputs' metadata."""
+        ...
+
+
+def read(source: ImageSource, positions: Sequence[int]) -> torch.Tensor:
+    """uint8 [n, 3, H, W] of the given positions; DataError if any of them cannot be decoded.
+
+    For images a user picked (their gradients need exactly these); a pass over many images
+    uses ``stream``, which skips unreadable files instead.
+    """
+    positions = list(positions)
+    if not positions:
+        return torch.empty(0, 3, *source.spec.size, dtype=torch.uint8)
+    return torch.stack([source.read_one(position).pixels for position in positions])
+
+
+class _Reads:
+    """``read`` for every source, from its ``read_one``."""
+
+    def read(self, positions: Sequence[int]) -> torch.Tensor:
+        return read(self, positions)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
-class ArraySource:
-    """Images already decoded in memory as uint8 [N, 3, 32, 32] (CIFAR-10 batches, uploads)."""
+class ArraySource(_Reads):
+    """Images already decoded in memory as uint8 [N, 3, h, w] (CIFAR-10 batches).
+
+    At a spec of the arrays' own size they are handed out as they are; at any other, each is
+    prepared by ``spec.prepare`` like a decoded file.
+    """
 
     images: torch.Tensor
     label_tensor: torch.Tensor | None
     class_names: tuple[str, ...]
     description: str
     image_names: tuple[str, ...] | None = None
-    notes: tuple[str, ...] = ()
+    spec: InputSpec = DEFAULT_SPEC
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -109,36 +181,119 @@ class ArraySource:
             return [f"#{position}" for position in positions]
         return [self.image_names[position] for position in positions]
 
-    def read(self, positions: Sequence[int]) -> torch.Tensor:
-        return self.images[torch.as_tensor(list(positions), dtype=torch.long)]
+    @property
+    def native(self) -> bool:
+        """Whether the spec takes the arrays as they are (same size, nothing to resize)."""
+        height, width = self.images.shape[2:]
+        return self.spec.size == (height, width) and self.spec.shorter_side == min(height, width)
+
+    def read_one(self, position: int) -> DecodedImage:
+        pixels = self.images[position]
+        if self.native:
+            return DecodedImage(pixels)
+        image = Image.fromarray(pixels.permute(1, 2, 0).numpy())
+        prepared, note = self.spec.prepare(image, self.names([position])[0])
+        return DecodedImage(prepared, upscaled=note is not None)
+
+    def at_spec(self, spec: InputSpec) -> ArraySource:
+        return replace(self, spec=spec)
+
+    @functools.cached_property
+    def _digest(self) -> str:
+        digest = hashlib.sha256(self.images.contiguous().numpy().tobytes())
+        if self.label_tensor is not None:
+            digest.update(self.label_tensor.numpy().tobytes())
+        return digest.hexdigest()
+
+    def fingerprint(self) -> str:
+        return self._digest
+
+    def origin(self) -> dict[str, Any]:
+        return {"kind": "arrays", "root": None, "description": self.description}
 
 
 @dataclass(frozen=True)
-class FolderSource:
-    """An ImageFolder tree (``root/<class>/<file>``); images are decoded only when read."""
+class FolderSource(_Reads):
+    """An ImageFolder tree (``root/<class>/<file>``): names only, each file decoded when read.
+
+    The files are kept as relative names (``"cat/0001.jpg"``), plain strings: 50,000 ``Path``
+    objects take most of a second to build and sort, the names a tenth of that.
+    """
 
     root: Path
-    files: tuple[Path, ...]
+    relative_names: tuple[str, ...]
     label_tensor: torch.Tensor
     class_names: tuple[str, ...]
     description: str
+    spec: InputSpec = DEFAULT_SPEC
 
     def __len__(self) -> int:
-        return len(self.files)
+        return len(self.relative_names)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every file's path, built when asked for."""
+        return tuple(self.root / name for name in self.relative_names)
 
     def labels(self) -> torch.Tensor | None:
         return self.label_tensor
 
     def names(self, positions: Sequence[int]) -> list[str]:
-        return [str(self.files[p].relative_to(self.root)) for p in positions]
+        return [self.relative_names[p] for p in positions]
 
-    def read(self, positions: Sequence[int]) -> torch.Tensor:
-        decoded = [
-            decode_image(self.files[p].read_bytes(), str(self.files[p]))[0] for p in positions
-        ]
-        if not decoded:
-            return torch.empty(0, 3, IMAGE_SIZE, IMAGE_SIZE, dtype=torch.uint8)
-        return torch.stack(decoded)
+    def read_one(self, position: int) -> DecodedImage:
+        path = self.root / self.relative_names[position]
+        try:
+            content = path.read_bytes()
+        except OSError as error:
+            raise DataError(f"{path}: cannot be read ({error.strerror or error}).") from None
+        return decode(content, str(path), self.spec)
+
+    def at_spec(self, spec: InputSpec) -> FolderSource:
+        return replace(self, spec=spec)
+
+    def fingerprint(self) -> str:
+        from gradpick.store import source_fingerprint
+
+        return source_fingerprint(self.root, self.relative_names)
+
+    def origin(self) -> dict[str, Any]:
+        return {"kind": "folder", "root": str(self.root), "description": self.description}
+
+
+@dataclass(frozen=True)
+class UploadSource(_Reads):
+    """Uploaded (or given) files as (name, bytes): the bytes are kept, decoded when read."""
+
+    files: tuple[tuple[str, bytes], ...] = field(repr=False)
+    class_names: tuple[str, ...]
+    description: str
+    spec: InputSpec = DEFAULT_SPEC
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def labels(self) -> torch.Tensor | None:
+        return None
+
+    def names(self, positions: Sequence[int]) -> list[str]:
+        return [self.files[p][0] for p in positions]
+
+    def read_one(self, position: int) -> DecodedImage:
+        name, content = self.files[position]
+        return decode(content, name, self.spec)
+
+    def at_spec(self, spec: InputSpec) -> UploadSource:
+        return replace(self, spec=spec)
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        for name, content in self.files:
+            digest.update(f"{name}\0{hashlib.sha256(content).hexdigest()}\n".encode())
+        return digest.hexdigest()
+
+    def origin(self) -> dict[str, Any]:
+        return {"kind": "upload", "root": None, "description": self.description}
 
 
 def cache_dir() -> Path:
@@ -153,12 +308,12 @@ def cache_dir() -> Path:
 # ----------------------------------------------------------------------------- single images
 
 
-def decode_image(data: bytes, name: str = "image") -> tuple[torch.Tensor, str | None]:
-    """Decode PNG/JPEG/WebP/... bytes into uint8 [3, 32, 32] RGB, with a note when we adapted it.
+def decode(data: bytes, name: str = "image", spec: InputSpec = DEFAULT_SPEC) -> DecodedImage:
+    """Decode PNG/JPEG/WebP/... bytes into uint8 [3, H, W] RGB at ``spec``.
 
-    Any size is accepted up to ``MAX_IMAGE_PIXELS``: the shorter side is resized to 32 and the
-    centre cropped. Transparency is flattened onto white, grayscale is expanded to RGB, and an
-    animated image contributes its first frame.
+    Any size is accepted up to ``MAX_IMAGE_PIXELS``: ``spec.prepare`` resizes the shorter side
+    and crops the centre. Transparency is flattened onto white, grayscale is expanded to RGB,
+    16-bit and float images are scaled to 8 bits, and an animated image gives its first frame.
     """
     try:
         with warnings.catch_warnings():
@@ -170,12 +325,11 @@ def decode_image(data: bytes, name: str = "image") -> tuple[torch.Tensor, str | 
                         f"{name}: {width}x{height} pixels is too large "
                         f"(limit {MAX_IMAGE_PIXELS:,} pixels); downscale it first."
                     )
-                note = None
-                if getattr(opened, "n_frames", 1) > 1:
-                    note = f"{name}: animated image, only its first frame is used."
+                animated = getattr(opened, "n_frames", 1) > 1
+                if animated:
                     opened.seek(0)
                 opened.load()
-                image = _to_rgb(opened)
+                pixels, note = spec.prepare(opened, name)
     except DataError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -189,107 +343,101 @@ def decode_image(data: bytes, name: str = "image") -> tuple[torch.Tensor, str | 
         ) from None
     except (OSError, SyntaxError, ValueError, EOFError) as error:
         raise DataError(f"{name}: the image file is corrupt or truncated ({error}).") from None
-    return _resize_and_crop(image), note
+    return DecodedImage(pixels, upscaled=note is not None, animated=animated)
 
 
-def _to_rgb(image: Image.Image) -> Image.Image:
-    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(background, rgba).convert("RGB")
-    return image.convert("RGB")
-
-
-def _resize_and_crop(image: Image.Image) -> torch.Tensor:
-    width, height = image.size
-    if (width, height) != (IMAGE_SIZE, IMAGE_SIZE):
-        scale = IMAGE_SIZE / min(width, height)
-        new_size = (max(IMAGE_SIZE, round(width * scale)), max(IMAGE_SIZE, round(height * scale)))
-        image = image.resize(new_size, Image.Resampling.BICUBIC, reducing_gap=3.0)
-        left = (new_size[0] - IMAGE_SIZE) // 2
-        top = (new_size[1] - IMAGE_SIZE) // 2
-        image = image.crop((left, top, left + IMAGE_SIZE, top + IMAGE_SIZE))
-    array = np.asarray(image, dtype=np.uint8).copy()
-    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+def decode_image(
+    data: bytes, name: str = "image", spec: InputSpec = DEFAULT_SPEC
+) -> tuple[torch.Tensor, str | None]:
+    """``decode`` as (pixels, a note when the image was adapted beyond resizing)."""
+    decoded = decode(data, name, spec)
+    notes = []
+    if decoded.animated:
+        notes.append(f"{name}: animated image, only its first frame is used.")
+    if decoded.upscaled:
+        notes.append(
+            f"{name}: smaller than the model's input ({spec.width}x{spec.height}); it was upscaled."
+        )
+    return decoded.pixels, " ".join(notes) or None
 
 
 def images_from_files(
-    files: Sequence[tuple[str, bytes]], class_names: Sequence[str] = CIFAR10_CLASSES
-) -> ArraySource:
+    files: Sequence[tuple[str, bytes]],
+    class_names: Sequence[str] = CIFAR10_CLASSES,
+    spec: InputSpec = DEFAULT_SPEC,
+) -> UploadSource:
     """An unlabelled source from uploaded or given files, as (name, bytes) pairs.
 
-    Raises DataError naming every file that could not be read, so a user can fix all at once.
+    Each file is decoded once to check it (the pixels are dropped again; the source keeps the
+    bytes). Raises DataError naming every file that could not be read, so a user can fix all
+    at once.
     """
     if not files:
         raise DataError("No images given: upload or name at least one image file.")
-    decoded: list[torch.Tensor] = []
-    names: list[str] = []
-    notes: list[str] = []
     problems: list[str] = []
-    for name, data in files:
+    for name, content in files:
         try:
-            image, note = decode_image(data, name)
+            decode(content, name, spec)
         except DataError as error:
             problems.append(str(error))
-            continue
-        decoded.append(image)
-        names.append(name)
-        if note:
-            notes.append(note)
     if problems:
         raise DataError("Some images could not be used:\n" + "\n".join(problems))
-    return ArraySource(
-        images=torch.stack(decoded),
-        label_tensor=None,
+    return UploadSource(
+        files=tuple((name, content) for name, content in files),
         class_names=tuple(class_names),
-        description=f"{len(decoded)} uploaded image(s)",
-        image_names=tuple(names),
-        notes=tuple(notes),
+        description=f"{len(files)} uploaded image(s)",
+        spec=spec,
     )
 
 
-def images_from_paths(paths: Sequence[str | Path]) -> ArraySource:
+def images_from_paths(paths: Sequence[str | Path], spec: InputSpec = DEFAULT_SPEC) -> UploadSource:
     """An unlabelled source from image files on disk."""
     files = []
     for path in map(Path, paths):
         if not path.is_file():
             raise DataError(f"{path}: no such file.")
         files.append((path.name, path.read_bytes()))
-    return images_from_files(files)
+    return images_from_files(files, spec=spec)
 
 
 # ----------------------------------------------------------------------------- folders
 
 
-def image_folder(root: str | Path) -> FolderSource:
-    """An ImageFolder tree: one sub-folder per class (sorted names give the class order)."""
+def image_folder(root: str | Path, spec: InputSpec = DEFAULT_SPEC) -> FolderSource:
+    """An ImageFolder tree: one sub-folder per class (sorted names give the class order), its
+    files sorted within each class, as ``torchvision.datasets.ImageFolder`` orders them."""
     root = Path(root).expanduser()
     if not root.is_dir():
         raise DataError(f"{root}: no such folder. Give a folder with one sub-folder per class.")
-    class_dirs = sorted(entry for entry in root.iterdir() if entry.is_dir())
-    files: list[Path] = []
+    class_names = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+    names: list[str] = []
     labels: list[int] = []
-    for label, class_dir in enumerate(class_dirs):
+    for label, class_name in enumerate(class_names):
         class_files = sorted(
-            path for path in class_dir.iterdir() if path.suffix.lower() in IMAGE_SUFFIXES
+            entry.name
+            for entry in os.scandir(root / class_name)
+            if os.path.splitext(entry.name)[1].lower() in IMAGE_SUFFIXES
         )
-        files.extend(class_files)
+        names.extend(f"{class_name}/{name}" for name in class_files)
         labels.extend([label] * len(class_files))
-    if not files:
+    if not names:
         raise DataError(
             f"{root}: no images found. Expected the ImageFolder layout "
             "root/<class>/<image>.png|jpg|webp, for example .../cifar10-jpg/test."
         )
     return FolderSource(
         root=root,
-        files=tuple(files),
+        relative_names=tuple(names),
         label_tensor=torch.tensor(labels, dtype=torch.long),
-        class_names=tuple(class_dir.name for class_dir in class_dirs),
+        class_names=tuple(class_names),
         description=f"folder {root}",
+        spec=spec,
     )
 
 
-def cifar10_batches_folder(folder: str | Path, split: str = "test") -> ArraySource:
+def cifar10_batches_folder(
+    folder: str | Path, split: str = "test", spec: InputSpec = DEFAULT_SPEC
+) -> ArraySource:
     """torchvision's extracted ``cifar-10-batches-py`` folder, read without any download."""
     folder = Path(folder).expanduser()
     names = ["test_batch"] if split == "test" else [f"data_batch_{i}" for i in range(1, 6)]
@@ -317,6 +465,7 @@ def cifar10_batches_folder(folder: str | Path, split: str = "test") -> ArraySour
         label_tensor=torch.tensor(labels, dtype=torch.long),
         class_names=class_names,
         description=f"CIFAR-10 {split} ({folder})",
+        spec=spec,
     )
 
 
@@ -325,7 +474,9 @@ def _check_split(split: str) -> None:
         raise InputError(f"Unknown split '{split}'; use 'train' or 'test'.")
 
 
-def open_source(location: str | Path, split: str = "test") -> ImageSource:
+def open_source(
+    location: str | Path, split: str = "test", spec: InputSpec = DEFAULT_SPEC
+) -> ImageSource:
     """Open a local path of any supported kind.
 
     Accepts an ImageFolder tree, a folder holding ``train``/``test`` ImageFolder trees, a
@@ -337,10 +488,10 @@ def open_source(location: str | Path, split: str = "test") -> ImageSource:
         raise DataError(f"{path}: no such folder.")
     for candidate in (path, path / "cifar-10-batches-py"):
         if (candidate / "test_batch").is_file():
-            return cifar10_batches_folder(candidate, split)
+            return cifar10_batches_folder(candidate, split, spec)
     if (path / split).is_dir():
-        return image_folder(path / split)
-    return image_folder(path)
+        return image_folder(path / split, spec)
+    return image_folder(path, spec)
 
 
 # ----------------------------------------------------------------------------- CIFAR-10 download
@@ -421,6 +572,7 @@ def cifar10(
     download: bool = True,
     progress: ProgressCallback | None = None,
     mirror: Cifar10Mirror | None = None,
+    spec: InputSpec = DEFAULT_SPEC,
 ) -> ArraySource:
     """CIFAR-10 through ``torchvision.datasets.CIFAR10`` with a progress callback.
 
@@ -435,7 +587,7 @@ def cifar10(
     if not all((folder / name).is_file() for name in CIFAR10_FILES):
         _fetch_cifar10(root, split, download, progress, mirror)
     try:
-        source = cifar10_batches_folder(folder, split)
+        source = cifar10_batches_folder(folder, split, spec)
     except DataError as error:
         raise DataError(f"{error} Delete {folder} to download CIFAR-10 again.") from None
     return replace(source, description=f"CIFAR-10 {split} (torchvision, {root})")
@@ -467,12 +619,165 @@ def _fetch_cifar10(
         ) from None
 
 
-def default_cifar10(split: str = "test", progress: ProgressCallback | None = None) -> ImageSource:
+def default_cifar10(
+    split: str = "test",
+    progress: ProgressCallback | None = None,
+    spec: InputSpec = DEFAULT_SPEC,
+) -> ImageSource:
     """CIFAR-10 from ``$GRADPICK_CIFAR10_DIR`` when set, else torchvision's cached download."""
     configured = os.environ.get(CIFAR10_DIR_ENV)
     if configured:
-        return open_source(configured, split)
-    return cifar10(split, progress=progress)
+        return open_source(configured, split, spec)
+    return cifar10(split, progress=progress, spec=spec)
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive positions of a pass, decoded: the images that could be read, in order."""
+
+    positions: tuple[int, ...]
+    images: torch.Tensor
+    """uint8 [len(positions), 3, H, W] at the source's spec."""
+    skipped: tuple[tuple[int, str], ...] = ()
+    """(position, why) of each file that could not be decoded."""
+    upscaled: tuple[int, ...] = ()
+    animated: tuple[int, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def pin_memory(self) -> Chunk:
+        """Called by the DataLoader's pinning thread: page-locked pixels copy to a GPU
+        asynchronously (``non_blocking=True``)."""
+        return replace(self, images=self.images.pin_memory())
+
+
+def read_chunk(source: ImageSource, positions: Sequence[int]) -> Chunk:
+    """Decode ``positions`` of ``source``; unreadable files are skipped and reported."""
+    if isinstance(source, ArraySource) and source.native:
+        index = torch.as_tensor(list(positions), dtype=torch.long)
+        return Chunk(tuple(positions), source.images[index])
+    kept: list[int] = []
+    pixels: list[torch.Tensor] = []
+    skipped: list[tuple[int, str]] = []
+    upscaled: list[int] = []
+    animated: list[int] = []
+    for position in positions:
+        try:
+            decoded = source.read_one(position)
+        except DataError as error:
+            skipped.append((position, str(error)))
+            continue
+        kept.append(position)
+        pixels.append(decoded.pixels)
+        if decoded.upscaled:
+            upscaled.append(position)
+        if decoded.animated:
+            animated.append(position)
+    images = (
+        torch.stack(pixels) if pixels else torch.empty(0, 3, *source.spec.size, dtype=torch.uint8)
+    )
+    return Chunk(tuple(kept), images, tuple(skipped), tuple(upscaled), tuple(animated))
+
+
+class _Chunks(torch.utils.data.Dataset[Chunk]):
+    """A pass over positions as a map-style dataset of whole chunks: a worker decodes one
+    chunk at a time and hands it over in one piece."""
+
+    def __init__(self, source: ImageSource, positions: Sequence[int], chunk_size: int) -> None:
+        self.source = source
+        self.positions = list(positions)
+        self.chunk_size = chunk_size
+
+    def __len__(self) -> int:
+        return -(-len(self.positions) // self.chunk_size)
+
+    def __getitem__(self, index: int) -> Chunk:
+        start = index * self.chunk_size
+        return read_chunk(self.source, self.positions[start : start + self.chunk_size])
+
+
+def default_workers(chunks: int) -> int:
+    """Decoding processes for a pass of ``chunks`` chunks: one per CPU but one (left to the
+    model), at most 8, and none for a single chunk, which nothing could overlap."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows
+        cpus = os.cpu_count() or 1
+    return 0 if chunks <= 1 else max(1, min(8, cpus - 1, chunks))
+
+
+def stream(
+    source: ImageSource,
+    positions: Sequence[int] | None = None,
+    chunk_size: int = 256,
+    workers: int | None = None,
+    pin_memory: bool = False,
+) -> Iterator[Chunk]:
+    """Chunks of ``positions`` (default: all) in order, decoded by DataLoader workers ahead of
+    the consumer, so decoding overlaps the model and only a few chunks exist at once.
+
+    ``workers`` defaults to ``default_workers``; in-memory arrays at their own size are sliced
+    in this process. ``pin_memory`` page-locks each chunk for asynchronous copies to a GPU.
+    """
+    if chunk_size < 1:
+        raise InputError(f"chunk_size must be at least 1; got {chunk_size}.")
+    chunks = _Chunks(source, range(len(source)) if positions is None else positions, chunk_size)
+    if workers is None:
+        in_memory = isinstance(source, ArraySource) and source.native
+        workers = 0 if in_memory else default_workers(len(chunks))
+    loader = torch.utils.data.DataLoader(
+        chunks,
+        batch_size=None,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=pin_memory and torch.cuda.is_available(),
+    )
+    yield from loader
+
+
+@dataclass
+class ReadReport:
+    """What a pass over a source skipped or adapted, by image name, for the summary."""
+
+    spec: InputSpec
+    skipped: list[str] = field(default_factory=list)
+    """One message per unreadable file (it names the file)."""
+    upscaled: list[str] = field(default_factory=list)
+    animated: list[str] = field(default_factory=list)
+
+    def add(self, source: ImageSource, chunk: Chunk) -> None:
+        self.skipped.extend(why for _, why in chunk.skipped)
+        self.upscaled.extend(source.names(chunk.upscaled))
+        self.animated.extend(source.names(chunk.animated))
+
+    def notes(self) -> tuple[str, ...]:
+        notes = []
+        if self.skipped:
+            notes.append(
+                f"{len(self.skipped):,} file(s) could not be read and were skipped: "
+                + _listed(self.skipped, "; ")
+            )
+        if self.upscaled:
+            notes.append(
+                f"{len(self.upscaled):,} image(s) smaller than the model's input "
+                f"({self.spec.width}x{self.spec.height}) were upscaled: {_listed(self.upscaled)}"
+            )
+        if self.animated:
+            notes.append(
+                f"{len(self.animated):,} animated image(s), only the first frame used: "
+                + _listed(self.animated)
+            )
+        return tuple(notes)
+
+
+def _listed(items: Sequence[str], separator: str = ", ") -> str:
+    shown = separator.join(items[:NAMES_LISTED])
+    rest = len(items) - NAMES_LISTED
+    return f"{shown}{separator}and {rest:,} more." if rest > 0 else f"{shown}."
 
 
 # ----------------------------------------------------------------------------- batches
@@ -506,29 +811,39 @@ def load_batch(
     start: int = 0,
     size: int | None = None,
     seed: int | None = None,
-    chunk_size: int = 1024,
+    chunk_size: int = 256,
     progress: ProgressCallback | None = None,
+    workers: int | None = None,
 ) -> ImageBatch:
-    """Read a slice (or seeded sample) of a source in chunks, reporting progress per chunk."""
-    if chunk_size < 1:
-        raise InputError(f"chunk_size must be at least 1; got {chunk_size}.")
-    positions = batch_positions(len(source), start, size, seed)
-    images = torch.empty(len(positions), 3, IMAGE_SIZE, IMAGE_SIZE, dtype=torch.uint8)
-    for offset in range(0, len(positions), chunk_size):
-        chunk = positions[offset : offset + chunk_size]
-        images[offset : offset + len(chunk)] = source.read(chunk)
+    """A slice (or seeded sample) of a source decoded into memory, chunk by chunk with progress.
+
+    Files that cannot be decoded are left out of the batch and named in its notes; the batch's
+    ``positions`` say which images it holds.
+    """
+    wanted = batch_positions(len(source), start, size, seed)
+    images = torch.empty(len(wanted), 3, *source.spec.size, dtype=torch.uint8)
+    positions: list[int] = []
+    report = ReadReport(source.spec)
+    done = 0
+    for chunk in stream(source, wanted, chunk_size, workers):
+        images[len(positions) : len(positions) + len(chunk)] = chunk.images
+        positions.extend(chunk.positions)
+        report.add(source, chunk)
+        done += len(chunk) + len(chunk.skipped)
         if progress is not None:
-            progress(offset + len(chunk), len(positions))
+            progress(done, len(wanted))
+    if not positions:
+        raise DataError("None of the images could be read:\n" + "\n".join(report.skipped))
     all_labels = source.labels()
     labels = None if all_labels is None else all_labels[torch.tensor(positions)]
     return ImageBatch(
-        images=images,
+        images=images[: len(positions)],
         labels=labels,
         class_names=source.class_names,
         names=tuple(source.names(positions)),
         positions=tuple(positions),
         source=source.description,
-        notes=tuple(getattr(source, "notes", ())),
+        notes=report.notes(),
     )
 
 
@@ -536,10 +851,11 @@ def decoded_cache(source: ImageSource, progress: ProgressCallback | None = None)
     """The whole source decoded once into a uint8 tensor file under the cache dir.
 
     Training reads 50,000 JPEGs every epoch otherwise; the cache key covers the file list and
-    sizes, so editing the folder invalidates it.
+    sizes and the spec, so editing the folder invalidates it.
     """
     key = hashlib.sha256(source.description.encode())
     key.update(str(len(source)).encode())
+    key.update(repr(source.spec.to_json()).encode())
     if isinstance(source, FolderSource):
         for path in source.files:
             key.update(f"{path}:{path.stat().st_size}".encode())
@@ -547,12 +863,13 @@ def decoded_cache(source: ImageSource, progress: ProgressCallback | None = None)
     if path.is_file():
         try:
             cached = torch.load(path, weights_only=True)
+            positions = tuple(cached.get("positions", range(len(source))))
             return ImageBatch(
                 images=cached["images"],
                 labels=cached["labels"],
                 class_names=tuple(cached["class_names"]),
-                names=tuple(source.names(range(len(source)))),
-                positions=tuple(range(len(source))),
+                names=tuple(source.names(positions)),
+                positions=positions,
                 source=source.description,
             )
         except (RuntimeError, KeyError, EOFError, pickle.UnpicklingError):
@@ -561,7 +878,12 @@ def decoded_cache(source: ImageSource, progress: ProgressCallback | None = None)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
     torch.save(
-        {"images": batch.images, "labels": batch.labels, "class_names": list(batch.class_names)},
+        {
+            "images": batch.images,
+            "labels": batch.labels,
+            "class_names": list(batch.class_names),
+            "positions": list(batch.positions),
+        },
         temporary,
     )
     temporary.replace(path)

@@ -143,6 +143,23 @@ def enlarge(array: np.ndarray, factor: int) -> np.ndarray:
     return np.repeat(np.repeat(array, factor, axis=0), factor, axis=1)
 
 
+def fit(array: np.ndarray, side: int) -> np.ndarray:
+    """A uint8 [H, W] or [H, W, 3] picture shown about ``side`` pixels high: enlarged by the
+    largest whole factor that fits (no blur), or, when taller than ``side``, downsampled by
+    averaging each output pixel's area, so a 224- or 512-pixel map stays legible on the page
+    without dropping any input pixel's contribution. Exports use the full-size arrays."""
+    height, width = array.shape[:2]
+    if height <= side:
+        return enlarge(array, max(1, side // height))
+    size = (max(1, round(width * side / height)), side)
+    return np.asarray(Image.fromarray(array).resize(size, Image.Resampling.BOX))
+
+
+def panel_factor(height: int, side: int = 128) -> int:
+    """The whole enlargement that brings ``height`` to about ``side`` pixels, never below 1."""
+    return max(1, side // height)
+
+
 def channel_maps(maps_one: torch.Tensor, limit: float) -> list[np.ndarray]:
     """One image's signed map per channel (R, G, B), each coloured on [-limit, limit]."""
     if maps_one.dim() != 3:
@@ -158,13 +175,14 @@ def grid_png(
     maps: torch.Tensor,
     titles: Sequence[str],
     shared_scale: bool = True,
-    factor: int = 4,
+    factor: int | None = None,
 ) -> bytes:
     """A PNG with one row per picked image: image | saliency heatmap | overlay, each titled.
 
     ``images`` are the uint8 [k, 3, H, W] originals and ``maps`` their [k, C, H, W] attributions;
     each row's title gets the heatmap's upper limit, so rows with a per-image scale can still be
-    compared by number.
+    compared by number. Panels are enlarged by ``factor`` (default: a whole factor bringing small
+    inputs to about 128 pixels; 1, full resolution, for inputs of 128 pixels and more).
     """
     if len(maps) == 0:
         raise InputError("No images to render: pick at least one.")
@@ -173,6 +191,7 @@ def grid_png(
             f"Got {len(images)} images, {len(maps)} maps and {len(titles)} titles; "
             "give one of each per picked image."
         )
+    factor = panel_factor(int(maps.shape[2])) if factor is None else factor
     _check_factor(factor)
     heat = saliency(maps)
     limits = scale_limits(heat, shared=shared_scale)

@@ -101,7 +101,8 @@ def check_training_source(source: ImageSource) -> None:
     if source.labels() is None:
         raise DataError(f"{source.description}: training needs labelled images.")
     if isinstance(source, FolderSource):
-        for path in source.files[:: max(1, len(source.files) // 20)]:
+        for name in source.relative_names[:: max(1, len(source) // 20)]:
+            path = source.root / name
             with Image.open(path) as image:
                 if image.size != (IMAGE_SIZE, IMAGE_SIZE):
                     raise DataError(

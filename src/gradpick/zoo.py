@@ -24,7 +24,9 @@ to pixels in [0, 1] at the model's own input size. Example::
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
+import json
 import math
 import os
 import re
@@ -121,9 +123,23 @@ class LoadedModel:
             weights = f"random weights, seed {RANDOM_WEIGHTS_SEED}, untrained"
         return f"{self.name} ({weights}); input {self.spec.describe()}"
 
+    @property
+    def store_identity(self) -> str:
+        """What decides whether stored outputs are this model's: name, weights, input spec.
+
+        Random weights are seeded, so they are named by their seed; a factory's own weights
+        by its name alone.
+        """
+        weights = self.weights_sha256 or (
+            "own-weights" if self.kind == "factory" else f"random-seed{RANDOM_WEIGHTS_SEED}"
+        )
+        spec = json.dumps(self.spec.to_json(), sort_keys=True).encode()
+        return f"{self.name}:{weights}:{hashlib.sha256(spec).hexdigest()[:12]}"
+
     def identity(self) -> dict[str, Any]:
         """Plain JSON naming the exact model: sidecars and stored outputs carry it."""
         return {
+            "identity": self.store_identity,
             "name": self.name,
             "kind": self.kind,
             "weights": self.weights,

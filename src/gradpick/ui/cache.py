@@ -19,16 +19,13 @@ from torch import nn
 
 from gradpick.attribution import Attribution
 from gradpick.data import ImageBatch, ImageSource
-from gradpick.infer import InferenceResult, infer
+from gradpick.infer import InferenceResult
 from gradpick.measure import MemoryReport
-from gradpick.ui import figures, heatmaps, service
+from gradpick.store import OpenedStore
+from gradpick.ui import figures, heatmaps, service, stored
 from gradpick.ui.service import DataChoice, ModelOption
 from gradpick.zoo import LoadedModel
 
-INFERENCE_BATCH_SIZE = 128
-"""Images per inference step in the app: activations of 500 ResNet-20 images at a time take
-~130 MB at their peak, a fifth of a small host's memory; 128 take a quarter of that, at the
-same throughput on a CPU."""
 PROGRESS_THRESHOLD = 2000
 """Batches at least this large get a progress bar; smaller ones finish before it would draw."""
 
@@ -101,15 +98,44 @@ def output_count(identity: str, device: str, _model: nn.Module) -> int:
 
 @st.cache_data(max_entries=8, show_spinner="Running inference…")
 def inference(
-    batch_key: str, model_identity: str, device: str, _model: nn.Module, _batch: ImageBatch
+    batch_key: str,
+    model_identity: str,
+    device: str,
+    _served: LoadedModel,
+    _batch: ImageBatch,
+    _source: ImageSource,
+    _keep: bool = True,
 ) -> InferenceResult:
+    """The batch's outputs: from the app's own store of them when it has one, else inferred
+    (images per step: ``stored.INFERENCE_BATCH_SIZE``) and, unless hosted, kept there for the
+    next visit."""
     bar = ProgressBar("Inference")
     try:
-        return infer(
-            _model, _batch.images, _batch.labels, batch_size=INFERENCE_BATCH_SIZE, progress=bar
-        )
+        return stored.infer_and_keep(_served, _source, _batch, bar, _keep)
     finally:
         bar.close()
+
+
+@st.cache_resource(max_entries=4, show_spinner="Opening the stored outputs…")
+def stored_outputs(path: str, stamp: float) -> OpenedStore:
+    """A store the user opened; ``stamp`` (the folder's modification time) changes when a new
+    run replaces it."""
+    return stored.open_stored(path)
+
+
+@st.cache_data(max_entries=8, ttl=30, show_spinner="Checking the images against the store…")
+def store_is_current(
+    store_key: str, stamp: float, _opened: OpenedStore, _source: ImageSource
+) -> bool:
+    """Re-checked at most every 30 s: a fingerprint reads one ``stat`` per image."""
+    return stored.is_current(_opened, _source)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def stored_result(
+    batch_key: str, stamp: float, model_identity: str, _opened: OpenedStore, _batch: ImageBatch
+) -> InferenceResult:
+    return stored.stored_result(_opened, _batch)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -54,6 +54,8 @@ class AppConfig:
     user_model: UserModelArgs | None = None
     problem: str | None = None
     """Why the command line could not be read, for the page to show."""
+    outputs: str | None = None
+    """``--outputs DIR``: stored outputs to open first (local runs only)."""
 
     @property
     def allow_local_folder(self) -> bool:
@@ -123,10 +125,22 @@ def parse_user_model(argv: Sequence[str], env: Mapping[str, str]) -> UserModelAr
     )
 
 
+def parse_outputs(argv: Sequence[str]) -> str | None:
+    """``--outputs DIR`` from the script's argv: a store to open (``gradpick infer --out``)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("--outputs")
+    try:
+        known, _ = parser.parse_known_args(list(argv))
+    except argparse.ArgumentError as error:
+        raise InputError(f"The command line: {error}. Use -- --outputs DIR.") from None
+    return known.outputs or None
+
+
 def app_config() -> AppConfig:
     """The configuration of this run, from the environment, the working folder and argv."""
     hosted = hosted_mode(os.environ.get(HOSTED_ENV), Path.cwd())
     try:
-        return AppConfig(hosted, parse_user_model(sys.argv[1:], os.environ))
+        outputs = parse_outputs(sys.argv[1:])
+        return AppConfig(hosted, parse_user_model(sys.argv[1:], os.environ), outputs=outputs)
     except InputError as error:
         return AppConfig(hosted, problem=str(error))

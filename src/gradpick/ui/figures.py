@@ -45,6 +45,9 @@ THUMBNAIL_GAP = 2
 CHART_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["toImage"]}
 """Plotly options of every chart on the page: no logo, no PNG export button."""
 """Transparent pixels between thumbnails of a sheet, so the page background shows through."""
+THUMBNAIL_SIDE = 64
+"""Thumbnails of larger inputs are averaged down to this side: a page of 100 224-pixel images
+would otherwise send a 2,260-pixel PNG for cells drawn about 56 pixels wide."""
 WEBGL_ABOVE = 5000
 """Scatters with more points are drawn with WebGL: thousands of SVG markers make a page slow."""
 SELECT_MODES: tuple[Literal["points", "box", "lasso"], ...] = ("points", "box", "lasso")
@@ -133,8 +136,12 @@ def _side_by_side(
 # ----------------------------------------------------------------------------- thumbnails
 
 
-def thumbnail_sheet(images: np.ndarray, columns: int) -> bytes:
-    """A PNG of uint8 [n, 3, H, W] images in rows of ``columns``, transparent between them."""
+def thumbnail_sheet(images: np.ndarray, columns: int, side: int = THUMBNAIL_SIDE) -> bytes:
+    """A PNG of uint8 [n, 3, H, W] images in rows of ``columns``, transparent between them;
+    images taller than ``side`` are averaged down to it (``render.fit``)."""
+    if images.shape[2] > side:
+        images = np.stack([render.fit(image.transpose(1, 2, 0), side) for image in images])
+        images = images.transpose(0, 3, 1, 2)
     count, _, height, width = images.shape
     rows = max(1, math.ceil(count / columns))
     cell_h, cell_w = height + THUMBNAIL_GAP, width + THUMBNAIL_GAP

@@ -32,7 +32,9 @@ TARGET_LABELS = {
 }
 WHOLE_BATCH_BUDGET = 4 << 30
 """Saved-activation bytes above which a whole-batch strategy is refused rather than run."""
-ENLARGE = 4
+DISPLAY_SIDE = 128
+"""Panels are shown this many pixels high: 32-pixel inputs enlarged 4x by whole pixels, 224-pixel
+ones averaged down (``render.fit``); exports keep the model's full resolution."""
 APP_LIBRARIES = ("streamlit", "plotly", "pillow")
 
 
@@ -146,7 +148,7 @@ def step_memory(
 
 @dataclass(frozen=True)
 class Tiles:
-    """The pictures of one picked image, each enlarged ``ENLARGE`` times without blurring."""
+    """The pictures of one picked image at ``DISPLAY_SIDE`` pixels (``render.fit``)."""
 
     image: np.ndarray
     heat: np.ndarray
@@ -177,11 +179,11 @@ def tiles(images: torch.Tensor, maps: torch.Tensor, shared_scale: bool) -> list[
         heat_rgb = render.colorize(values, float(limit))
         result.append(
             Tiles(
-                image=render.enlarge(original, ENLARGE),
-                heat=render.enlarge(heat_rgb, ENLARGE),
-                overlay=render.enlarge(render.overlay(original, heat_rgb), ENLARGE),
+                image=render.fit(original, DISPLAY_SIDE),
+                heat=render.fit(heat_rgb, DISPLAY_SIDE),
+                overlay=render.fit(render.overlay(original, heat_rgb), DISPLAY_SIDE),
                 channels=tuple(
-                    render.enlarge(channel, ENLARGE)
+                    render.fit(channel, DISPLAY_SIDE)
                     for channel in render.channel_maps(signed, float(channel_limit))
                 ),
                 saliency=values,

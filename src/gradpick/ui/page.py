@@ -7,9 +7,13 @@ and leaves the others working.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import streamlit as st
 
+from gradpick import store
+from gradpick.data import ImageBatch
+from gradpick.infer import InferenceResult
 from gradpick.ui import (
     cache,
     checks_panel,
@@ -18,6 +22,7 @@ from gradpick.ui import (
     process,
     service,
     sidebar,
+    state,
     strategies_panel,
 )
 from gradpick.ui.config import (
@@ -29,6 +34,7 @@ from gradpick.ui.config import (
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
 from gradpick.units import format_bytes
+from gradpick.zoo import LoadedModel
 
 PIXELATED = """<style>
 .js-plotly-plot image, [data-testid="stImage"] img { image-rendering: pixelated; }
@@ -60,10 +66,46 @@ def _load(settings: Settings) -> Loaded | None:
         )
         if note:
             st.warning(note)
-        result = cache.inference(choice.batch_key, option.identity, str(device), model, batch)
+        if choice.kind == "stored":
+            result = _stored_outputs(settings, served, batch)
+        else:
+            keep = not app_config().hosted  # a hosted demo keeps no stores on its disk
+            result = cache.inference(
+                choice.batch_key, option.identity, str(device), served, batch, source, keep
+            )
         hover = tuple(service.describe_indices(batch, result, range(len(batch))))
         loaded = Loaded(choice, batch, option, served, device, result, hover)
     return loaded
+
+
+def _stored_outputs(settings: Settings, served: LoadedModel, batch: ImageBatch) -> InferenceResult:
+    """The batch's outputs from the store the user opened: refused when another model wrote
+    it; when its images changed since, said so, with a button to infer them again."""
+    choice, option, source = settings.data, settings.model, settings.source
+    assert choice is not None and source is not None
+    path = choice.outputs.strip()
+    stamp = Path(path).expanduser().stat().st_mtime
+    opened = cache.stored_outputs(path, stamp)
+    store.check_store(opened, served.store_identity)
+    again = state.per_source(state.REINFER, choice.source_key)
+    if st.session_state.get(again):
+        st.caption(f"Inferred again with this model; {opened.path} is left as it was.")
+        return cache.inference(
+            choice.batch_key, option.identity, str(settings.device), served, batch, source
+        )
+    if cache.store_is_current(choice.source_key, stamp, opened, source):
+        st.caption(f"Outputs of {len(opened):,} images stored in {opened.path}: not inferred.")
+    else:
+        st.warning(
+            f"The images in {source.description} changed since {opened.path} was written: its "
+            "outputs may not describe them any more."
+        )
+        st.button(
+            "Infer these images again",
+            key=state.REINFER,
+            on_click=lambda: st.session_state.__setitem__(again, True),
+        )
+    return cache.stored_result(choice.batch_key, stamp, option.identity, opened, batch)
 
 
 def main() -> None:

@@ -29,8 +29,15 @@ from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
 from gradpick.zoo import LoadedModel, SpecOverrides
 
 DEFAULT_BATCH_SIZE = 1000
-SOURCE_KINDS = ("cifar10", "folder", "upload")
-SOURCE_LABELS = {"cifar10": "CIFAR-10", "folder": "Local folder", "upload": "Uploaded images"}
+SOURCE_KINDS = ("cifar10", "folder", "upload", "stored")
+SOURCE_LABELS = {
+    "cifar10": "CIFAR-10",
+    "folder": "Local folder",
+    "upload": "Uploaded images",
+    "stored": "Stored outputs",
+}
+LOCAL_KINDS = ("folder", "stored")
+"""Sources that read the server's file system: off in hosted mode."""
 RANDOM_WEIGHTS_SEED = 0
 """Seed of the stand-in model offered while no trained weights ship: same model every run."""
 LOG = logging.getLogger("gradpick.ui")
@@ -67,9 +74,13 @@ class DataChoice:
     hosted: bool = False
     """A hosted page names CIFAR-10 by ``public_name``, never by the server's folder, in what it
     shows and in its error messages."""
+    outputs: str = ""
+    """The folder of stored outputs (``gradpick infer --out``), for the 'stored' kind."""
 
     @property
     def source_key(self) -> str:
+        if self.kind == "stored":
+            return f"stored:{self.outputs.strip()}"
         if self.kind == "upload":
             return "upload:" + ",".join(upload.identity for upload in self.uploads)
         if self.kind == "folder":
@@ -87,11 +98,16 @@ class DataChoice:
         return f"{self.source_key}|start={self.start}|size={self.size}|seed={self.seed}"
 
 
-def open_source(choice: DataChoice, progress: ProgressCallback | None = None) -> ImageSource:
-    """The image source a choice names; ``progress`` follows a CIFAR-10 download."""
+def open_source(
+    choice: DataChoice,
+    progress: ProgressCallback | None = None,
+    spec: InputSpec = data.DEFAULT_SPEC,
+) -> ImageSource:
+    """The image source a choice names, read at the model's ``spec``; ``progress`` follows a
+    CIFAR-10 download. Stored outputs are read at the spec they were inferred at."""
     if choice.kind == "cifar10":
         with _named_for_visitors(choice):
-            source = data.default_cifar10(choice.split, progress=progress)
+            source = data.default_cifar10(choice.split, progress=progress, spec=spec)
         if not choice.hosted:
             return source
         assert isinstance(source, data.ArraySource | data.FolderSource), type(source)
@@ -102,9 +118,14 @@ def open_source(choice: DataChoice, progress: ProgressCallback | None = None) ->
                 "Type the path of a folder: an ImageFolder tree (one sub-folder per class), a "
                 "folder holding train/ and test/ trees, or an extracted cifar-10-batches-py."
             )
-        return data.open_source(choice.folder.strip(), choice.split)
+        return data.open_source(choice.folder.strip(), choice.split, spec)
     if choice.kind == "upload":
-        return data.images_from_files([(upload.name, upload.data) for upload in choice.uploads])
+        files = [(upload.name, upload.data) for upload in choice.uploads]
+        return data.images_from_files(files, spec=spec)
+    if choice.kind == "stored":
+        from gradpick.ui import stored
+
+        return stored.stored_source(stored.open_stored(choice.outputs))
     raise InputError(f"Unknown data source '{choice.kind}'; use one of {', '.join(SOURCE_KINDS)}.")
 
 

@@ -15,7 +15,13 @@ from gradpick.ui import cache, service, state
 from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest
-from gradpick.ui.service import DEFAULT_BATCH_SIZE, SOURCE_KINDS, SOURCE_LABELS, DataChoice
+from gradpick.ui.service import (
+    DEFAULT_BATCH_SIZE,
+    LOCAL_KINDS,
+    SOURCE_KINDS,
+    SOURCE_LABELS,
+    DataChoice,
+)
 from gradpick.ui.session import Settings
 
 
@@ -37,8 +43,11 @@ def render(config: AppConfig) -> Settings:
 
 
 def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
-    kinds = [kind for kind in SOURCE_KINDS if kind != "folder" or config.allow_local_folder]
-    kind = st.radio("Source", kinds, format_func=SOURCE_LABELS.__getitem__, key=state.SOURCE_KIND)
+    kinds = [kind for kind in SOURCE_KINDS if kind not in LOCAL_KINDS or config.allow_local_folder]
+    first = kinds.index("stored") if config.outputs and "stored" in kinds else 0
+    kind = st.radio(
+        "Source", kinds, index=first, format_func=SOURCE_LABELS.__getitem__, key=state.SOURCE_KIND
+    )
     if kind == "upload":
         files = st.file_uploader(
             "Images (several at once)",
@@ -54,9 +63,22 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
         for problem in problems:
             st.error(problem)
         if not uploads:
-            st.info("Upload one or more images; each is resized and centre-cropped to 32x32.")
+            st.info(
+                "Upload one or more images; each is resized and centre-cropped to the model's "
+                "input size."
+            )
             return None, None
         base = DataChoice(kind="upload", size=None, uploads=uploads)
+    elif kind == "stored":
+        outputs = st.text_input(
+            "Outputs folder",
+            value=config.outputs or "",
+            key=state.OUTPUTS_PATH,
+            placeholder="a folder written by gradpick infer --out",
+            help="Outputs stored by gradpick infer --model MODEL --data FOLDER --out DIR: the "
+            "batch is shown from them, without inferring again.",
+        )
+        base = DataChoice(kind="stored", outputs=outputs)
     else:
         split = st.selectbox("Split", ("test", "train"), key=state.SPLIT)
         folder = ""

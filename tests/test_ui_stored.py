@@ -1,0 +1,111 @@
+"""The explorer's stores: its own inference kept and found again, stores the user opens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gradpick import data, models, store
+from gradpick.cli import main
+from gradpick.errors import DataError
+from gradpick.infer import infer
+from gradpick.ui import service, stored
+from gradpick.ui.service import ModelOption
+from gradpick.zoo import LoadedModel
+
+TUTORIAL = ModelOption("tutorial")
+"""The seeded stand-in tutorial net (no weights ship in the tests' assets folder)."""
+
+
+@pytest.fixture
+def source(image_folder_factory: Any) -> data.FolderSource:
+    return data.image_folder(image_folder_factory(list(data.CIFAR10_CLASSES), per_class=2))
+
+
+@pytest.fixture
+def model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> LoadedModel:
+    monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path / "no-assets"))
+    return service.load_model(TUTORIAL, torch.device("cpu"))
+
+
+def test_the_apps_inference_is_kept_and_found_again(
+    source: Any, model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = data.load_batch(source, size=8, seed=1)
+    first = stored.infer_and_keep(model, source, batch)
+    path = stored.own_store_path(model, source, batch)
+    assert path.parent == data.cache_dir() / "outputs" and store.open_store(path)
+    assert torch.equal(first.logits, infer(model.module, batch.images, batch.labels).logits)
+
+    def no_inference(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the kept outputs should have been used")
+
+    monkeypatch.setattr(stored, "infer", no_inference)
+    again = stored.infer_and_keep(model, source, batch)
+    assert torch.equal(again.logits, first.logits) and torch.equal(again.losses, first.losses)
+    assert again.milliseconds > 0  # the stored run's time, for the throughput readout
+    # another model, another batch or a changed folder never finds these outputs
+    other = data.load_batch(source, size=8, seed=2)
+    assert stored.own_store_path(model, source, other) != path
+    assert (
+        stored.own_store_path(
+            service.load_model(ModelOption("resnet20"), torch.device("cpu")), source, batch
+        )
+        != path
+    )
+    (source.files[0]).write_bytes((source.files[1]).read_bytes())
+    assert stored.own_store_path(model, data.image_folder(source.root), batch) != path
+
+
+def test_a_cli_store_opens_with_its_folder_and_the_batchs_rows(
+    source: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    weights = tmp_path / "tutorial.pt"
+    torch.save(models.build("tutorial").state_dict(), weights)
+    out = tmp_path / "outputs"
+    arguments = ["infer", "--model", "tutorial", "--weights", str(weights)]
+    assert main([*arguments, "--data", str(source.root), "--out", str(out)]) == 0
+    opened = stored.open_stored(str(out))
+    opened_source = stored.stored_source(opened)
+    assert opened_source.fingerprint() == source.fingerprint()
+    assert stored.is_current(opened, opened_source)
+    batch = data.load_batch(opened_source, size=6, seed=0)
+    result = stored.stored_result(opened, batch)
+    direct = infer(models.load("tutorial", weights), batch.images, batch.labels)
+    assert torch.allclose(result.logits, direct.logits, atol=1e-5)
+    assert torch.equal(result.predictions, direct.predictions)
+    uploaded = service.uploaded_weights_option(
+        TUTORIAL, service.Upload.of("tutorial.pt", weights.read_bytes())
+    )
+    cpu = torch.device("cpu")
+    # the same weights, uploaded
+    store.check_store(opened, service.load_model(uploaded, cpu).store_identity)
+    with pytest.raises(DataError, match="written by model tutorial:"):
+        store.check_store(opened, service.load_model(TUTORIAL, cpu).store_identity)
+
+
+def test_a_store_missing_rows_of_the_batch_says_to_re_infer(
+    source: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    weights = tmp_path / "tutorial.pt"
+    torch.save(models.build("tutorial").state_dict(), weights)
+    out = tmp_path / "outputs"
+    arguments = ["infer", "--model", "tutorial", "--weights", str(weights), "--size", "5"]
+    assert main([*arguments, "--data", str(source.root), "--out", str(out)]) == 0
+    opened = stored.open_stored(str(out))
+    batch = data.load_batch(stored.stored_source(opened), start=3, size=4)
+    with pytest.raises(
+        DataError, match=r"holds no outputs for bird/0001.png \(and 1 more.*Re-infer"
+    ):
+        stored.stored_result(opened, batch)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"), [("  ", "Type the folder"), ("/nowhere", "no stored")]
+)
+def test_opening_nothing_is_explained(path: str, message: str) -> None:
+    with pytest.raises(DataError, match=message):
+        stored.open_stored(path)
