@@ -434,7 +434,7 @@ def test_infer_out_writes_a_store_of_every_image(capsys, ten_classes, weights, t
     meta = opened.metadata
     assert meta["model"]["identity"] == models.load_model("tutorial", weights).store_identity
     assert meta["model"]["weights_sha256"] == models.sha256_file(weights)
-    assert meta["input_spec"] == data.DEFAULT_SPEC.to_json()
+    assert meta["input_spec"] == models.load_model("tutorial", weights).spec.to_json()
     assert meta["source"]["root"] == str(ten_classes)
     assert meta["source"]["fingerprint"] == source.fingerprint()
     assert meta["gradpick_version"] and meta["skipped"] == []

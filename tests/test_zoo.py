@@ -459,7 +459,6 @@ def sample_paths(folder: Path) -> list[Path]:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--input-size", "64"], "are 32x32 pixels but torchvision:resnet18 takes 64x64"),
         (["--input-size", "32", "--mean", "0.5", "0.5"], "needs one value per colour channel"),
         (["--input-size", "abc"], "is not a size"),
     ],
@@ -470,6 +469,16 @@ def test_cli_spec_flags_that_do_not_fit_are_one_clear_line(
     status = main(["infer", "--model", "torchvision:resnet18", *flags, "--data", str(folder)])
     err = capsys.readouterr().err
     assert status == 2 and message in err and "Traceback" not in err
+
+
+def test_cli_reads_the_images_at_the_input_size_the_flags_set(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(
+        ["infer", "--model", "torchvision:resnet18", "--input-size", "64", "--data", str(folder)]
+    )
+    printed = capsys.readouterr().out
+    assert status == 0 and "input 64x64 (shorter side 64" in printed
 
 
 def test_cli_eval_of_a_model_for_other_classes_is_one_clear_line(

@@ -242,12 +242,14 @@ class FolderSource(_Reads):
         return [self.relative_names[p] for p in positions]
 
     def read_one(self, position: int) -> DecodedImage:
-        path = self.root / self.relative_names[position]
+        # Named as the source names it (relative to its root): messages then say which image,
+        # without the server's own folders.
+        name = self.relative_names[position]
         try:
-            content = path.read_bytes()
+            content = (self.root / name).read_bytes()
         except OSError as error:
-            raise DataError(f"{path}: cannot be read ({error.strerror or error}).") from None
-        return decode(content, str(path), self.spec)
+            raise DataError(f"{name}: cannot be read ({error.strerror or error}).") from None
+        return decode(content, name, self.spec)
 
     def at_spec(self, spec: InputSpec) -> FolderSource:
         return replace(self, spec=spec)
@@ -775,7 +777,7 @@ class ReadReport:
 
 
 def _listed(items: Sequence[str], separator: str = ", ") -> str:
-    shown = separator.join(items[:NAMES_LISTED])
+    shown = separator.join(item.rstrip(".") for item in items[:NAMES_LISTED])
     rest = len(items) - NAMES_LISTED
     return f"{shown}{separator}and {rest:,} more." if rest > 0 else f"{shown}."
 
