@@ -48,3 +48,13 @@ def test_requirements_install_gradpick_and_use_the_cpu_index() -> None:
 def test_no_lock_file_that_the_host_would_read_first() -> None:
     for name in ("uv.lock", "Pipfile", "Pipfile.lock", "poetry.lock", "environment.yml"):
         assert not (ROOT / name).exists(), f"{name} would override requirements.txt on the host"
+
+
+def test_make_test_installs_the_distributed_extra_so_ci_runs_the_ray_tests() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert [Requirement(line) for line in extras["distributed"]] == [
+        Requirement("ray[data]==2.60.0")
+    ]
+    assert "-e '.[test,distributed]'" in (ROOT / "Makefile").read_text()

@@ -18,13 +18,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradpick import data, models
+from gradpick import data, models, store
 from gradpick.devices import DEVICE_CHOICES
 from gradpick.errors import GradpickError, InputError, ModelError
 from gradpick.gradients import REDUCTIONS, STRATEGIES, TARGETS, GradientResult, input_gradients
 from gradpick.infer import as_model_input, infer
 from gradpick.measure import MemoryFigure, MemoryReport
 from gradpick.selection import parse_indices
+from gradpick.spec import InputSpec
 from gradpick.versions import library_versions
 
 Handler = Callable[[argparse.Namespace], int]
@@ -281,6 +282,10 @@ def _batch_description(source: data.ImageSource, args: argparse.Namespace, count
 
 
 def _cmd_infer(args: argparse.Namespace) -> int:
+    if args.engine == "ray":
+        return _cmd_infer_ray(args)
+    if args.out is not None:
+        raise InputError("--out writes a store with --engine ray; add --engine ray.")
     source = _source(args.data, args.split)
     loaded = _load_model(args)
     batch = data.load_batch(source, args.start, args.size, args.seed, progress=_reading_progress)
@@ -293,6 +298,77 @@ def _cmd_infer(args: argparse.Namespace) -> int:
         f"time: {result.milliseconds:,.1f} ms on {result.device} (batch size {args.batch_size}), "
         f"{result.images_per_second:,.0f} images/s"
     )
+    return 0
+
+
+def _store_metadata(
+    loaded: _LoadedModel, spec: InputSpec, source: data.ImageSource, names: list[str]
+) -> dict[str, Any]:
+    """What a store records about its model and source (the ``gradpick`` schema key)."""
+    root = getattr(source, "root", None)
+    return {
+        "model": {**loaded.provenance(), "input_spec": spec.to_json()},
+        "source": {
+            "description": source.description,
+            "root": None if root is None else str(root),
+            "fingerprint": None if root is None else store.source_fingerprint(root, names),
+            "images": len(names),
+            "class_names": list(source.class_names),
+        },
+    }
+
+
+def _image_rows(
+    source: data.ImageSource, positions: list[int]
+) -> tuple[Path, list[tuple[int, str, int | None]]]:
+    """The source's root and its (position, relative name, label) rows, which Ray workers read
+    by themselves; only a folder of image files has them."""
+    root = getattr(source, "root", None)
+    if root is None:
+        raise InputError(
+            f"Ray workers read image files; {source.description} is not a folder of images. "
+            "Give --data an ImageFolder tree (root/<class>/<image>)."
+        )
+    labels = source.labels()
+    label_list = [None] * len(positions) if labels is None else labels[positions].tolist()
+    return Path(root), list(zip(positions, source.names(positions), label_list, strict=True))
+
+
+def _cmd_infer_ray(args: argparse.Namespace) -> int:
+    """The same inference as a Ray Data pipeline, written to the store at --out."""
+    from gradpick import distributed
+
+    if args.out is None:
+        raise InputError("--engine ray writes its outputs to a store: give --out DIR.")
+    source = _source(args.data, args.split)
+    positions = data.batch_positions(len(source), args.start, args.size, args.seed)
+    root, rows = _image_rows(source, positions)
+    names = [row[1] for row in rows]
+    loaded = _load_model(args)
+    spec = InputSpec()
+    options = distributed.ClusterOptions(
+        address=args.address,
+        workers=args.workers,
+        gpus_per_worker=args.gpus_per_worker,
+        batch_size=args.batch_size,
+    )
+    run = distributed.infer_on_ray(
+        distributed.builtin_recipe(loaded.name, loaded.weights),
+        rows,
+        root,
+        spec,
+        _store_metadata(loaded, spec, source, names),
+        Path(args.out).expanduser(),
+        options,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    print(f"model: {loaded.describe()}")
+    print(f"images: {_batch_description(source, args, run.rows)}")
+    print(
+        f"time: {run.seconds:,.1f} s on {run.cluster} with {args.workers} worker(s), "
+        f"{run.images_per_second:,.0f} images/s"
+    )
+    print(f"wrote {run.rows:,} rows in {run.parts} part(s) to {run.out}")
     return 0
 
 
@@ -501,6 +577,27 @@ def _infer_parser(commands: argparse._SubParsersAction) -> None:
     _add_batch_arguments(parser)
     _add_model_arguments(parser)
     parser.add_argument("--batch-size", type=_positive_int, default=500)
+    parser.add_argument(
+        "--engine",
+        default="local",
+        choices=("local", "ray"),
+        help="local: this process; ray: a Ray Data pipeline (pip install 'gradpick[distributed]')",
+    )
+    parser.add_argument("--out", metavar="DIR", help="write the outputs to the store DIR")
+    parser.add_argument(
+        "--address",
+        help="with --engine ray: join the Ray cluster at host:port (default: start "
+        "a local instance)",
+    )
+    parser.add_argument(
+        "--workers", type=_positive_int, default=2, help="with --engine ray: model workers"
+    )
+    parser.add_argument(
+        "--gpus-per-worker",
+        type=_bounded(float, 0),
+        default=0.0,
+        help="with --engine ray: GPUs each worker holds (0: infer on its CPU)",
+    )
     parser.set_defaults(handler=_cmd_infer)
 
 
@@ -592,12 +689,50 @@ def _bench_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_cmd_bench)
 
 
+def _cmd_bench_distributed(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from gradpick import distributed
+
+    source = _source(args.data, args.split)
+    root, rows = _image_rows(source, data.batch_positions(len(source), 0, args.size))
+    name = args.model or (models.shipped_models() or list(models.ARCHITECTURES))[0]
+    recipe = distributed.builtin_recipe(name, args.weights)
+    print(f"{name} on {len(rows):,} images of {source.description}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="gradpick-bench-") as scratch:
+        results = distributed.benchmark(
+            recipe, rows, root, InputSpec(), Path(scratch), args.workers, args.batch_size
+        )
+    print(distributed.bench_table(results))
+    cap = distributed.local_object_store_bytes()
+    print(f"\nobject store of the local Ray instance capped at {cap / 1024**3:.2f} GiB")
+    return 0
+
+
+def _bench_distributed_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "bench-distributed",
+        help="time inference on Ray Data against one process on the same cores",
+        description="Infer the same images in one process (--workers torch threads) and on a "
+        "local Ray instance (--workers single-CPU workers), each writing a store; prints "
+        "throughput and peak memory of the driver, the workers and Ray's own processes.",
+    )
+    _add_data_arguments(parser, "train")
+    parser.add_argument("--size", type=_positive_int, help="number of images (default: all)")
+    parser.add_argument("--model", choices=list(models.ARCHITECTURES))
+    parser.add_argument("--weights", help="weights file (default: the shipped weights)")
+    parser.add_argument("--workers", type=_positive_int, default=2)
+    parser.add_argument("--batch-size", type=_positive_int, default=500)
+    parser.set_defaults(handler=_cmd_bench_distributed)
+
+
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _train_parser,
     _eval_parser,
     _infer_parser,
     _grads_parser,
     _bench_parser,
+    _bench_distributed_parser,
 ]
 
 
