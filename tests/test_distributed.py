@@ -24,7 +24,7 @@ from torch import nn
 
 from gradpick import data, distributed, models, store
 from gradpick.cli import main
-from gradpick.errors import DataError
+from gradpick.errors import DataError, InputError
 from gradpick.infer import infer
 from gradpick.spec import InputSpec
 
@@ -52,31 +52,36 @@ def ray_session() -> Iterator[None]:
     ray.shutdown()
 
 
-def rows_of(source: data.FolderSource) -> list[distributed.Row]:
+def rows_of(source: data.FolderSource, labelled: bool = True) -> list[distributed.Row]:
     positions = list(range(len(source)))
-    labels = source.labels()
-    assert labels is not None
-    return list(zip(positions, source.names(positions), labels.tolist(), strict=True))
+    labels = source.labels().tolist() if labelled else [None] * len(source)  # type: ignore[union-attr]
+    return list(zip(positions, source.names(positions), labels, strict=True))
 
 
 def in_process_reference(
-    model: nn.Module, spec: InputSpec, source: data.FolderSource
+    model: nn.Module, spec: InputSpec, source: data.FolderSource, labelled: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits of each file prepared by ``spec.prepare`` and inferred in this process."""
     images = []
     for path in source.files:
         with Image.open(path) as image:
             images.append(spec.prepare(image)[0])
-    result = infer(models.freeze(model), torch.stack(images), source.labels(), batch_size=64)
+    labels = source.labels() if labelled else None
+    result = infer(models.freeze(model), torch.stack(images), labels, batch_size=64)
     return result.logits, result.predictions
 
 
-def assert_store_matches(out: Path, source: data.FolderSource, logits, predictions) -> None:
+def assert_store_matches(
+    out: Path, source: data.FolderSource, logits, predictions, labelled: bool = True
+) -> None:
     opened = store.open_store(out)
     table = opened.table
     assert table.column("position").to_pylist() == list(range(len(source)))
     assert table.column("name").to_pylist() == source.names(range(len(source)))
-    assert table.column("label").to_pylist() == source.labels().tolist()  # type: ignore[union-attr]
+    labels = source.labels().tolist() if labelled else [None] * len(source)  # type: ignore[union-attr]
+    assert table.column("label").to_pylist() == labels
+    if not labelled:
+        assert table.column("loss").null_count == len(source)
     assert table.column("prediction").to_pylist() == predictions.tolist()
     stored = torch.tensor(np.stack(table.column("logits").to_numpy(zero_copy_only=False)))
     torch.testing.assert_close(stored, logits, rtol=1e-5, atol=1e-5)
@@ -230,20 +235,24 @@ def photo_folder(tmp_path: Path) -> data.FolderSource:
     return data.image_folder(root)
 
 
-def test_mixed_size_photos_with_a_torchvision_model_equal_in_process(photo_folder, tmp_path):
+def test_unlabelled_mixed_size_photos_with_a_torchvision_model_equal_in_process(
+    photo_folder, tmp_path
+):
     spec = InputSpec(size=(64, 64), resize=72)
     out = tmp_path / "outputs"
     distributed.infer_on_ray(
         seeded_resnet18,
-        rows_of(photo_folder),
+        rows_of(photo_folder, labelled=False),
         photo_folder.root,
         spec,
         {"model": "resnet18"},
         out,
         distributed.ClusterOptions(workers=2, batch_size=4),
     )
-    logits, predictions = in_process_reference(seeded_resnet18(), spec, photo_folder)
-    assert_store_matches(out, photo_folder, logits, predictions)
+    logits, predictions = in_process_reference(
+        seeded_resnet18(), spec, photo_folder, labelled=False
+    )
+    assert_store_matches(out, photo_folder, logits, predictions, labelled=False)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -340,6 +349,29 @@ def test_in_process_inference_never_imports_ray(folder):
     assert completed.returncode == 0, completed.stderr[-2000:]
 
 
+def test_the_local_object_store_is_capped_at_2_gib_or_a_fifth_of_memory():
+    assert distributed.local_object_store_bytes(24 * 10**9) == 2 * 1024**3
+    assert distributed.local_object_store_bytes(4 * 10**9) == int(0.8 * 10**9)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "host:port", ":6379"])
+def test_an_address_without_host_and_port_is_refused(address):
+    with pytest.raises(InputError, match="host:port"):
+        distributed.check_reachable(address)
+
+
+def test_mixed_labelled_and_unlabelled_rows_are_refused(tmp_path):
+    with pytest.raises(InputError, match="Either every image has a label or none"):
+        distributed.infer_on_ray(
+            distributed.builtin_recipe("tutorial"),
+            [(0, "a.png", 1), (1, "b.png", None)],
+            tmp_path,
+            InputSpec(),
+            {},
+            tmp_path / "out",
+        )
+
+
 def test_a_part_that_lost_the_metadata_is_adopted_with_it(tmp_path):
     import pyarrow.parquet as pq
 
@@ -361,3 +393,32 @@ def test_a_part_with_other_columns_is_refused(tmp_path):
         pq.write_table(pa.table({"x": [1]}), writer.partial / "ray-part.parquet")
         writer.adopt_parts()
     assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_writes_a_store_the_explorer_opens_and_says_it_started_over(
+    capsys, folder, tmp_path
+):
+    out = tmp_path / "out"
+    (tmp_path / ".out.partial-0123456789ab").mkdir()
+    status, err, _ = run_cli(capsys, *ray_arguments(folder, out), "--workers", "1")
+    assert status == 0, err
+    assert "found 1 unfinished earlier run(s)" in err
+    opened = store.open_store(out)
+    source = data.image_folder(folder)
+    assert opened.table.column("name").to_pylist() == source.names(range(len(source)))
+    assert opened.metadata["model"]["name"] == "tutorial"
+    assert opened.metadata["model"]["input_spec"] == InputSpec().to_json()
+    fingerprint = store.source_fingerprint(folder, source.names(range(len(source))))
+    assert opened.metadata["source"]["fingerprint"] == fingerprint
+
+
+def test_the_bench_table_compares_on_the_same_cores_and_per_core():
+    rows = [
+        distributed.BenchRow("in-process", "1 process, 1 torch thread(s)", 1, 1000, 10.0, 900.0),
+        distributed.BenchRow("in-process", "1 process, 2 torch thread(s)", 2, 1000, 8.0, 950.0),
+        distributed.BenchRow("ray", "2 worker(s) x 1 CPU", 2, 1000, 6.0, 800.0, 1200.0, 2000.0, 9),
+    ]
+    lines = distributed.bench_table(rows).splitlines()
+    assert lines[2].split("|")[5:8] == [" 100 ", " 0.80x ", " 1.00 "]
+    assert lines[4].split("|")[5:8] == [" 167 ", " 1.33x ", " 0.83 "]
+    assert "| 1,200 | 2,000 | 9.0 |" in lines[4]

@@ -350,6 +350,7 @@ def _cmd_infer_ray(args: argparse.Namespace) -> int:
         address=args.address,
         workers=args.workers,
         gpus_per_worker=args.gpus_per_worker,
+        cpus_per_worker=args.cpus_per_worker,
         batch_size=args.batch_size,
     )
     run = distributed.infer_on_ray(
@@ -597,6 +598,13 @@ def _infer_parser(commands: argparse._SubParsersAction) -> None:
         type=_bounded(float, 0),
         default=0.0,
         help="with --engine ray: GPUs each worker holds (0: infer on its CPU)",
+    )
+    parser.add_argument(
+        "--cpus-per-worker",
+        type=_bounded(float, 0.1),
+        default=1.0,
+        help="with --engine ray: CPUs each worker holds; from 2 on it decodes with that many "
+        "threads (give a GPU worker several, or decoding starves it)",
     )
     parser.set_defaults(handler=_cmd_infer)
 

@@ -52,6 +52,7 @@ from gradpick.spec import InputSpec
 from gradpick.store import StoreWriter, output_table
 
 __all__ = [
+    "BatchInference",
     "BenchRow",
     "ClusterOptions",
     "ImageReader",
@@ -61,7 +62,9 @@ __all__ = [
     "bench_table",
     "benchmark",
     "builtin_recipe",
+    "check_reachable",
     "connect",
+    "decode",
     "infer_batch",
     "infer_on_ray",
     "local_object_store_bytes",
@@ -623,7 +626,9 @@ class BenchRow:
     """One engine's run over the same images."""
 
     engine: str
-    workers: int
+    layout: str
+    """Which cores did the work, e.g. '1 process, 2 torch threads'."""
+    cores: int
     images: int
     seconds: float
     driver_peak_mb: float
@@ -656,7 +661,12 @@ def _bench_in_process(
             writer.write(infer_batch(model, spec, reader, block, device))
     seconds = time.perf_counter() - started
     return BenchRow(
-        "in-process", 1, len(rows), seconds, _proc_kilobytes(os.getpid(), "VmHWM") / 1e3
+        "in-process",
+        f"1 process, {threads} torch thread(s)",
+        threads,
+        len(rows),
+        seconds,
+        _proc_kilobytes(os.getpid(), "VmHWM") / 1e3,
     )
 
 
@@ -675,7 +685,8 @@ def _bench_ray(
         run = infer_on_ray(recipe, rows, root, spec, {}, out, options)
     total = time.perf_counter() - started
     return BenchRow(
-        f"ray ({run.cluster})",
+        "ray",
+        f"{workers} worker(s) x 1 CPU on {run.cluster}",
         workers,
         run.rows,
         run.seconds,
@@ -704,53 +715,68 @@ def benchmark(
     workers: int = 2,
     batch_size: int = 500,
 ) -> list[BenchRow]:
-    """The same images through one process (``workers`` torch threads) and through Ray with
-    ``workers`` single-CPU workers on a local instance: the same cores, each phase in its own
-    process."""
+    """The same images through one process and through Ray on a local instance, each phase in
+    its own process.
+
+    Rows: one process with one torch thread (what each Ray worker has), one process with
+    ``workers`` threads (the same cores as Ray's ``workers`` single-CPU workers), then Ray.
+    """
     _check_rows(rows)
     import_ray()
-    local = _in_child(
-        _bench_in_process,
-        recipe,
-        rows,
-        str(root),
-        spec,
-        scratch / "in-process",
-        workers,
-        batch_size,
+    results = [
+        _in_child(
+            _bench_in_process,
+            recipe,
+            rows,
+            str(root),
+            spec,
+            scratch / f"in-process-{threads}",
+            threads,
+            batch_size,
+        )
+        for threads in sorted({1, workers})
+    ]
+    results.append(
+        _in_child(_bench_ray, recipe, rows, str(root), spec, scratch / "ray", workers, batch_size)
     )
-    distributed = _in_child(
-        _bench_ray, recipe, rows, str(root), spec, scratch / "ray", workers, batch_size
-    )
-    return [local, distributed]
+    return results
 
 
 def bench_table(rows: Sequence[BenchRow]) -> str:
-    """The benchmark as a markdown table, with what each memory figure counts."""
-    baseline = rows[0].images_per_second
+    """The benchmark as a markdown table, with what each memory figure counts.
+
+    Throughput is compared with the in-process row on the same cores (the last in-process row)
+    and, per worker, with one process on one core: Ray's efficiency is its throughput over
+    ``workers`` times that of one single-threaded process.
+    """
+    local = [row for row in rows if row.engine == "in-process"]
+    same_cores, one_core = local[-1].images_per_second, local[0].images_per_second
     lines = [
-        "| engine | workers | images | wall s | images/s | vs in-process | driver peak MB | "
-        "worker peak MB | Ray processes MB | Ray start s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| engine | cores | images | wall s | images/s | vs in-process, same cores | "
+        "per core vs 1 thread | driver peak MB | worker peak MB | Ray processes MB | "
+        "Ray start, check, stop s |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def figure(value: float | None, digits: int = 0) -> str:
         return "-" if value is None else f"{value:,.{digits}f}"
 
     for row in rows:
+        per_core = row.images_per_second / row.cores / one_core
         lines.append(
-            f"| {row.engine} | {row.workers} | {row.images:,} | {row.seconds:,.1f} | "
-            f"{row.images_per_second:,.0f} | {row.images_per_second / baseline:.2f}x | "
-            f"{row.driver_peak_mb:,.0f} | {figure(row.worker_peak_mb)} | "
+            f"| {row.engine} | {row.layout} | {row.images:,} | {row.seconds:,.1f} | "
+            f"{row.images_per_second:,.0f} | {row.images_per_second / same_cores:.2f}x | "
+            f"{per_core:.2f} | {row.driver_peak_mb:,.0f} | {figure(row.worker_peak_mb)} | "
             f"{figure(row.system_peak_mb)} | {figure(row.startup_seconds, 1)} |"
         )
     lines += [
         "",
-        "wall s: model load(s), reading and preparing every image, inference and the published "
-        "store (Ray: from the first block to the checked store, actors' start included; Ray "
-        "start s: ray.init and shutdown). driver peak: VmHWM of the process that ran the "
-        "engine. worker peak: the largest VmHWM of a Ray model worker. Ray processes: peak of "
-        "the summed VmRSS of Ray's other processes (GCS, raylet with the object store, idle "
-        "workers).",
+        "wall s: model load(s), reading and preparing every image, inference and the "
+        "published store (Ray: from the first block to the checked store, actors' start "
+        "included; the last column: ray.init, the check that the cluster reads the source, "
+        "and shutdown). per core: images/s per core used, over the one-thread process's. "
+        "driver peak: VmHWM of the process that ran the engine. worker peak: the largest VmHWM "
+        "of a Ray model worker. Ray processes: peak of the summed VmRSS of Ray's other "
+        "processes (GCS, raylet with the object store, idle workers).",
     ]
     return "\n".join(lines)
