@@ -422,3 +422,17 @@ def test_the_bench_table_compares_on_the_same_cores_and_per_core():
     assert lines[2].split("|")[5:8] == [" 100 ", " 0.80x ", " 1.00 "]
     assert lines[4].split("|")[5:8] == [" 167 ", " 1.33x ", " 0.83 "]
     assert "| 1,200 | 2,000 | 9.0 |" in lines[4]
+
+
+def test_more_workers_than_the_cluster_holds_is_refused_instead_of_waiting(
+    capsys, folder, tmp_path
+):
+    status, err, seconds = run_cli(
+        capsys, *ray_arguments(folder, tmp_path / "out"), "--workers", "3"
+    )
+    assert status == 2 and seconds < 15
+    assert "3 worker(s) x 1 CPU (--cpus-per-worker) need 3 CPUs" in err
+    status, err, _ = run_cli(
+        capsys, *ray_arguments(folder, tmp_path / "out"), "--gpus-per-worker", "1"
+    )
+    assert status == 2 and "need 2 GPUs" in err

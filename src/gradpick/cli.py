@@ -721,9 +721,10 @@ def _bench_distributed_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "bench-distributed",
         help="time inference on Ray Data against one process on the same cores",
-        description="Infer the same images in one process (--workers torch threads) and on a "
-        "local Ray instance (--workers single-CPU workers), each writing a store; prints "
-        "throughput and peak memory of the driver, the workers and Ray's own processes.",
+        description="Infer the same images in one process (one torch thread, then --workers "
+        "threads) and on a local Ray instance (--workers single-CPU workers), each writing a "
+        "store; prints throughput and peak memory of the driver, the workers and Ray's own "
+        "processes.",
     )
     _add_data_arguments(parser, "train")
     parser.add_argument("--size", type=_positive_int, help="number of images (default: all)")

@@ -49,7 +49,7 @@ from gradpick.devices import resolve_device
 from gradpick.errors import ClusterError, DataError, GradpickError, InputError
 from gradpick.infer import infer
 from gradpick.spec import InputSpec
-from gradpick.store import StoreWriter, output_table
+from gradpick.store import PART_ROWS, StoreWriter, output_table
 
 __all__ = [
     "BatchInference",
@@ -83,6 +83,8 @@ PREFLIGHT_TIMEOUT_S = 120.0
 OBJECT_STORE_CAP = 2 * 1024**3
 OBJECT_STORE_SHARE = 0.2
 """A local Ray instance's object store: the smaller of 2 GiB and 20% of the machine's memory."""
+ACTOR_START_TIMEOUT_S = 600
+"""How long the pool may take to start (other jobs may hold the cluster) before the run fails."""
 ACTOR_RESTARTS = 3
 """A worker that dies (killed, out of memory, node lost) is restarted this often, and its
 unfinished batches are retried on the new one; a worker that keeps dying fails the run."""
@@ -352,6 +354,21 @@ def _clear_error(error: BaseException) -> BaseException:
     return ClusterError(f"The Ray pipeline failed: {first[:300]}")
 
 
+def _check_resources(connection: Connection, options: ClusterOptions) -> None:
+    """Refuse a pool the cluster cannot hold at all: Ray Data would wait for it forever."""
+    for resource, each, flag in (
+        ("CPU", options.cpus_per_worker, "--cpus-per-worker"),
+        ("GPU", options.gpus_per_worker, "--gpus-per-worker"),
+    ):
+        wanted = options.workers * each
+        held = connection.resources.get(resource, 0.0)
+        if wanted > held:
+            raise InputError(
+                f"{options.workers} worker(s) x {each:g} {resource} ({flag}) need {wanted:g} "
+                f"{resource}s; {connection.describe()} has {held:g}. Lower --workers or {flag}."
+            )
+
+
 def _preflight(ray: Any, root: str, first_name: str, spec: InputSpec) -> None:
     """Read and prepare one image on the cluster, so a source the workers cannot read fails in
     seconds with the reason, before any worker loads a model."""
@@ -473,6 +490,7 @@ def infer_on_ray(
     connection = connect(options)
     try:
         say(f"running on {connection.describe()}")
+        _check_resources(connection, options)
         _preflight(ray, root, rows[0][1], spec)
         return _run_pipeline(
             ray, recipe, rows, root, spec, metadata, Path(out), options, connection, say
@@ -496,10 +514,9 @@ def _run_pipeline(
 ) -> RayRun:
     from ray.data import ActorPoolStrategy, DataContext
 
-    from gradpick.store import PART_ROWS
-
     context = DataContext.get_current()
     context.enable_progress_bars = sys.stderr.isatty()
+    context.wait_for_min_actors_s = ACTOR_START_TIMEOUT_S
     context.raise_original_map_exception = True  # a worker's DataError reaches the driver as one
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     writer = StoreWriter(out, metadata)
