@@ -436,3 +436,23 @@ def test_more_workers_than_the_cluster_holds_is_refused_instead_of_waiting(
         capsys, *ray_arguments(folder, tmp_path / "out"), "--gpus-per-worker", "1"
     )
     assert status == 2 and "need 2 GPUs" in err
+
+
+def test_an_interrupted_run_of_its_own_local_instance_publishes_nothing(cifar_subset, tmp_path):
+    """Ctrl-C on the command, which started (and must stop) its own local Ray instance."""
+    out = tmp_path / "out"
+    command = [
+        *(sys.executable, "-m", "gradpick", "infer", "--engine", "ray", "--model", "resnet20"),
+        *("--data", str(cifar_subset.root), "--out", str(out), "--batch-size", "10"),
+        *("--workers", "1"),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".out.partial-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert "interrupted" in err
+    assert not out.exists() and not list(tmp_path.glob(".out.*"))
