@@ -213,7 +213,9 @@ def test_missing_folder_and_wrong_weights_are_clear_errors(capsys, folder, weigh
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("command", ["train", "eval", "infer", "grads", "bench"])
+@pytest.mark.parametrize(
+    "command", ["train", "eval", "infer", "grads", "bench", "bench-distributed"]
+)
 def test_every_subcommand_has_help(capsys, command):
     with pytest.raises(SystemExit) as exit_info:
         main([command, "--help"])

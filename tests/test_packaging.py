@@ -232,3 +232,13 @@ def test_the_installed_cli_infers_with_the_card_accuracy(
     measured = re.search(r"^accuracy: (\d+\.\d\d)% \(\d+ of 200\)$", output, re.M)
     assert measured is not None, output
     assert float(measured[1]) > 80, "the trained weights score ~90%; random ones ~10%"
+
+
+def test_make_test_installs_the_distributed_extra_so_ci_runs_the_ray_tests() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert [Requirement(line) for line in extras["distributed"]] == [
+        Requirement("ray[data]==2.60.0")
+    ]
+    assert "-e '.[test,distributed]'" in (ROOT / "Makefile").read_text()

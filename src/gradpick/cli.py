@@ -269,6 +269,11 @@ def _add_model_arguments(parser: argparse.ArgumentParser, positional: bool = Fal
 
 def _load_model(args: argparse.Namespace) -> LoadedModel:
     name = args.model or (models.shipped_models() or list(models.ARCHITECTURES))[0]
+    return models.load_model(name, args.weights, args.device, **_spec_overrides(args))
+
+
+def _spec_overrides(args: argparse.Namespace) -> SpecOverrides:
+    """The input-spec flags that were given."""
     overrides: SpecOverrides = {}
     if args.input_size is not None:
         overrides["input_size"] = args.input_size
@@ -278,7 +283,7 @@ def _load_model(args: argparse.Namespace) -> LoadedModel:
         overrides["mean"] = args.mean
     if args.std is not None:
         overrides["std"] = args.std
-    return models.load_model(name, args.weights, args.device, **overrides)
+    return overrides
 
 
 def _batch_description(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:
@@ -294,6 +299,10 @@ def _cmd_infer(args: argparse.Namespace) -> int:
     loaded = _load_model(args)
     source = _source(args.data, args.split, loaded.spec)
     positions = data.batch_positions(len(source), args.start, args.size, args.seed)
+    if args.engine == "ray":
+        if out is None:
+            raise InputError("--engine ray writes its outputs to a store: give --out DIR.")
+        return _infer_on_ray(args, out, loaded, source, positions)
     if out is not None:
         return _infer_to_store(args, out, loaded, source, positions)
     inferred = infer_source(
@@ -370,6 +379,63 @@ def _infer_to_store(
         f"wrote {writer.rows:,} rows to {out} in {watch.milliseconds / 1000:,.1f} s "
         f"({rate:,.0f} images/s)"
     )
+    return 0
+
+
+def _image_rows(
+    source: data.ImageSource, positions: list[int], classes: int
+) -> tuple[Path, list[tuple[int, str, int | None]]]:
+    """The source's root and its (position, relative name, label) rows, which Ray workers read
+    by themselves; only a folder of image files has them. Labels as in-process inference keeps
+    them (none unless the folder's classes are the model's ``classes`` outputs)."""
+    root = getattr(source, "root", None)
+    if root is None:
+        raise InputError(
+            f"Ray workers read image files; {source.description} is not a folder of images. "
+            "Give --data an ImageFolder tree (root/<class>/<image>)."
+        )
+    labels = source_labels(source, positions, classes)
+    label_list = [None] * len(positions) if labels is None else labels.tolist()
+    return Path(root), list(zip(positions, source.names(positions), label_list, strict=True))
+
+
+def _infer_on_ray(
+    args: argparse.Namespace,
+    out: Path,
+    loaded: LoadedModel,
+    source: data.ImageSource,
+    positions: list[int],
+) -> int:
+    """The same inference as a Ray Data pipeline, written to the same store as in-process."""
+    from gradpick import distributed
+
+    root, rows = _image_rows(source, positions, loaded.classes)
+    options = distributed.ClusterOptions(
+        address=args.address,
+        workers=args.workers,
+        gpus_per_worker=args.gpus_per_worker,
+        cpus_per_worker=args.cpus_per_worker,
+        batch_size=args.batch_size,
+    )
+    recipe = distributed.model_recipe(loaded.name, args.weights, _spec_overrides(args))
+    run = distributed.infer_on_ray(
+        recipe,
+        rows,
+        root,
+        loaded.spec,
+        store.store_metadata(loaded.identity(), loaded.spec, source, args.embeddings),
+        out,
+        options,
+        embeddings=args.embeddings,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    print(f"model: {loaded.describe()}")
+    print(f"images: {_batch_description(source, args, run.rows)}")
+    print(
+        f"time: {run.seconds:,.1f} s on {run.cluster} with {args.workers} worker(s), "
+        f"{run.images_per_second:,.0f} images/s"
+    )
+    print(f"wrote {run.rows:,} rows in {run.parts} part(s) to {run.out}")
     return 0
 
 
@@ -534,6 +600,33 @@ def _infer_parser(commands: argparse._SubParsersAction) -> None:
         "--embeddings",
         action="store_true",
         help="with --out: also store each image's embedding (the input of the last nn.Linear)",
+    )
+    parser.add_argument(
+        "--engine",
+        default="local",
+        choices=("local", "ray"),
+        help="local: this process; ray: a Ray Data pipeline (pip install 'gradpick[distributed]')",
+    )
+    parser.add_argument(
+        "--address",
+        help="with --engine ray: join the Ray cluster at host:port (default: start "
+        "a local instance)",
+    )
+    parser.add_argument(
+        "--workers", type=_positive_int, default=2, help="with --engine ray: model workers"
+    )
+    parser.add_argument(
+        "--gpus-per-worker",
+        type=_bounded(float, 0),
+        default=0.0,
+        help="with --engine ray: GPUs each worker holds (0: infer on its CPU)",
+    )
+    parser.add_argument(
+        "--cpus-per-worker",
+        type=_bounded(float, 0.1),
+        default=1.0,
+        help="with --engine ray: CPUs each worker holds; from 2 on it decodes with that many "
+        "threads (give a GPU worker several, or decoding starves it)",
     )
     parser.set_defaults(handler=_cmd_infer)
 
@@ -739,6 +832,44 @@ def _bench_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_cmd_bench)
 
 
+def _cmd_bench_distributed(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from gradpick import distributed
+
+    loaded = _load_model(args)
+    source = _source(args.data, args.split, loaded.spec)
+    positions = data.batch_positions(len(source), 0, args.size)
+    root, rows = _image_rows(source, positions, loaded.classes)
+    recipe = distributed.model_recipe(loaded.name, args.weights, _spec_overrides(args))
+    print(f"{loaded.name} on {len(rows):,} images of {source.description}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="gradpick-bench-") as scratch:
+        results = distributed.benchmark(
+            recipe, rows, root, loaded.spec, Path(scratch), args.workers, args.batch_size
+        )
+    print(distributed.bench_table(results))
+    cap = distributed.local_object_store_bytes()
+    print(f"\nobject store of the local Ray instance capped at {cap / 1024**3:.2f} GiB")
+    return 0
+
+
+def _bench_distributed_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "bench-distributed",
+        help="time inference on Ray Data against one process on the same cores",
+        description="Infer the same images in one process (one torch thread, then --workers "
+        "threads) and on a local Ray instance (--workers single-CPU workers), each writing a "
+        "store; prints throughput and peak memory of the driver, the workers and Ray's own "
+        "processes.",
+    )
+    _add_data_arguments(parser, "train")
+    parser.add_argument("--size", type=_positive_int, help="number of images (default: all)")
+    _add_model_arguments(parser)
+    parser.add_argument("--workers", type=_positive_int, default=2)
+    parser.add_argument("--batch-size", type=_positive_int, default=500)
+    parser.set_defaults(handler=_cmd_bench_distributed)
+
+
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _train_parser,
     _eval_parser,
@@ -747,6 +878,7 @@ SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _check_parser,
     _bench_parser,
     _bench_infer_parser,
+    _bench_distributed_parser,
 ]
 
 

@@ -39,3 +39,7 @@ class SampleCouplingError(GradpickError, RuntimeError):
 
 class DeviceMemoryError(GradpickError, RuntimeError):
     """The device ran out of memory even after the work was split into the smallest chunks."""
+
+
+class ClusterError(GradpickError, RuntimeError):
+    """A Ray cluster that cannot be reached or used, or Ray itself missing."""

@@ -211,6 +211,27 @@ class StoreWriter:
         if self._pending_rows >= PART_ROWS:
             self._flush()
 
+    def adopt_parts(self) -> int:
+        """Count the parts another writer (Ray's Parquet writer) put into ``partial``.
+
+        Each part must have this store's columns; one whose schema lost the ``gradpick``
+        metadata (a writer that unifies block schemas may drop it) is rewritten with it, so
+        every part of a published store carries the same schema. Returns the rows adopted.
+        """
+        import pyarrow.parquet as pq
+
+        for part in sorted(self.partial.glob("*.parquet")):
+            schema = pq.read_schema(part)
+            if not schema.remove_metadata().equals(self.schema.remove_metadata()):
+                raise DataError(f"{part.name}: columns {schema.names} are not the store's.")
+            if schema.metadata != self.schema.metadata:
+                pq.write_table(
+                    pq.read_table(part).replace_schema_metadata(self.schema.metadata), part
+                )
+            self.rows += pq.read_metadata(part).num_rows
+            self._parts += 1
+        return self.rows
+
     def _flush(self) -> None:
         if not self._pending:
             return
