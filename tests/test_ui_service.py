@@ -191,7 +191,6 @@ def test_fit_classes_drops_labels_that_do_not_match_the_model(
 ) -> None:
     source = data.image_folder(image_folder_factory(classes=3, per_class=2))
     batch = data.load_batch(source)
-    assert service.output_count(tiny_cnn, torch.device("cpu")) == 10
     fitted, note = service.fit_classes(batch, 10)
     assert fitted.labels is None and fitted.class_names == data.CIFAR10_CLASSES
     assert note is not None and "3 classes" in note

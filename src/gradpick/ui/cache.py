@@ -91,11 +91,6 @@ def model(identity: str, device: str, _option: ModelOption) -> nn.Module:
     return served(identity, device, _option).module
 
 
-@st.cache_data(max_entries=6, show_spinner=False)
-def output_count(identity: str, device: str, _model: nn.Module) -> int:
-    return service.output_count(_model, torch.device(device))
-
-
 @st.cache_data(max_entries=8, show_spinner="Running inference…")
 def inference(
     batch_key: str,

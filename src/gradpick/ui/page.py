@@ -59,10 +59,13 @@ def _load(settings: Settings) -> Loaded | None:
     with guarded("Loading the batch and the model"):
         option, device = settings.model, settings.device
         served = cache.served(option.identity, str(device), option)
-        model = served.module
-        classes = cache.output_count(option.identity, str(device), model)
+        if choice.kind != "stored":
+            # Every model reads the images at its own input size. A store's images keep the
+            # size they were inferred at: a model of another spec is refused with the store.
+            source = source.at_spec(served.spec)
+        pixels_key = f"{choice.batch_key}|{served.spec.describe()}"
         batch, note = service.fit_classes(
-            cache.batch(choice.batch_key, source, choice), classes, option.class_names
+            cache.batch(pixels_key, source, choice), served.classes, option.class_names
         )
         if note:
             st.warning(note)

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from torch import nn
 
 from gradpick import data, devices, export, models, units
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
@@ -424,13 +423,6 @@ def device_options() -> list[DeviceOption]:
 
 
 # ----------------------------------------------------------------------------- outputs
-
-
-def output_count(model: nn.Module, device: torch.device) -> int:
-    """How many classes the model predicts (one probe image through it)."""
-    with torch.inference_mode():
-        probe = torch.zeros(1, 3, data.IMAGE_SIZE, data.IMAGE_SIZE, device=device)
-        return int(model(probe).shape[1])
 
 
 def fit_classes(
