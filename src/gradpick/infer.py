@@ -6,7 +6,8 @@ recomputes only the images a user picks (see ``gradpick.gradients``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradpick.devices import device_for
-from gradpick.errors import InputError
+from gradpick.errors import InputError, ModelError
 from gradpick.measure import Stopwatch
 
 ProgressCallback = Callable[[int, int], None]
@@ -32,6 +33,9 @@ class InferenceResult:
     losses: torch.Tensor | None
     device: str
     milliseconds: float
+    features: torch.Tensor | None = None
+    """Penultimate-layer features [N, D] (the input of the model's last ``nn.Linear``), when
+    asked for (``infer(..., features=True)``) and the model has such a layer."""
 
     def __len__(self) -> int:
         return int(self.logits.shape[0])
@@ -98,6 +102,57 @@ def _model_dtype(model: nn.Module) -> torch.dtype:
     return torch.float32
 
 
+def last_linear(model: nn.Module) -> nn.Linear | None:
+    """The model's last ``nn.Linear`` in registration order: the classifier head of the usual
+    "features, then a linear layer" network (None when it has none)."""
+    found = None
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            found = module
+    return found
+
+
+@contextmanager
+def penultimate_features(model: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Collect the penultimate-layer features of every forward run inside the block.
+
+    A forward pre-hook on the model's last ``nn.Linear`` keeps its input (flattened to
+    [batch, D], float32, on the CPU) once per forward; the yielded list holds one such tensor
+    per forward, in order, so ``torch.cat`` of it lines up with the outputs. The hook is removed
+    on exit, so the model is left as it was. Raises ``ModelError`` when there is no
+    ``nn.Linear`` to hook.
+
+    Example::
+
+        with penultimate_features(model) as captured:
+            logits = model(images)
+        features = torch.cat(captured)  # [N, D]
+    """
+    head = last_linear(model)
+    if head is None:
+        raise ModelError(
+            "The model has no nn.Linear layer, so there are no penultimate-layer features to "
+            "read (the embedding view needs a linear classifier head)."
+        )
+    captured: list[torch.Tensor] = []
+    latest: list[torch.Tensor] = []
+
+    def keep(_module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        latest[:] = [inputs[0]]
+
+    def forward_done(_module: nn.Module, _inputs: object, _output: object) -> None:
+        if latest:
+            value = latest.pop()
+            captured.append(value.detach().reshape(value.shape[0], -1).float().cpu())
+
+    handles = [head.register_forward_pre_hook(keep), model.register_forward_hook(forward_done)]
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def infer(
     model: nn.Module,
     images: torch.Tensor,
@@ -105,12 +160,14 @@ def infer(
     batch_size: int = 500,
     device: str | torch.device | None = None,
     progress: ProgressCallback | None = None,
+    features: bool = False,
 ) -> InferenceResult:
     """Run ``model`` over all images in batches without building a graph.
 
     ``images`` may be uint8 (converted per batch, so 50,000 images never exist as floats at once)
     or float in [0, 1], and are given to the model in its own dtype. Outputs come back on the
-    CPU in float32.
+    CPU in float32. ``features=True`` also keeps the penultimate-layer features of the same
+    pass (``penultimate_features``); a model without an ``nn.Linear`` then has none.
     """
     check_images(images, check_values=False)
     if labels is not None and labels.shape != (images.shape[0],):
@@ -121,7 +178,12 @@ def infer(
     dtype = _model_dtype(model)
     total = int(images.shape[0])
     chunks: list[torch.Tensor] = []
-    with Stopwatch(run_device) as watch, torch.inference_mode():
+    capture = (
+        penultimate_features(model)
+        if features and last_linear(model) is not None
+        else nullcontext([])
+    )
+    with capture as captured, Stopwatch(run_device) as watch, torch.inference_mode():
         for start in range(0, total, batch_size):
             batch = images[start : start + batch_size].to(run_device, non_blocking=True)
             chunks.append(call_model(model, as_model_input(batch, dtype).to(dtype)).float().cpu())
@@ -160,4 +222,14 @@ def infer(
         losses=losses,
         device=str(run_device),
         milliseconds=watch.milliseconds,
+        features=_stacked(captured, total),
     )
+
+
+def _stacked(captured: list[torch.Tensor], total: int) -> torch.Tensor | None:
+    """The captured features as one [N, D] tensor; None when nothing (or not one row per
+    image, as for a model that skips its head for some inputs) was captured."""
+    if not captured:
+        return None
+    stacked = torch.cat(captured)
+    return stacked if stacked.shape[0] == total else None
