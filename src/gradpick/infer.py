@@ -7,7 +7,7 @@ recomputes only the images a user picks (see ``gradpick.gradients``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -178,10 +178,11 @@ def infer(
     dtype = _model_dtype(model)
     total = int(images.shape[0])
     chunks: list[torch.Tensor] = []
-    capture = (
+    nothing: list[torch.Tensor] = []
+    capture: AbstractContextManager[list[torch.Tensor]] = (
         penultimate_features(model)
         if features and last_linear(model) is not None
-        else nullcontext([])
+        else nullcontext(nothing)
     )
     with capture as captured, Stopwatch(run_device) as watch, torch.inference_mode():
         for start in range(0, total, batch_size):
