@@ -52,6 +52,8 @@ GRID = ".st-key-grid_chart"
 SCATTER = ".st-key-scatter_chart"
 CONFUSION = ".st-key-confusion_chart"
 PAGE_SIZE = 100
+LARGE_TIMEOUT_MS = 900_000
+"""Reading and inferring the whole split on two busy cores takes minutes."""
 """Thumbnails on the grid's first page, the ones clicked."""
 
 DRAWN_JS = """
@@ -211,6 +213,8 @@ def report_text(report: ExplorerReport) -> str:
     for name, value in report.ratios.items():
         lines.append(f"- {name}: {value:.2f}")
     context = report.context
+    for failure in context["failed"]:
+        lines.append(f"- failed: {failure}")
     lines.append(
         f"- machine: {context['cpus']} CPUs, load average {context['load_before']} before and "
         f"{context['load_after']} after; server cores {context['server_cpus']}, browser cores "
@@ -237,10 +241,12 @@ def plain_reference(sizes: Sequence[int], indices: Sequence[int]) -> dict[str, A
     page's default target and strategy) on the first N."""
     import torch
 
+    from gradpick.devices import cpu_threads
     from gradpick.gradients import input_gradients
     from gradpick.infer import infer
     from gradpick.ui import service
     from gradpick.ui.cache import INFERENCE_BATCH_SIZE
+    from gradpick.ui.heatmaps import STEP_CPU_THREADS
 
     option = service.model_options()[0]
     model = service.load_model(option, torch.device("cpu"))
@@ -262,6 +268,10 @@ def plain_reference(sizes: Sequence[int], indices: Sequence[int]) -> dict[str, A
     figures["step_ms"] = [
         input_gradients(model, images, [index], labels=batch.labels).timing for index in indices
     ]
+    with cpu_threads(STEP_CPU_THREADS):
+        figures["step_one_thread_ms"] = [
+            input_gradients(model, images, [index], labels=batch.labels).timing for index in indices
+        ]
     return figures
 
 
@@ -397,9 +407,11 @@ def _isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dic
     return found
 
 
-async def _large_batch(page: Any, config: ExplorerBenchConfig, steps: dict[str, Step]) -> str:
-    """Infer the whole split in the page, then time the scatter and the confusion matrix;
-    returns the page's throughput readout."""
+async def _large_batch(
+    page: Any, config: ExplorerBenchConfig, steps: dict[str, Step], readouts: dict[str, str]
+) -> None:
+    """Infer the whole split in the page (its throughput readout goes into ``readouts``), then
+    time the scatter and the confusion matrix."""
     size_box = page.get_by_role("spinbutton", name="Batch size N", exact=True)
     await size_box.fill(str(config.large_size))
     pressed = time.monotonic()
@@ -409,11 +421,11 @@ async def _large_batch(page: Any, config: ExplorerBenchConfig, steps: dict[str, 
         ".some((el) => el.innerText.trim() === size)",
         arg=f"{config.large_size:,}",
         polling=POLL_MS,
-        timeout=LOAD_TIMEOUT_MS,
+        timeout=LARGE_TIMEOUT_MS,
     )
-    await _idle(page)
+    await page.locator(APP_IDLE).wait_for(timeout=LARGE_TIMEOUT_MS)
     steps["large_ready"].samples.append((time.monotonic() - pressed) * 1000)
-    throughput = await _metric(page, "Throughput")
+    readouts["large_inference"] = await _metric(page, "Throughput")
     for _ in range(config.clicks):
         steps["scatter_tab"].samples.append(await _switch_tab(page, "Confidence vs loss", SCATTER))
         steps["confusion_tab"].samples.append(
@@ -437,7 +449,6 @@ async def _large_batch(page: Any, config: ExplorerBenchConfig, steps: dict[str, 
         sample = await _click_until_heatmaps(page, point, [int(point["index"])])
         steps["scatter_click"].samples.append(sample)
         await _idle(page)
-    return throughput
 
 
 def _steps(large_size: int) -> dict[str, Step]:
@@ -448,7 +459,8 @@ def _steps(large_size: int) -> dict[str, Step]:
         "click_idle": Step("click thumbnail → page idle"),
         "server": Step("page readout: server time for this update"),
         "step": Step("page readout: gradient step"),
-        "plain_step": Step("same input_gradients call, plain process"),
+        "plain_step": Step("same input_gradients call, plain process (torch's threads)"),
+        "plain_step_one": Step("same call, plain process, one thread (as the page)"),
         "beyond": Step("server time beyond the gradient step", target="< 150 ms", limit_ms=150),
         "sessions": Step(
             "sessions at once: click → heatmaps",
@@ -472,11 +484,21 @@ def _load_average() -> str:
 
 async def _drive(
     config: ExplorerBenchConfig, chromium: str, env: dict[str, str | None], picks: list[int]
-) -> tuple[dict[str, Step], dict[str, str]]:
+) -> tuple[dict[str, Step], dict[str, str], list[str]]:
+    """The scripted session; a phase that fails is reported and the next one still runs."""
     from playwright.async_api import async_playwright
 
     steps = _steps(config.large_size)
     readouts: dict[str, str] = {}
+    failures: list[str] = []
+
+    async def phase(name: str, work: Any) -> None:
+        print(f"explorer bench: {name}", file=sys.stderr, flush=True)
+        try:
+            await work
+        except Exception as error:  # a timeout or a missing element: say which phase, go on
+            failures.append(f"{name}: {type(error).__name__}: {str(error).splitlines()[0]}")
+
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         prefix = _prefix(config.server_cpus)
@@ -484,18 +506,21 @@ async def _drive(
             page, shown = await _open(browser, server.url)
             steps["first"].samples.append((shown - server.healthy_at) * 1000)
             readouts["first_inference"] = await _metric(page, "Throughput")
-            await _thumbnail_clicks(page, picks[: config.clicks], steps)
-            await _sessions_at_once(
-                browser,
-                server.url,
-                config.sessions,
-                config.session_rounds,
-                picks[config.clicks :],
-                steps["sessions"],
+            await phase("clicks", _thumbnail_clicks(page, picks[: config.clicks], steps))
+            await phase(
+                "sessions",
+                _sessions_at_once(
+                    browser,
+                    server.url,
+                    config.sessions,
+                    config.session_rounds,
+                    picks[config.clicks :],
+                    steps["sessions"],
+                ),
             )
-            readouts["large_inference"] = await _large_batch(page, config, steps)
+            await phase("large batch", _large_batch(page, config, steps, readouts))
         await browser.close()
-    return steps, readouts
+    return steps, readouts, failures
 
 
 def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> ExplorerReport:
@@ -517,21 +542,21 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     plain = _run_plain_reference(config, env, [1000, config.large_size], picks[: config.clicks])
     if config.browser_cpus:
         os.sched_setaffinity(0, config.browser_cpus)  # the driver and the browser it launches
-    steps, readouts = asyncio.run(_drive(config, chromium, env, picks))
+    steps, readouts, failures = asyncio.run(_drive(config, chromium, env, picks))
     steps["plain_step"].samples = list(plain["step_ms"])
-    large_app = _number(readouts["large_inference"])
-    first_app = _number(readouts["first_inference"])
+    steps["plain_step_one"].samples = list(plain["step_one_thread_ms"])
     ratios = {
-        f"inference in the app / plain process, N = {config.large_size:,} (target ≥ 0.9)": (
-            large_app / plain[f"infer_{config.large_size}_img_s"]
-        ),
         "inference in the app / plain process, N = 1,000 (the server's first, cold)": (
-            first_app / plain["infer_1000_img_s"]
+            _number(readouts["first_inference"]) / plain["infer_1000_img_s"]
         ),
         "gradient step, page readout / plain process (medians)": (
             steps["step"].median / statistics.median(plain["step_ms"])
         ),
     }
+    if "large_inference" in readouts:
+        name = f"inference in the app / plain process, N = {config.large_size:,} (target ≥ 0.9)"
+        large = _number(readouts["large_inference"])
+        ratios[name] = large / plain[f"infer_{config.large_size}_img_s"]
     context = {
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
@@ -542,6 +567,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         "threads": config.threads if config.threads is not None else "unset",
         "plain": plain,
         "page": readouts,
+        "failed": failures,
     }
     order = [
         "first",
@@ -550,6 +576,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         "server",
         "step",
         "plain_step",
+        "plain_step_one",
         "beyond",
         "sessions",
         "large_ready",

@@ -2,6 +2,10 @@
 
 ``main`` is all ``app.py`` calls. Each section is guarded, so a failure in one shows a message
 and leaves the others working.
+
+Everything below the readouts is one fragment (``_explorer``): a click, a picker or a tab switch
+reruns only it, not the sidebar, the loading and the readouts; a change in the sidebar reruns
+the whole page.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from gradpick.ui import (
     process,
     service,
     sidebar,
+    state,
     strategies_panel,
 )
 from gradpick.ui.config import (
@@ -58,7 +63,7 @@ def _load(settings: sidebar.Settings) -> Loaded | None:
         if note:
             st.warning(note)
         result = cache.inference(choice.batch_key, option.identity, str(device), model, batch)
-        hover = tuple(service.describe_indices(batch, result, range(len(batch))))
+        hover = cache.hover_lines(choice.batch_key, option.identity, batch, result)
         loaded = Loaded(choice, batch, option, model, device, result, hover)
     return loaded
 
@@ -83,8 +88,19 @@ def main() -> None:
     loaded = _load(settings)
     if loaded is None:
         return
-    outputs.absorb_selections(loaded)
     outputs.readouts(loaded)
+    st.session_state[state.RUN_STARTED] = started
+    _explorer(loaded, settings)
+
+
+@st.fragment
+def _explorer(loaded: Loaded, settings: sidebar.Settings) -> None:
+    """The outputs, the picked images' gradients and the strategies: what a click changes."""
+    session = st.session_state
+    started = session.pop(state.RUN_STARTED, None) or time.perf_counter()
+    if state.pending_selection(session, state.PROBABILITY_CHART):
+        st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
+    outputs.absorb_selections(loaded)
     explore, strategies = st.tabs(["Explore", "Strategies"])
     with explore:
         # The outputs sit above the gradients but are drawn after them: a click's heatmaps
