@@ -70,11 +70,12 @@ def _load(settings: sidebar.Settings) -> Loaded | None:
 
 def main() -> None:
     started = time.perf_counter()
-    process.return_freed_memory_promptly()
+    config = app_config()
+    if config.hosted:
+        process.return_freed_memory_promptly()
     st.set_page_config(page_title="gradpick", page_icon=":mag:", layout="wide")
     st.markdown(PIXELATED, unsafe_allow_html=True)
     gradients_panel.absorb_target_click()
-    config = app_config()
     if config.problem is not None:
         st.error(config.problem)
     settings = sidebar.render(config)
