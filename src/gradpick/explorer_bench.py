@@ -365,10 +365,17 @@ async def _thumbnail_clicks(page: Any, picks: list[int], steps: dict[str, Step])
 
 
 async def _sessions_at_once(
-    browser: Any, url: str, sessions: int, rounds: int, picks: list[int], step: Step
+    browser: Any,
+    url: str,
+    sessions: int,
+    rounds: int,
+    picks: list[int],
+    step: Step,
+    server: Step,
 ) -> None:
     """``sessions`` sessions each click their own thumbnail at the same moment, ``rounds``
-    times; every click's time to its heatmaps goes into ``step``."""
+    times; every click's time to its heatmaps goes into ``step``, its page's server-time
+    readout into ``server``."""
     opened = await asyncio.gather(*(_open(browser, url) for _ in range(sessions)))
     pages = [page for page, _ in opened]
     for round_number in range(rounds):
@@ -382,6 +389,8 @@ async def _sessions_at_once(
         )
         step.samples.extend(times)
         await asyncio.gather(*(_idle(page) for page in pages))
+        for page in pages:
+            server.samples.append(_number(await _metric(page, "Server time for this update")))
     for page in pages:
         await page.context.close()
 
@@ -472,6 +481,7 @@ def _steps(large_size: int) -> dict[str, Step]:
             limit_ms=2000,
             worst_bound=True,
         ),
+        "sessions_server": Step("sessions at once: page readout, server time"),
         "large_ready": Step(f"{large}: Enter → page ready (inference included)"),
         "scatter_tab": Step(f"{large}: switch to scatter tab", target="< 1 s", limit_ms=1000),
         "confusion_tab": Step(f"{large}: switch to confusion tab", target="< 1 s", limit_ms=1000),
@@ -520,6 +530,7 @@ async def _drive(
                     config.session_rounds,
                     picks[config.clicks :],
                     steps["sessions"],
+                    steps["sessions_server"],
                 ),
             )
             await phase("large batch", _large_batch(page, config, steps, readouts))
@@ -583,6 +594,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         "plain_step_one",
         "beyond",
         "sessions",
+        "sessions_server",
         "large_ready",
         "scatter_tab",
         "confusion_tab",
@@ -590,4 +602,5 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         "scatter_click",
     ]
     steps["sessions"].name = f"{config.sessions} sessions at once: click → heatmaps"
+    steps["sessions_server"].name = f"{config.sessions} sessions at once: page's server time"
     return ExplorerReport(config, [steps[name] for name in order], ratios, context)
