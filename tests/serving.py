@@ -1,93 +1,51 @@
 """What the browser tests share: a real ``streamlit run app.py`` server and ways to read its page.
 
 Not a test module: ``tests/test_e2e.py`` and ``tests/test_load.py`` import it (pytest puts
-``tests/`` on ``sys.path``). Helpers that only build locators take a page of either Playwright
-API; the ones that act or wait use the sync API (the async load test waits with the same JS).
+``tests/`` on ``sys.path``). The server and page helpers live in ``gradpick.serving`` (the explorer
+benchmark drives the same page); this adds what only tests need: skipping without chromium, the
+data to serve, and server logs under ``artifacts/``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gradpick import data
+from gradpick.serving import (  # noqa: F401 (re-exported for the browser tests)
+    APP_IDLE,
+    CHROMIUM_ARGS,
+    HEATMAP_INDICES_JS,
+    HEATMAPS_SHOW_JS,
+    LOAD_TIMEOUT_MS,
+    PAGE_ERRORS,
+    SCATTER_POINTS_JS,
+    TEXT_BOX_LABEL,
+    VIEWPORT,
+    Server,
+    free_port,
+    healthy,
+    heatmap_indices,
+    metric_value,
+    open_explorer,
+    page_errors,
+    pick_by_text,
+    text_box,
+    wait_for_heatmaps,
+    wait_healthy,
+)
+from gradpick.serving import streamlit_server as _streamlit_server
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
-VIEWPORT = {"width": 1500, "height": 1900}
-LOAD_TIMEOUT_MS = 240_000
-"""First page load infers the batch (and may load a model) on a busy CI machine."""
 GENERATED_IMAGES = 200
 """Images per split of the generated stand-in folder when no CIFAR-10 copy is present."""
-TEXT_BOX_LABEL = "Picked indices (editable, e.g. 3, 7, 10-12)"
-PAGE_ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
-"""A traceback, or a message drawn with st.error."""
-APP_IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-"""The page's script run has finished: every element of it (downloads too) is current."""
-
-HEATMAP_INDICES_JS = """
-() => Array.from(
-  document.querySelectorAll('.st-key-heatmaps [data-testid="stImageCaption"]'),
-  (caption) => Number(caption.innerText.trim().split(/\\s+/)[0].replace('#', '')))
-"""
-"""The batch index each heatmap caption names ("#12 cat→dog ..."), in page order."""
-
-HEATMAPS_SHOW_JS = f"""
-([expected, ordered]) => {{
-  const shown = ({HEATMAP_INDICES_JS})();
-  if (shown.length !== expected.length || new Set(shown).size !== shown.length) return false;
-  const order = (values) => ordered ? values : [...values].sort((a, b) => a - b);
-  const want = order(expected);
-  return order(shown).every((value, i) => value === want[i]);
-}}
-"""
-"""True once the captions name exactly ``expected`` (in that order when ``ordered``), each once."""
-
-SCATTER_POINTS_JS = """
-(selector) => {
-  const gd = document.querySelector(selector + ' .js-plotly-plot');
-  const box = gd.getBoundingClientRect();
-  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-  const points = [];
-  for (const trace of gd._fullData) {
-    if (!trace.mode.includes('markers') || trace.name === 'picked') continue;
-    for (let i = 0; i < trace.x.length; i++) {
-      const x = box.left + xa._offset + xa.c2p(trace.x[i]);
-      const y = box.top + ya._offset + ya.c2p(trace.y[i]);
-      if (Number.isFinite(x) && Number.isFinite(y)) {
-        points.push({index: Number(trace.customdata[i]), x: x, y: y});
-      }
-    }
-  }
-  return {points: points, plot: {left: box.left + xa._offset, top: box.top + ya._offset,
-                                 width: xa._length, height: ya._length}};
-}
-"""
-"""Page coordinates and batch index of every selectable marker of the plotly chart inside
-``selector`` (the scatter or the thumbnail grid), and the plot area's box."""
 
 
 def chromium_executable() -> str:
@@ -115,53 +73,6 @@ def cifar10_images(make_generated: Callable[[int], Path]) -> Path:
     return real_cifar10_dir() or make_generated(GENERATED_IMAGES)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def healthy(url: str) -> bool:
-    """Whether the server answers its health check with ok."""
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-            return bool(response.read().strip() == b"ok")
-    except OSError:
-        return False
-
-
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"streamlit exited with code {process.returncode}")
-        if healthy(url):
-            return
-        time.sleep(0.25)
-    raise TimeoutError(f"{url} did not become healthy within {timeout} s")
-
-
-@dataclass(frozen=True)
-class Server:
-    """A running ``streamlit run app.py``; ``launched`` and ``healthy_at`` are monotonic times."""
-
-    url: str
-    process: subprocess.Popen[bytes]
-    launched: float
-    healthy_at: float
-
-    def memory_bytes(self, field: str) -> int:
-        """A memory line of the server's /proc status: VmRSS (resident now) or VmHWM (peak
-        resident so far), in bytes."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name == field:
-                number, unit = value.split()
-                assert unit == "kB", line
-                return int(number) * 1024
-        raise KeyError(f"{field} is not in /proc/{self.process.pid}/status")
-
-
 @contextmanager
 def streamlit_server(
     env: Mapping[str, str | None],
@@ -174,90 +85,7 @@ def streamlit_server(
     One intra-op thread unless ``env`` says otherwise: on a machine whose cores are busy, two
     spin-waiting OpenMP threads make each small gradient step tens of times slower.
     """
-    merged = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    for name, value in env.items():
-        if value is None:
-            merged.pop(name, None)
-        else:
-            merged[name] = value
-    port = free_port()
-    command = [python, "-m", "streamlit", "run", str(REPO / "app.py")]
-    command += ["--server.port", str(port), "--server.headless", "true"]
-    command += ["--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
-    ARTIFACTS.mkdir(exist_ok=True)
-    url = f"http://127.0.0.1:{port}"
-    with (ARTIFACTS / f"{log_name}.log").open("wb") as log:
-        launched = time.monotonic()
-        process = subprocess.Popen(
-            command, cwd=REPO, env=merged, stdout=log, stderr=subprocess.STDOUT
-        )
-        try:
-            wait_healthy(url, process)
-            yield Server(url, process, launched, time.monotonic())
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def open_explorer(browser: Any, url: str, **context_options: Any) -> Any:
-    """A new browser context's page on the explorer, once the batch is inferred (sync API)."""
-    context = browser.new_context(viewport=VIEWPORT, **context_options)
-    page = context.new_page()
-    page.set_default_timeout(LOAD_TIMEOUT_MS)
-    page.goto(url)
-    page.get_by_text("Images N").wait_for()
-    return page
-
-
-def metric_value(page: Any, label: str) -> Any:
-    """The value of the metric labelled ``label`` (a locator of the page's own API)."""
-    metric = page.locator('[data-testid="stMetric"]').filter(has_text=label)
-    return metric.locator('[data-testid="stMetricValue"]')
-
-
-def text_box(page: Any) -> Any:
-    """The picked-indices text box (a locator of the page's own API)."""
-    return page.get_by_label(TEXT_BOX_LABEL)
-
-
-def page_errors(page: Any) -> Any:
-    """Every traceback or st.error on the page (a locator of the page's own API)."""
-    return page.locator(PAGE_ERRORS)
-
-
-def heatmap_indices(page: Any) -> list[int]:
-    """The indices the heatmap captions name, in order (sync API)."""
-    return [int(index) for index in page.evaluate(HEATMAP_INDICES_JS)]
-
-
-def wait_for_heatmaps(page: Any, expected: Sequence[int], ordered: bool = False) -> float:
-    """Wait until the heatmap captions name exactly ``expected``, each once, and then until
-    the run that drew them has ended (sync API); returns when (time.monotonic) they showed.
-
-    The heatmaps reach the browser before the rest of their run (the outputs, the text box,
-    the downloads): a click before that run ends would meet a stale page.
-    """
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    try:
-        page.wait_for_function(
-            HEATMAPS_SHOW_JS, arg=[list(expected), ordered], polling=100, timeout=LOAD_TIMEOUT_MS
-        )
-    except PlaywrightTimeout:
-        raise AssertionError(
-            f"heatmaps show {heatmap_indices(page)}, expected {list(expected)}"
-        ) from None
-    shown = time.monotonic()
-    page.locator(APP_IDLE).wait_for(timeout=LOAD_TIMEOUT_MS)
-    return shown
-
-
-def pick_by_text(page: Any, indices: Sequence[int]) -> None:
-    """Type ``indices`` into the text box and commit them with Enter (sync API)."""
-    box = text_box(page)
-    box.fill(", ".join(str(index) for index in indices))
-    box.press("Enter")
+    threads = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    log = ARTIFACTS / f"{log_name}.log"
+    with _streamlit_server(REPO / "app.py", {**threads, **env}, log, python) as server:
+        yield server

@@ -71,6 +71,10 @@ def index_box(app: AppTest) -> Any:
 
 
 def table(app: AppTest) -> Any:
+    """The batch table; its view is opened first, since only the open view is drawn."""
+    if app.session_state[state.OUTPUTS_TAB] != "Table":
+        app.session_state[state.OUTPUTS_TAB] = "Table"
+        app.run()
     return app.dataframe[0].value
 
 

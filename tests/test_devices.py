@@ -99,3 +99,15 @@ def test_device_for_refuses_to_move_a_model(monkeypatch: pytest.MonkeyPatch) -> 
     assert model_device(model) == torch.device("cpu")
     # a stateless model can run anywhere
     assert device_for(nn.ReLU(), "cuda") == torch.device("cuda")
+
+
+def test_cpu_threads_sets_the_count_for_the_block_and_restores_it() -> None:
+    before = torch.get_num_threads()
+    with devices.cpu_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with devices.cpu_threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError, match="inside"), devices.cpu_threads(1):
+        raise RuntimeError("inside")
+    assert torch.get_num_threads() == before

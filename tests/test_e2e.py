@@ -9,8 +9,11 @@ for the README. Uses the shared CIFAR-10 copy when present, else a generated fol
 from __future__ import annotations
 
 import json
+import math
 import os
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +29,34 @@ from serving import (
     metric_value,
     open_explorer,
     pick_by_text,
+    real_cifar10_dir,
     streamlit_server,
     text_box,
     wait_for_heatmaps,
 )
 
-from gradpick import data, selection
+from gradpick import data, devices, selection
 
 pytestmark = pytest.mark.e2e
 
 SCREENSHOTS = REPO / "assets" / "screenshots"
+EMBEDDING_JS = """
+(selector) => {
+  const gd = document.querySelector(selector + ' .js-plotly-plot');
+  const box = gd.getBoundingClientRect();
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const points = [];
+  for (const trace of gd._fullData) {
+    if (trace.name === 'picked') continue;
+    for (let i = 0; i < trace.x.length; i++) {
+      points.push([Number(trace.customdata[i]), trace.x[i], trace.y[i]]);
+    }
+  }
+  return {points: points, axes: {left: box.left + xa._offset, top: box.top + ya._offset,
+    width: xa._length, height: ya._length, xrange: xa.range, yrange: ya.range}};
+}
+"""
+"""The embedding chart's data ([index, x, y] per image) and its linear axes on the page."""
 UPDATE_SCREENSHOTS = os.environ.get("GRADPICK_UPDATE_SCREENSHOTS") == "1"
 
 
@@ -232,3 +253,119 @@ def test_dark_theme_is_readable(chromium: str, server: str) -> None:
         browser.close()
     red, green, blue = (int(v) for v in background[background.index("(") + 1 : -1].split(","))
     assert red + green + blue < 200, f"the page did not follow the dark preference: {background}"
+
+
+def _reference_projection() -> dict[int, tuple[float, float]]:
+    """The default batch's PCA projection computed here, without the app: the sidebar's
+    default model, batch and inference settings, then ``gradpick.embedding.project``."""
+    from gradpick import embedding, infer
+    from gradpick.ui import service, stored
+
+    option = service.model_options()[0]
+    model = service.load_model(option, devices.resolve_device("cpu")).module
+    base = service.DataChoice()
+    source = service.open_source(base)
+    seed = 0 if service.sorted_by_class(source) else None
+    batch = service.read_batch(source, replace(base, seed=seed))
+    result = infer.infer(
+        model, batch.images, batch.labels, batch_size=stored.INFERENCE_BATCH_SIZE, features=True
+    )
+    assert result.features is not None
+    points = embedding.project(result.features)
+    return {index: (float(x), float(y)) for index, (x, y) in enumerate(points.tolist())}
+
+
+def _inside(point: tuple[float, float], polygon: list[tuple[float, float]]) -> bool:
+    """Ray casting: whether ``point`` lies inside ``polygon`` (pixel coordinates)."""
+    x, y = point
+    inside = False
+    for (x1, y1), (x2, y2) in zip(polygon, polygon[1:] + polygon[:1], strict=True):
+        if (y1 > y) != (y2 > y) and x < x1 + (y - y1) * (x2 - x1) / (y2 - y1):
+            inside = not inside
+    return inside
+
+
+def _lasso_around_some_points(
+    pixels: dict[int, tuple[float, float]], plot: dict[str, float], margin: float = 4.0
+) -> tuple[list[tuple[float, float]], list[int]]:
+    """An octagon in the plot enclosing 2 to 12 points, none within ``margin`` px of its edge."""
+    corners = [
+        (math.cos(math.pi * (2 * i + 1) / 8), math.sin(math.pi * (2 * i + 1) / 8)) for i in range(8)
+    ]
+    inner = math.cos(math.pi / 8)
+    for radius in (18.0, 26.0, 38.0):
+        for cx in range(
+            int(plot["left"] + radius + 5), int(plot["left"] + plot["width"] - radius), 7
+        ):
+            for cy in range(
+                int(plot["top"] + radius + 5), int(plot["top"] + plot["height"] - radius), 7
+            ):
+                distances = {i: math.dist((cx, cy), p) for i, p in pixels.items()}
+                if any(radius * inner - margin < d < radius + margin for d in distances.values()):
+                    continue
+                enclosed = sorted(i for i, d in distances.items() if d <= radius * inner - margin)
+                if 2 <= len(enclosed) <= 12:
+                    polygon = [(cx + radius * a, cy + radius * b) for a, b in corners]
+                    return polygon, enclosed
+    raise AssertionError("no lasso with 2 to 12 well-separated points in the embedding")
+
+
+def test_a_lasso_in_the_feature_space_view_picks_exactly_the_enclosed_images(page: Any) -> None:
+    if real_cifar10_dir() is None:
+        pytest.skip("needs the real CIFAR-10 copy and the shipped model for the reference")
+    page.get_by_role("tab", name="Feature space").click()
+    chart = ".st-key-embedding_chart"
+    page.locator(f"{chart} .js-plotly-plot").wait_for()
+    page.wait_for_timeout(500)
+    drawn = page.evaluate(EMBEDDING_JS, chart)
+    reference = _reference_projection()
+    shown = {int(i): (x, y) for i, x, y in drawn["points"]}
+    assert sorted(shown) == sorted(reference)
+    for index, (x, y) in reference.items():
+        assert shown[index] == pytest.approx((x, y), rel=1e-4, abs=1e-4), index
+    axes = drawn["axes"]
+
+    def to_pixels(x: float, y: float) -> tuple[float, float]:
+        (x0, x1), (y0, y1) = axes["xrange"], axes["yrange"]
+        px = axes["left"] + (x - x0) / (x1 - x0) * axes["width"]
+        py = axes["top"] + (1 - (y - y0) / (y1 - y0)) * axes["height"]
+        return px, py
+
+    pixels = {index: to_pixels(*point) for index, point in reference.items()}
+    plot = {key: axes[key] for key in ("left", "top", "width", "height")}
+    polygon, enclosed = _lasso_around_some_points(pixels, plot)
+    assert enclosed == sorted(i for i, p in pixels.items() if _inside(p, polygon))
+    page.locator(chart).hover()
+    page.locator(f'{chart} .modebar-btn[data-title="Lasso Select"]').click()
+    page.mouse.move(*polygon[0])
+    page.mouse.down()
+    for vertex in [*polygon[1:], polygon[0]]:
+        page.mouse.move(*vertex, steps=4)
+    page.mouse.up()
+    wait_for_heatmaps(page, enclosed, ordered=True)
+    assert text_box(page).input_value() == selection.format_indices(enclosed)
+    _shot(page, "embedding", readme=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250})
+
+
+def test_click_to_heatmap_times_are_recorded(page: Any) -> None:
+    """Clicks on thumbnails, each timed from the click to its heatmaps (artifacts only: speed
+    targets live in ``gradpick bench --explorer``, not in assertions)."""
+    grid = ".st-key-grid_chart"
+    page.locator(f"{grid} .js-plotly-plot").wait_for()
+    timings = []
+    for index in (5, 17, 42, 63, 88):
+        points = page.evaluate(SCATTER_POINTS_JS, grid)["points"]
+        point = next(p for p in points if p["index"] == index)
+        clicked = time.monotonic()
+        page.mouse.click(point["x"], point["y"])
+        shown = wait_for_heatmaps(page, [index], polling=10)
+        timings.append(
+            {
+                "index": index,
+                "click_to_heatmaps_ms": round((shown - clicked) * 1000, 1),
+                "server_time": _metric(page, "Server time for this update"),
+                "gradient_step": _metric(page, "Gradient step"),
+            }
+        )
+    (ARTIFACTS / "e2e-click-timings.json").write_text(json.dumps(timings, indent=2))
+    assert [t["index"] for t in timings] == [5, 17, 42, 63, 88]

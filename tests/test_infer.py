@@ -235,3 +235,47 @@ def test_streaming_to_cuda_pins_the_chunks_and_matches_the_cpu(
     assert on_gpu.embeddings is not None and on_gpu.embeddings.device.type == "cpu"
     assert on_cpu.embeddings is not None
     assert torch.allclose(on_gpu.embeddings, on_cpu.embeddings, atol=1e-4)
+
+
+def _two_layer_head(features_dim: int = 6) -> nn.Module:
+    torch.manual_seed(3)
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, 3, stride=4),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(4 * 8 * 8, features_dim),
+        nn.ReLU(),
+        nn.Linear(features_dim, 10),
+    )
+    return net.eval().requires_grad_(False)
+
+
+def test_features_are_the_input_of_the_last_linear_layer_batch_by_batch(
+    random_batch: Any,
+) -> None:
+    model = _two_layer_head()
+    result = infer(model, random_batch.images, batch_size=5, features=True)
+    with torch.no_grad():
+        expected = torch.cat([model[:5](batch) for batch in random_batch.images.split(5)])
+    assert result.features is not None and result.features.shape == (16, 6)
+    assert torch.equal(result.features, expected)
+    assert torch.equal(result.logits, direct_logits(model, random_batch.images, 5))
+
+
+def test_features_are_off_by_default_and_the_hooks_are_removed(random_batch: Any) -> None:
+    model = _two_layer_head()
+    assert infer(model, random_batch.images).features is None
+    infer(model, random_batch.images, features=True)
+    assert not model._forward_hooks and not model[5]._forward_pre_hooks
+    with capture_embeddings(model) as captured, torch.no_grad():
+        model(random_batch.images[:3])
+        model(random_batch.images[3:4])
+    assert [tuple(part.shape) for part in captured] == [(3, 6), (1, 6)]
+    assert not model._forward_hooks and not model[5]._forward_pre_hooks
+
+
+def test_a_model_without_a_linear_layer_has_no_features(random_batch: Any) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 10, 32), nn.Flatten()).eval()
+    assert infer(model, random_batch.images, features=True).features is None
+    with pytest.raises(InputError, match="no nn.Linear"), capture_embeddings(model):
+        pass

@@ -93,14 +93,15 @@ def test_random_is_seeded_distinct_and_sorted(result):
 
 
 def test_rules_work_on_a_real_inference_result(tiny_cnn, random_batch):
-    inferred = infer(tiny_cnn, random_batch.images, random_batch.labels)
+    inferred = infer(tiny_cnn, random_batch.images, random_batch.labels, features=True)
     wrong = (inferred.predictions != inferred.labels).nonzero().flatten().tolist()
     assert pick(inferred, "misclassified", k=16) == wrong
     losses = inferred.losses.tolist()
     assert pick(inferred, "top_k_loss", k=3) == sorted(range(16), key=lambda i: -losses[i])[:3]
     for rule in RULES:
         if rule not in ("true_class", "predicted_class"):
-            assert all(isinstance(index, int) for index in pick(inferred, rule, k=4))
+            picked = pick(inferred, rule, k=4, anchor=2)
+            assert len(picked) == 4 and all(isinstance(index, int) for index in picked)
 
 
 def test_no_match_gives_an_empty_list(result):
@@ -271,3 +272,31 @@ def test_indices_from_streamlit_plotly_state():
 
     state = PlotlyState({"selection": {"points": [{"customdata": [5]}, {"customdata": [2]}]}})
     assert indices_from_plotly_selection(state) == [5, 2]
+
+
+def test_nearest_neighbours_rule_picks_the_anchor_then_its_closest_images(result):
+    features = torch.tensor(
+        [
+            [1.0, 0.0],
+            [0.0, 1.0],
+            [0.9, 0.1],
+            [0.1, 0.9],
+            [1.0, 1.0],
+            [-1.0, 0.0],
+            [0.7, 0.0],
+            [0.0, -1.0],
+        ]
+    )
+    with_features = InferenceResult(**{**result.__dict__, "features": features})
+    assert pick(with_features, "nearest_neighbours", k=3, anchor=0) == [0, 6, 2]
+    assert pick(with_features, "nearest_neighbours", k=1, anchor=5) == [5]
+
+
+def test_nearest_neighbours_rule_needs_features_and_an_anchor(result):
+    with pytest.raises(SelectionError, match="penultimate-layer features"):
+        pick(result, "nearest_neighbours", k=3, anchor=0)
+    with_features = InferenceResult(**{**result.__dict__, "features": torch.eye(8)})
+    with pytest.raises(SelectionError, match="Choose the image"):
+        pick(with_features, "nearest_neighbours", k=3)
+    with pytest.raises(SelectionError, match="valid indices are 0 to 7"):
+        pick(with_features, "nearest_neighbours", k=3, anchor=8)

@@ -88,10 +88,10 @@ def test_outputs_scatter_puts_every_image_in_its_predicted_class_trace() -> None
         CLASSES,
         [str(i) for i in range(200)],
         picked=[3, 4],
-    ).to_dict()
+    )
     members: dict[tuple[str, str], list[int]] = {}
-    for trace in figure["data"]:
-        members[trace["name"], trace["marker"].get("symbol", "")] = list(trace["customdata"])
+    for trace in figure.data:  # trace objects: to_dict() would base64-encode the arrays
+        members[trace.name, trace.marker.symbol or ""] = list(trace.customdata)
     seen = []
     for class_index, name in enumerate(CLASSES):
         right = members.get((name, "circle"), [])
@@ -100,10 +100,11 @@ def test_outputs_scatter_puts_every_image_in_its_predicted_class_trace() -> None
         assert wrong == np.flatnonzero((predictions == class_index) & ~correct).tolist()
         seen += right + wrong
     assert sorted(seen) == list(range(200))
-    legend = [trace["name"] for trace in figure["data"] if trace.get("showlegend", True)]
+    legend = [trace.name for trace in figure.data if trace.showlegend is not False]
     assert legend == [*CLASSES, "picked"]
-    traces = {trace["name"]: trace for trace in figure["data"]}
-    assert list(traces["picked"]["customdata"]) == [3, 4]
+    traces = {trace.name: trace for trace in figure.data}
+    assert list(traces["picked"].customdata) == [3, 4]
+    assert list(traces["picked"].hovertext) == ["3", "4"]
 
 
 def test_confusion_matrix_has_one_marker_per_nonempty_cell_with_its_count() -> None:
@@ -192,3 +193,35 @@ def test_large_scatters_switch_to_webgl() -> None:
 
     assert kinds(figures.WEBGL_ABOVE) == {"scatter"}
     assert kinds(figures.WEBGL_ABOVE + 1) == {"scattergl"}
+
+
+@pytest.mark.parametrize("size", [60, figures.WEBGL_ABOVE + 1])
+def test_embedding_scatter_colours_each_group_and_rings_the_picked(size: int) -> None:
+    rng = np.random.default_rng(2)
+    points = rng.random((size, 2))
+    groups = rng.integers(0, 2, size)
+    hover = [f"#{i}" for i in range(size)]
+    figure = figures.embedding_scatter(points, groups, ("right", "wrong"), hover, [5, 1], "pca")
+    traces = {trace.name: trace for trace in figure.data}
+    assert set(traces) == {"right", "wrong", "picked"}
+    for group, name in enumerate(("right", "wrong")):
+        members = np.flatnonzero(groups == group)
+        assert list(traces[name].customdata) == members.tolist()
+        np.testing.assert_array_equal(traces[name].x, points[members, 0])
+        np.testing.assert_array_equal(traces[name].y, points[members, 1])
+        assert traces[name].marker.color == (figures.RIGHT, figures.WRONG)[group]
+    assert list(traces["picked"].customdata) == [5, 1]
+    assert list(traces["picked"].hovertext) == ["#5", "#1"]
+    kind = "scattergl" if size > figures.WEBGL_ABOVE else "scatter"
+    assert {trace.type for trace in figure.data} == {kind}
+    assert figure.layout.xaxis.title.text == "PCA 1"
+
+
+def test_embedding_scatter_by_class_uses_the_class_colours() -> None:
+    points = np.arange(8, dtype=float).reshape(4, 2)
+    figure = figures.embedding_scatter(
+        points, np.array([2, 0, 2, 1]), CLASSES, list("abcd"), [], "umap"
+    )
+    colours = {trace.name: trace.marker.color for trace in figure.data}
+    assert colours == {CLASSES[i]: figures.CLASS_COLOURS[i] for i in (0, 1, 2)}
+    assert figure.layout.yaxis.title.text == "UMAP 2"

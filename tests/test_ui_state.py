@@ -78,6 +78,29 @@ def test_a_new_batch_clears_the_selection_with_a_notice() -> None:
     assert "batch changed" in session[state.NOTICE]
 
 
+def test_a_selection_held_from_the_old_batch_does_not_pick_in_the_new_one() -> None:
+    session: dict[str, Any] = {}
+    state.follow_batch(session, "batch-a")
+    session[state.SCATTER_CHART] = _points(1, 2)
+    state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+    assert state.picked(session) == [1, 2]
+    state.follow_batch(session, "batch-b")  # the scatter, not drawn since, still holds 1, 2
+    state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+    assert state.picked(session) == []
+    session[state.SCATTER_CHART] = _points(3)
+    state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+    assert state.picked(session) == [3]
+
+
+def test_a_pending_selection_is_reported_without_being_absorbed() -> None:
+    session: dict[str, Any] = {state.PROBABILITY_CHART: _points(4)}
+    assert state.pending_selection(session, state.PROBABILITY_CHART)
+    assert state.pending_selection(session, state.PROBABILITY_CHART)
+    assert state.fresh_selection(session, state.PROBABILITY_CHART) is not None
+    assert not state.pending_selection(session, state.PROBABILITY_CHART)
+    assert not state.pending_selection(session, state.GRID_CHART)
+
+
 def test_bad_text_keeps_the_selection_and_says_why() -> None:
     session: dict[str, Any] = {state.PICKED: [5]}
     key = state.text_key(session)

@@ -711,6 +711,8 @@ def _check_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.explorer:
+        return _bench_explorer(args)
     from gradpick import bench
 
     given: dict[str, Any] = {
@@ -730,8 +732,34 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     config = replace(bench.QUICK if args.quick else bench.BenchConfig(), **overrides)
     report = bench.run_benchmark(config, progress=lambda line: print(line, file=sys.stderr))
     print(bench.report_text(report))
-    report.write_json(args.json)
-    print(f"\nwrote {args.json}")
+    report.write_json(args.json or "bench.json")
+    print(f"\nwrote {args.json or 'bench.json'}")
+    return 0
+
+
+def _bench_explorer(args: argparse.Namespace) -> int:
+    import shutil
+
+    from gradpick import explorer_bench
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        raise InputError(
+            "The explorer benchmark drives Debian's chromium: apt-get install chromium."
+        )
+    config = explorer_bench.QUICK if args.quick else explorer_bench.ExplorerBenchConfig()
+    if args.taskset:
+        server, browser = explorer_bench.parse_taskset(args.taskset)
+        config = replace(config, server_cpus=server, browser_cpus=browser)
+    if args.clicks is not None:
+        config = replace(config, clicks=args.clicks)
+    if args.threads is not None:
+        config = replace(config, threads=args.threads)
+    report = explorer_bench.run_explorer_benchmark(config, chromium)
+    print(explorer_bench.report_text(report))
+    path = args.json or "bench-explorer.json"
+    report.write_json(path)
+    print(f"\nwrote {path}")
     return 0
 
 
@@ -828,7 +856,22 @@ def _bench_parser(commands: argparse._SubParsersAction) -> None:
         type=_positive_int,
         help="torch intra-op threads (default: torch's own; --quick uses 1, steady on busy cores)",
     )
-    parser.add_argument("--json", default="bench.json", help="where to write the JSON results")
+    parser.add_argument(
+        "--explorer",
+        action="store_true",
+        help="time the Streamlit explorer in a real browser instead (reads $GRADPICK_CIFAR10_DIR)",
+    )
+    parser.add_argument(
+        "--taskset",
+        metavar="SERVER:BROWSER",
+        help="with --explorer: pin the server and the browser to these cores, e.g. 0:1",
+    )
+    parser.add_argument(
+        "--clicks", type=_positive_int, help="with --explorer: clicks per timed step (default 10)"
+    )
+    parser.add_argument(
+        "--json", help="where to write the JSON results (bench.json, bench-explorer.json)"
+    )
     parser.set_defaults(handler=_cmd_bench)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -122,3 +123,23 @@ def device_matching(
             f"on that device (gradpick.models.load(..., device='{device}')) or pass device=None."
         )
     return wanted
+
+
+@contextmanager
+def cpu_threads(count: int | None) -> Iterator[None]:
+    """Run the block with ``count`` torch intra-op threads on the calling thread (None: leave
+    them), then restore the thread's previous count.
+
+    OpenMP keeps the count per thread, so other threads (other Streamlit sessions) keep theirs.
+    Small steps gain nothing from a second thread, and on busy cores two threads that spin at
+    each barrier waiting for a descheduled partner make a millisecond step take a hundred.
+    """
+    if count is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

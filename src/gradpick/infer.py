@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +39,9 @@ class InferenceResult:
     losses: torch.Tensor | None
     device: str
     milliseconds: float
+    features: torch.Tensor | None = None
+    """Penultimate-layer features [N, D] (the input of the model's last ``nn.Linear``), when
+    asked for (``infer(..., features=True)``) and the model has such a layer."""
 
     def __len__(self) -> int:
         return int(self.logits.shape[0])
@@ -126,12 +129,14 @@ def infer(
     batch_size: int = 500,
     device: str | torch.device | None = None,
     progress: ProgressCallback | None = None,
+    features: bool = False,
 ) -> InferenceResult:
     """Run ``model`` over all images in batches without building a graph.
 
     ``images`` may be uint8 (converted per batch, so 50,000 images never exist as floats at once)
     or float in [0, 1], and are given to the model in its own dtype. Outputs come back on the
-    CPU in float32.
+    CPU in float32. ``features=True`` also keeps the penultimate-layer features of the same
+    pass (``capture_embeddings``); a model without an ``nn.Linear`` then has none.
     """
     check_images(images, check_values=False)
     if labels is not None and labels.shape != (images.shape[0],):
@@ -142,7 +147,11 @@ def infer(
     dtype = _model_dtype(model)
     total = int(images.shape[0])
     chunks: list[torch.Tensor] = []
-    with Stopwatch(run_device) as watch, torch.inference_mode():
+    nothing: list[torch.Tensor] = []
+    capture: AbstractContextManager[list[torch.Tensor]] = (
+        capture_embeddings(model) if features and _has_linear(model) else nullcontext(nothing)
+    )
+    with capture as captured, Stopwatch(run_device) as watch, torch.inference_mode():
         for start in range(0, total, batch_size):
             batch = images[start : start + batch_size].to(run_device, non_blocking=True)
             chunks.append(call_model(model, as_model_input(batch, dtype).to(dtype)).float().cpu())
@@ -156,7 +165,18 @@ def infer(
         check_images(images[first_bad : first_bad + 1])
         raise InputError(f"The model's outputs for image {first_bad} are not finite.")
     _check_labels(labels, logits.shape[1])
-    return result_from_logits(logits, labels, run_device, watch.milliseconds)
+    return result_from_logits(
+        logits, labels, run_device, watch.milliseconds, _stacked(captured, total)
+    )
+
+
+def _stacked(captured: list[torch.Tensor], total: int) -> torch.Tensor | None:
+    """The captured features as one float32 CPU [N, D] tensor; None when nothing (or not one
+    row per image, as for a model that skips its head for some inputs) was captured."""
+    if not captured:
+        return None
+    stacked = torch.cat(captured).float().cpu()
+    return stacked if stacked.shape[0] == total else None
 
 
 def _first_unusable_row(logits: torch.Tensor) -> int | None:
@@ -181,6 +201,7 @@ def result_from_logits(
     labels: torch.Tensor | None,
     device: torch.device | str,
     milliseconds: float,
+    features: torch.Tensor | None = None,
 ) -> InferenceResult:
     """Probabilities, predictions and losses derived from float32 CPU logits, one way only."""
     probabilities = logits.softmax(dim=1)
@@ -197,10 +218,15 @@ def result_from_logits(
         losses=losses,
         device=str(device),
         milliseconds=milliseconds,
+        features=features,
     )
 
 
 # ----------------------------------------------------------------------------- embeddings
+
+
+def _has_linear(model: nn.Module) -> bool:
+    return any(isinstance(module, nn.Linear) for module in model.modules())
 
 
 def embedding_layer(model: nn.Module) -> nn.Linear:

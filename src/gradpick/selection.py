@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gradpick.embedding import nearest_neighbours
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
 
@@ -24,6 +25,7 @@ RULES = (
     "true_class",
     "predicted_class",
     "random",
+    "nearest_neighbours",
 )
 MERGE_MODES = ("replace", "add", "remove")
 _TOKEN = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
@@ -83,13 +85,15 @@ def pick(
     k: int = 16,
     class_index: int | None = None,
     seed: int = 0,
+    anchor: int | None = None,
 ) -> list[int]:
     """Up to ``k`` indices chosen by ``rule`` (see ``RULES``); empty when none qualify.
 
     ``misclassified``, ``true_class`` and ``predicted_class`` give the first k qualifying images
     in index order; ``top_k_loss`` the k highest losses, ``least_confident`` the k lowest
     confidences (ties by index); ``random`` k distinct indices from a generator seeded by
-    ``seed``, sorted.
+    ``seed``, sorted; ``nearest_neighbours`` image ``anchor`` and the k - 1 images closest to it
+    by cosine similarity of their penultimate-layer features (``result.features``), closest first.
     """
     if rule not in RULES:
         raise SelectionError(f"Unknown rule '{rule}'; use one of {', '.join(RULES)}.")
@@ -108,10 +112,24 @@ def pick(
         chosen = _where(labels == _check_class(result, class_index, "true"))
     elif rule == "predicted_class":
         chosen = _where(result.predictions == _check_class(result, class_index, "predicted"))
+    elif rule == "nearest_neighbours":
+        chosen = _neighbours(result, anchor, k)
     else:
         generator = np.random.default_rng(_whole("seed", seed, least=0))
         chosen = sorted(generator.choice(len(result), size=min(k, len(result)), replace=False))
     return [int(index) for index in chosen[:k]]
+
+
+def _neighbours(result: InferenceResult, anchor: int | None, k: int) -> list[int]:
+    if result.features is None:
+        raise SelectionError(
+            "The rule 'nearest_neighbours' needs the images' penultimate-layer features, and "
+            "these outputs have none: infer with features=True, with a model whose head is an "
+            "nn.Linear."
+        )
+    if anchor is None:
+        raise SelectionError("Choose the image whose nearest neighbours to pick.")
+    return nearest_neighbours(result.features, _whole("The image", anchor, least=0), k)
 
 
 def confusion_cell(result: InferenceResult, true_class: int, predicted_class: int) -> list[int]:

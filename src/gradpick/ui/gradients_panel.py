@@ -94,8 +94,9 @@ def _step_readouts(loaded: Loaded, result: Attribution, request: HeatmapRequest)
     st.metric(
         "Gradient step",
         f"{step.timing:,.1f} ms",
-        help="Wall time of input_gradients' step when these gradients were computed, device "
-        "synchronised before and after. The same pick and settings later reuse them.",
+        help="Wall time of input_gradients' forward and backward of the picked images alone "
+        "(on a CPU with one torch thread), the device synchronised before and after, when "
+        "these gradients were computed. The same pick and settings later reuse them.",
     )
     if request.method != "gradient":
         st.metric(attribution.get(request.method).label, f"{result.milliseconds:,.1f} ms")

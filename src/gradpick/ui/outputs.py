@@ -1,8 +1,9 @@
 """The outputs of the batch and the ways to pick images from them.
 
-Thumbnails, the confidence/loss scatter, the confusion matrix and the table are selectable;
-the pickers, the text box and the clear button act through callbacks. All of them change one
-list, ``state.PICKED``, which everything below the outputs reads.
+Thumbnails, the confidence/loss scatter, the confusion matrix, the feature-space view and the
+table are selectable; the pickers, the text box and the clear button act through callbacks. All
+of them change one list, ``state.PICKED``, which everything below the outputs reads. Only the
+open view is drawn (its tab reruns the page part when switched), so a click rebuilds one figure.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from gradpick import selection
+from gradpick import embedding, selection
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
 from gradpick.ui import cache, figures, service, state
@@ -30,7 +31,11 @@ RULE_LABELS = {
     "true_class": "By true class",
     "predicted_class": "By predicted class",
     "random": "Seeded random k",
+    "nearest_neighbours": "Nearest neighbours (features)",
 }
+VIEWS = ("Thumbnails", "Confidence vs loss", "Confusion matrix", "Feature space", "Table")
+PROJECTION_LABELS = {"pca": "PCA", "umap": "UMAP"}
+COLOURING_LABELS = {"true": "true class", "predicted": "predicted class", "correct": "right/wrong"}
 
 
 def absorb_selections(loaded: Loaded) -> None:
@@ -38,7 +43,7 @@ def absorb_selections(loaded: Loaded) -> None:
     session = st.session_state
     result = loaded.result
     state.follow_batch(session, loaded.key)
-    for key in (state.GRID_CHART, state.SCATTER_CHART):
+    for key in (state.GRID_CHART, state.SCATTER_CHART, state.EMBEDDING_CHART):
         state.absorb(session, key, selection.indices_from_plotly_selection, len(loaded))
     state.absorb(session, state.TABLE, state.table_rows, len(loaded))
     if result.labels is not None:
@@ -70,22 +75,18 @@ def readouts(loaded: Loaded) -> None:
 
 
 def render(loaded: Loaded) -> None:
-    """The outputs views (left) and the selection tools (right)."""
+    """The outputs views (left, only the open one drawn) and the selection tools (right)."""
     charts, tools = st.columns([3, 2], gap="medium")
     with tools:
         _selection_tools(loaded)
     with charts:
-        grid_tab, scatter_tab, confusion_tab, table_tab = st.tabs(
-            ["Thumbnails", "Confidence vs loss", "Confusion matrix", "Table"]
-        )
-        with grid_tab, guarded("The thumbnail grid"):
-            _thumbnails(loaded)
-        with scatter_tab, guarded("The outputs scatter"):
-            _scatter(loaded)
-        with confusion_tab, guarded("The confusion matrix"):
-            _confusion(loaded)
-        with table_tab, guarded("The table"):
-            _table(loaded)
+        tabs = st.tabs(VIEWS, key=state.OUTPUTS_TAB, on_change="rerun")
+        views = (_thumbnails, _scatter, _confusion, _embedding, _table)
+        for tab, name, view in zip(tabs, VIEWS, views, strict=True):
+            if tab.open is False:
+                continue
+            with tab, guarded(f"The {name.lower()} view"):
+                view(loaded)
 
 
 def _plot(figure: go.Figure, key: str) -> None:
@@ -152,10 +153,49 @@ def _confusion(loaded: Loaded) -> None:
         st.info("These images have no labels, so there is no confusion matrix.")
         return
     st.caption("Select a cell to pick every image with that true and predicted class.")
-    figure = figures.confusion_matrix(
-        result.labels.numpy(), result.predictions.numpy(), loaded.batch.class_names
+    figure = cache.confusion_figure(
+        loaded.key, loaded.option.identity, result, loaded.batch.class_names
     )
     _plot(figure, state.CONFUSION_CHART)
+
+
+def _embedding(loaded: Loaded) -> None:
+    features = loaded.result.features
+    if features is None:
+        st.info(
+            "This model has no nn.Linear head, so there are no penultimate-layer features to "
+            "place the images by."
+        )
+        return
+    colourings = embedding.COLOURINGS if loaded.result.labels is not None else ("predicted",)
+    left, right = st.columns(2)
+    method = left.selectbox(
+        "Projection",
+        embedding.available_projections(),
+        format_func=PROJECTION_LABELS.__getitem__,
+        key=state.EMBEDDING_PROJECTION,
+        help="PCA: the two directions of largest variance (exact, instant). UMAP (with the "
+        "optional umap-learn): neighbourhoods kept, seconds to minutes for large batches.",
+    )
+    colour_by = right.radio(
+        "Colour by",
+        colourings,
+        format_func=COLOURING_LABELS.__getitem__,
+        key=state.EMBEDDING_COLOUR,
+        horizontal=True,
+    )
+    points = cache.projection(loaded.key, loaded.option.identity, method, features)
+    groups, names = embedding.colour_groups(loaded.result, colour_by, loaded.batch.class_names)
+    st.caption(
+        f"Each point is an image placed by its penultimate-layer features ({features.shape[1]} "
+        f"numbers: the input of the model's last linear layer) projected by "
+        f"{PROJECTION_LABELS[method]}. Hover for the image's classes; click, box- or "
+        "lasso-select to pick; the 'Nearest neighbours' rule picks the closest in feature space."
+    )
+    figure = figures.embedding_scatter(
+        points, groups, names, loaded.hover, state.picked(st.session_state), method
+    )
+    _plot(figure, state.EMBEDDING_CHART)
 
 
 def _table(loaded: Loaded) -> None:
@@ -179,6 +219,7 @@ def _pick(result: InferenceResult) -> None:
             k=int(session[state.RULE_K]),
             class_index=int(session.get(state.RULE_CLASS, 0)),
             seed=int(session.get(state.RULE_SEED, 0)),
+            anchor=int(session.get(state.RULE_ANCHOR, 0)),
         )
     except SelectionError as error:
         session[state.NOTICE] = str(error)
@@ -214,6 +255,15 @@ def _selection_tools(loaded: Loaded) -> None:
             key=state.RULE_CLASS,
         )
         seed_column.number_input("Seed", 0, None, 0, key=state.RULE_SEED)
+        st.number_input(
+            "Image (for nearest neighbours)",
+            0,
+            len(loaded) - 1,
+            0,
+            key=state.RULE_ANCHOR,
+            help="The rule picks this image and the k - 1 images closest to it by cosine "
+            "similarity of their penultimate-layer features.",
+        )
         st.form_submit_button("Pick", on_click=_pick, args=(loaded.result,), type="primary")
     notice = session.pop(state.NOTICE, None)
     if notice:

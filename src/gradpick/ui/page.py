@@ -2,6 +2,10 @@
 
 ``main`` is all ``app.py`` calls. Each section is guarded, so a failure in one shows a message
 and leaves the others working.
+
+Everything below the readouts is one fragment (``_explorer``): a click, a picker or a tab switch
+reruns only it, not the sidebar, the loading and the readouts; a change in the sidebar reruns
+the whole page.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ def _load(settings: Settings) -> Loaded | None:
             result = cache.inference(
                 choice.batch_key, option.identity, str(device), served, batch, source, keep
             )
-        hover = tuple(service.describe_indices(batch, result, range(len(batch))))
+        hover = cache.hover_lines(choice.batch_key, option.identity, batch, result)
         loaded = Loaded(choice, batch, option, served, device, result, hover)
     return loaded
 
@@ -113,11 +117,12 @@ def _stored_outputs(settings: Settings, served: LoadedModel, batch: ImageBatch) 
 
 def main() -> None:
     started = time.perf_counter()
-    process.return_freed_memory_promptly()
+    config = app_config()
+    if config.hosted:
+        process.return_freed_memory_promptly()
     st.set_page_config(page_title="gradpick", page_icon=":mag:", layout="wide")
     st.markdown(PIXELATED, unsafe_allow_html=True)
     gradients_panel.absorb_target_click()
-    config = app_config()
     if config.problem is not None:
         st.error(config.problem)
     settings = sidebar.render(config)
@@ -131,8 +136,19 @@ def main() -> None:
     loaded = _load(settings)
     if loaded is None:
         return
-    outputs.absorb_selections(loaded)
     outputs.readouts(loaded)
+    st.session_state[state.RUN_STARTED] = started
+    _explorer(loaded, settings)
+
+
+@st.fragment
+def _explorer(loaded: Loaded, settings: Settings) -> None:
+    """The outputs, the picked images' gradients and the strategies: what a click changes."""
+    session = st.session_state
+    started = session.pop(state.RUN_STARTED, None) or time.perf_counter()
+    if state.pending_selection(session, state.PROBABILITY_CHART):
+        st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
+    outputs.absorb_selections(loaded)
     explore, strategies, trust = st.tabs(["Explore", "Strategies", "Trust"])
     with explore:
         # The outputs sit above the gradients but are drawn after them: a click's heatmaps

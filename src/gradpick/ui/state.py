@@ -52,8 +52,22 @@ TRUST_AUCS = "trust_aucs"
 GRID_CHART = "grid_chart"
 SCATTER_CHART = "scatter_chart"
 CONFUSION_CHART = "confusion_chart"
+EMBEDDING_CHART = "embedding_chart"
 TABLE = "batch_table"
 PROBABILITY_CHART = "probability_chart"
+SELECTION_WIDGETS = (GRID_CHART, SCATTER_CHART, CONFUSION_CHART, EMBEDDING_CHART, TABLE)
+"""The widgets whose selections pick images."""
+
+OUTPUTS_TAB = "outputs_tab"
+"""The open outputs view: only that one is drawn, so a click does not rebuild the others."""
+EMBEDDING_PROJECTION = "embedding_projection"
+EMBEDDING_COLOUR = "embedding_colour"
+RULE_ANCHOR = "rule_anchor"
+"""The image whose nearest neighbours the nearest-neighbours rule picks."""
+RUN_STARTED = "run_started"
+"""perf_counter at the start of a whole-page run, for the server-time readout of the part
+of the page that reruns on its own (a click reruns only that part, which then starts the
+clock itself)."""
 
 # Widget and session keys of the page, all in this one place (their values are what the browser
 # tests find as .st-key-<key>).
@@ -150,7 +164,10 @@ def follow_batch(state: State, batch_key: str) -> None:
         return
     had = picked(state)
     state[PICKED_BATCH] = batch_key
-    state[SEEN] = {}
+    # What the views still hold was selected in the old batch (a view not drawn since keeps
+    # it): it counts as seen, so only a selection made from now on picks.
+    held = {key: _signature(state.get(key)) for key in SELECTION_WIDGETS}
+    state[SEEN] = {key: signature for key, signature in held.items() if signature is not None}
     set_picked(state, [], "The batch changed, so the selection was cleared." if had else None)
 
 
@@ -213,6 +230,12 @@ def confusion_cells(event: Mapping[str, Any] | None) -> list[tuple[int, int]]:
         if isinstance(data, Sequence) and len(data) == 2:
             cells.append((int(data[0]), int(data[1])))
     return cells
+
+
+def pending_selection(state: State, key: str) -> bool:
+    """Whether the widget ``key`` holds a selection not yet absorbed (nothing is marked)."""
+    signature = _signature(state.get(key))
+    return signature is not None and state.get(SEEN, {}).get(key) != signature
 
 
 def edit_text(state: State, size: int, key: str) -> None:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,13 +75,20 @@ def stored_result(opened: OpenedStore, batch: ImageBatch) -> InferenceResult:
             f"{opened.path} holds no outputs for {missing} (and {int((~found).sum()) - 1} more "
             "of this batch): the folder changed since it was written. Re-infer."
         )
-    column = table["logits"].combine_chunks()
-    classes = len(column[0]) if len(column) else 0
-    values = column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), classes)
-    logits = torch.from_numpy(np.ascontiguousarray(values[rows], dtype=np.float32))
+    logits = _rows_of(table["logits"], rows)
+    features = _rows_of(table["embedding"], rows) if "embedding" in table.column_names else None
     seconds = float(opened.metadata.get("inference_seconds") or 0.0)
     milliseconds = seconds * 1000 * len(batch) / max(len(opened), 1)
-    return result_from_logits(logits, batch.labels, "stored", milliseconds)
+    return result_from_logits(logits, batch.labels, "stored", milliseconds, features)
+
+
+def _rows_of(column: Any, rows: np.ndarray) -> torch.Tensor:
+    """``rows`` of a list-of-float32 column as a [len(rows), D] tensor, without a Python list
+    per row."""
+    flat = column.combine_chunks()
+    width = len(flat[0]) if len(flat) else 0
+    values = flat.flatten().to_numpy(zero_copy_only=False).reshape(len(flat), width)
+    return torch.from_numpy(np.ascontiguousarray(values[rows], dtype=np.float32))
 
 
 def is_current(opened: OpenedStore, source: ImageSource) -> bool:
@@ -128,6 +136,7 @@ def infer_and_keep(
         batch.labels,
         batch_size=INFERENCE_BATCH_SIZE,
         progress=progress,
+        features=True,
     )
     if path is not None:
         with contextlib.suppress(OSError, DataError):
@@ -142,8 +151,13 @@ def _keep(
     batch: ImageBatch,
     result: InferenceResult,
 ) -> None:
-    metadata = store.store_metadata(served.identity(), source.spec, source)
+    embeddings = result.features is not None
+    metadata = store.store_metadata(served.identity(), source.spec, source, embeddings)
     metadata["inference_seconds"] = result.milliseconds / 1000
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _WRITING, store.StoreWriter(path, metadata) as writer:
-        writer.write(store.output_table(batch.positions, batch.names, result.labels, result.logits))
+    with _WRITING, store.StoreWriter(path, metadata, embeddings=embeddings) as writer:
+        writer.write(
+            store.output_table(
+                batch.positions, batch.names, result.labels, result.logits, result.features
+            )
+        )

@@ -1,0 +1,626 @@
+"""The explorer benchmark behind ``gradpick bench --explorer``: the app's speed in a real browser.
+
+It starts a real ``streamlit run app.py`` server, drives headless chromium (Debian's, through
+Playwright) through a scripted session and prints a markdown table with the median and the worst
+of each step:
+
+* the first page with thumbnails, counted from the moment the server answered its health check;
+* a click on a thumbnail until its heatmaps are visible, and until the page is idle again, with
+  the page's own "Server time for this update" and "Gradient step" readouts next to the same
+  ``input_gradients`` call in a plain Python process;
+* inference as the page reports it against the same ``infer`` call in a plain process;
+* with the whole test split (N = 10,000): switching to the scatter and confusion-matrix tabs,
+  a click in the scatter and a click on a confusion-matrix cell until their heatmaps show;
+* several sessions clicking at the same moment.
+
+``--taskset SERVER:BROWSER`` pins the server (and the plain-process reference) and the browser
+(with this driver) to separate cores, which tells whether the two compete for the CPU. Targets
+live in the table, never in a timed unit test. Playwright is imported only when a benchmark runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gradpick.data import CIFAR10_DIR_ENV
+from gradpick.errors import InputError
+from gradpick.serving import (
+    APP_IDLE,
+    CHROMIUM_ARGS,
+    HEATMAP_INDICES_JS,
+    HEATMAPS_SHOW_JS,
+    LOAD_TIMEOUT_MS,
+    SCATTER_POINTS_JS,
+    VIEWPORT,
+    streamlit_server,
+)
+
+POLL_MS = 10
+"""How often the browser checks for what a step waits for: the timings' resolution."""
+GRID = ".st-key-grid_chart"
+SCATTER = ".st-key-scatter_chart"
+CONFUSION = ".st-key-confusion_chart"
+PAGE_SIZE = 100
+CLICK_TIMEOUT_MS = 60_000
+"""A click whose heatmaps take longer counts as failed (its phase is reported and skipped)."""
+LARGE_TIMEOUT_MS = 900_000
+"""Reading and inferring the whole split on two busy cores takes minutes."""
+"""Thumbnails on the grid's first page, the ones clicked."""
+
+DRAWN_JS = """
+(selector) => new Promise((resolve) => {
+  const gd = document.querySelector(selector + ' .js-plotly-plot');
+  const drawn = gd && gd._fullLayout && gd.getBoundingClientRect().width > 0
+    && gd.querySelector('.main-svg');
+  if (!drawn) { resolve(false); return; }
+  requestAnimationFrame(() => requestAnimationFrame(() => resolve(true)));
+})
+"""
+"""True once the plotly chart in ``selector`` is laid out, visible, and two frames were painted."""
+
+THUMBNAILS_JS = f"""
+() => {{
+  const gd = document.querySelector('{GRID} .js-plotly-plot');
+  const sheet = gd && gd.querySelector('.layer-below image, image');
+  return Boolean(sheet && sheet.getBoundingClientRect().width > 0);
+}}
+"""
+"""True once the thumbnail sheet of the grid's page is in the page."""
+
+CELLS_JS = f"""
+() => {{
+  const gd = document.querySelector('{CONFUSION} .js-plotly-plot');
+  const box = gd.getBoundingClientRect();
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, trace = gd._fullData[0];
+  return trace.x.map((x, i) => ({{
+    x: box.left + xa._offset + xa.d2p(x), y: box.top + ya._offset + ya.d2p(trace.y[i]),
+    count: Number(trace.text[i]), cell: trace.customdata[i]}}));
+}}
+"""
+"""Page coordinates, image count and [true, predicted] of every confusion-matrix cell."""
+
+HEATMAPS_CHANGED_JS = f"""
+(before) => {{
+  const shown = ({HEATMAP_INDICES_JS})();
+  return shown.length > 0 && JSON.stringify(shown) !== JSON.stringify(before);
+}}
+"""
+"""True once the heatmaps show images other than ``before`` (a click on crowded markers may
+pick a neighbour of the aimed one: what is timed is the click's own heatmaps)."""
+
+
+def default_app() -> Path:
+    """``app.py`` of the checkout this package runs from, else of the working directory."""
+    beside = Path(__file__).resolve().parents[2] / "app.py"
+    return beside if beside.is_file() else Path.cwd() / "app.py"
+
+
+@dataclass(frozen=True)
+class ExplorerBenchConfig:
+    clicks: int = 10
+    """Clicks (and tab switches) per timed step."""
+    sessions: int = 8
+    session_rounds: int = 2
+    """Times the sessions all click at once."""
+    large_size: int = 10_000
+    server_cpus: tuple[int, ...] = ()
+    """Cores for the server and the plain-process reference; empty: no pinning."""
+    browser_cpus: tuple[int, ...] = ()
+    """Cores for the browser and this driver; empty: no pinning."""
+    threads: int | None = None
+    """OMP_NUM_THREADS for the server and the plain reference (None: torch's own default)."""
+    app: Path = field(default_factory=default_app)
+    python: str = sys.executable
+    log: Path = Path("artifacts") / "bench-explorer-server.log"
+
+
+QUICK = ExplorerBenchConfig(clicks=4, sessions=4, session_rounds=1)
+
+
+def parse_taskset(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``"0:1"`` or ``"0-1:2,3"``: the server's cores, then the browser's."""
+    try:
+        server, browser = text.split(":")
+        return _cores(server), _cores(browser)
+    except ValueError:
+        raise InputError(
+            f"--taskset takes SERVER:BROWSER core lists such as 0:1 or 0-1:2,3; got {text!r}."
+        ) from None
+
+
+def _cores(text: str) -> tuple[int, ...]:
+    cores: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cores.extend(range(int(first), int(last or first) + 1))
+    if not cores:
+        raise ValueError(text)
+    return tuple(cores)
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass
+class Step:
+    """One timed step: every sample in milliseconds, and the target it is held to."""
+
+    name: str
+    samples: list[float] = field(default_factory=list)
+    target: str = ""
+    limit_ms: float | None = None
+    """The target as a bound on the median (and the worst, for the sessions)."""
+    worst_bound: bool = False
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples) if self.samples else float("nan")
+
+    @property
+    def worst(self) -> float:
+        return max(self.samples) if self.samples else float("nan")
+
+    @property
+    def met(self) -> str:
+        if self.limit_ms is None or not self.samples:
+            return ""
+        value = self.worst if self.worst_bound else self.median
+        return "yes" if value < self.limit_ms else "no"
+
+
+@dataclass
+class ExplorerReport:
+    config: ExplorerBenchConfig
+    steps: list[Step]
+    ratios: dict[str, float]
+    context: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "config": {**asdict(self.config), "app": str(self.config.app), "log": None},
+            "steps": [
+                {**asdict(step), "median": step.median, "worst": step.worst, "met": step.met}
+                for step in self.steps
+            ],
+            "ratios": self.ratios,
+            "context": self.context,
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.as_dict(), indent=2, default=str))
+
+
+def _ms(value: float) -> str:
+    return "–" if value != value else f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def report_text(report: ExplorerReport) -> str:
+    """The markdown table, the in-app/plain ratios and what the machine was doing."""
+    lines = [
+        "| step | runs | median (ms) | worst (ms) | target | met |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for step in report.steps:
+        lines.append(
+            f"| {step.name} | {len(step.samples)} | {_ms(step.median)} | {_ms(step.worst)} "
+            f"| {step.target} | {step.met} |"
+        )
+    lines.append("")
+    for name, value in report.ratios.items():
+        lines.append(f"- {name}: {value:.2f}")
+    context = report.context
+    for failure in context["failed"]:
+        lines.append(f"- failed: {failure}")
+    lines.append(
+        f"- machine: {context['cpus']} CPUs, load average {context['load_before']} before and "
+        f"{context['load_after']} after; server cores {context['server_cpus']}, browser cores "
+        f"{context['browser_cpus']}, OMP_NUM_THREADS={context['threads']}"
+    )
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- plain reference
+
+
+def _prefix(cpus: Sequence[int]) -> list[str]:
+    return ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
+
+
+def _thread_env(config: ExplorerBenchConfig, cifar10_dir: str) -> dict[str, str | None]:
+    threads = None if config.threads is None else str(config.threads)
+    return {"OMP_NUM_THREADS": threads, CIFAR10_DIR_ENV: cifar10_dir}
+
+
+def plain_reference(sizes: Sequence[int], indices: Sequence[int]) -> dict[str, Any]:
+    """The app's default model and batches, timed in this (plain) process: ``infer`` at the
+    app's batch size for each N, and one ``input_gradients`` step per index (k = 1, the
+    page's default target and strategy) on the first N."""
+    import torch
+
+    from gradpick.devices import cpu_threads
+    from gradpick.gradients import input_gradients
+    from gradpick.infer import infer
+    from gradpick.ui import service
+    from gradpick.ui.heatmaps import STEP_CPU_THREADS
+    from gradpick.ui.stored import INFERENCE_BATCH_SIZE
+
+    option = service.model_options()[0]
+    model = service.load_model(option, torch.device("cpu")).module
+    base = service.DataChoice()
+    source = service.open_source(base)
+    seed = 0 if service.sorted_by_class(source) else None
+    figures: dict[str, Any] = {"model": option.identity, "threads": torch.get_num_threads()}
+    batches = {}
+    for size in sizes:
+        batch = service.read_batch(source, replace(base, size=size, seed=seed))
+        batches[size] = batch
+        infer(model, batch.images[:INFERENCE_BATCH_SIZE], batch_size=INFERENCE_BATCH_SIZE)
+        result = infer(
+            model, batch.images, batch.labels, batch_size=INFERENCE_BATCH_SIZE, features=True
+        )
+        figures[f"infer_{size}_ms"] = result.milliseconds
+        figures[f"infer_{size}_img_s"] = result.images_per_second
+    batch = batches[sizes[0]]
+    images = batch.float_images()
+    input_gradients(model, images, [indices[0]], labels=batch.labels)  # warm-up
+    figures["step_ms"] = [
+        input_gradients(model, images, [index], labels=batch.labels).timing for index in indices
+    ]
+    with cpu_threads(STEP_CPU_THREADS):
+        figures["step_one_thread_ms"] = [
+            input_gradients(model, images, [index], labels=batch.labels).timing for index in indices
+        ]
+    return figures
+
+
+def _run_plain_reference(
+    config: ExplorerBenchConfig, env: dict[str, str | None], sizes: Sequence[int], picks: list[int]
+) -> dict[str, Any]:
+    """``plain_reference`` in a fresh process on the server's cores, with the server's env."""
+    merged = {**os.environ}
+    for name, value in env.items():
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = value
+    code = (
+        "import json, sys; from gradpick.explorer_bench import plain_reference; "
+        "print(json.dumps(plain_reference(*json.loads(sys.argv[1]))))"
+    )
+    command = [*_prefix(config.server_cpus), config.python, "-c", code]
+    command.append(json.dumps([list(sizes), picks]))
+    done = subprocess.run(command, env=merged, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the plain-process reference failed:\n{done.stderr[-2000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+# ----------------------------------------------------------------------------- the browser
+
+
+async def _wait(
+    page: Any, script: str, arg: Any = None, timeout_ms: float = LOAD_TIMEOUT_MS
+) -> float:
+    """Wait until ``script`` is truthy in the page; returns when (time.monotonic)."""
+    await page.wait_for_function(script, arg=arg, polling=POLL_MS, timeout=timeout_ms)
+    return time.monotonic()
+
+
+async def _idle(page: Any) -> float:
+    await page.locator(APP_IDLE).wait_for(timeout=LOAD_TIMEOUT_MS)
+    return time.monotonic()
+
+
+async def _metric(page: Any, label: str) -> str:
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text=label)
+    return str(await metric.locator('[data-testid="stMetricValue"]').inner_text())
+
+
+def _number(text: str) -> float:
+    """The number at the start of a readout such as "1,234 ms" or "991 img/s"."""
+    return float(text.split()[0].replace(",", ""))
+
+
+async def _open(browser: Any, url: str) -> tuple[Any, float]:
+    """A new session on the explorer; returns the page and when its thumbnails showed."""
+    context = await browser.new_context(viewport=VIEWPORT)
+    page = await context.new_page()
+    page.set_default_timeout(LOAD_TIMEOUT_MS)
+    await page.goto(url)
+    shown = await _wait(page, THUMBNAILS_JS)
+    await _idle(page)
+    return page, shown
+
+
+async def _thumbnail(page: Any, index: int) -> dict[str, float]:
+    layout = await page.evaluate(SCATTER_POINTS_JS, GRID)
+    point = next(p for p in layout["points"] if p["index"] == index)
+    return {"x": float(point["x"]), "y": float(point["y"])}
+
+
+async def _click_until_heatmaps(page: Any, point: dict[str, float], expected: list[int]) -> float:
+    """Click ``point``; milliseconds until the heatmaps of ``expected`` are visible."""
+    await page.mouse.move(point["x"], point["y"])
+    clicked = time.monotonic()
+    await page.mouse.click(point["x"], point["y"])
+    shown = await _wait(page, HEATMAPS_SHOW_JS, [expected, False], CLICK_TIMEOUT_MS)
+    return (shown - clicked) * 1000
+
+
+async def _thumbnail_clicks(page: Any, picks: list[int], steps: dict[str, Step]) -> None:
+    for index in picks:
+        point = await _thumbnail(page, index)
+        clicked = time.monotonic()
+        steps["click"].samples.append(await _click_until_heatmaps(page, point, [index]))
+        steps["click_idle"].samples.append((await _idle(page) - clicked) * 1000)
+        server = _number(await _metric(page, "Server time for this update"))
+        step = _number(await _metric(page, "Gradient step"))
+        steps["server"].samples.append(server)
+        steps["step"].samples.append(step)
+        steps["beyond"].samples.append(server - step)
+
+
+async def _sessions_at_once(
+    browser: Any,
+    url: str,
+    sessions: int,
+    rounds: int,
+    picks: list[int],
+    step: Step,
+    server: Step,
+) -> None:
+    """``sessions`` sessions each click their own thumbnail at the same moment, ``rounds``
+    times; every click's time to its heatmaps goes into ``step``, its page's server-time
+    readout into ``server``."""
+    opened = await asyncio.gather(*(_open(browser, url) for _ in range(sessions)))
+    pages = [page for page, _ in opened]
+    for round_number in range(rounds):
+        chosen = picks[round_number * sessions : (round_number + 1) * sessions]
+        points = [await _thumbnail(page, index) for page, index in zip(pages, chosen, strict=True)]
+        times = await asyncio.gather(
+            *(
+                _click_until_heatmaps(page, point, [index])
+                for page, point, index in zip(pages, points, chosen, strict=True)
+            )
+        )
+        step.samples.extend(times)
+        await asyncio.gather(*(_idle(page) for page in pages))
+        for page in pages:
+            server.samples.append(_number(await _metric(page, "Server time for this update")))
+    for page in pages:
+        await page.context.close()
+
+
+async def _switch_tab(page: Any, name: str, chart: str) -> float:
+    clicked = time.monotonic()
+    await page.get_by_role("tab", name=name, exact=True).click()
+    while not await page.evaluate(DRAWN_JS, chart):
+        await asyncio.sleep(POLL_MS / 1000)
+    return (time.monotonic() - clicked) * 1000
+
+
+def _isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dict[str, Any]]:
+    """Markers with no other marker within ``distance`` pixels, left to right."""
+    points = layout["points"]
+    found = []
+    for point in sorted(points, key=lambda p: p["x"]):
+        near = [
+            p
+            for p in points
+            if p is not point
+            and abs(p["x"] - point["x"]) < distance
+            and abs(p["y"] - point["y"]) < distance
+        ]
+        if not near:
+            found.append(point)
+    return found
+
+
+async def _large_batch(
+    page: Any, config: ExplorerBenchConfig, steps: dict[str, Step], readouts: dict[str, str]
+) -> None:
+    """Infer the whole split in the page (its throughput readout goes into ``readouts``), then
+    time the scatter and the confusion matrix."""
+    size_box = page.get_by_role("spinbutton", name="Batch size N", exact=True)
+    await size_box.fill(str(config.large_size))
+    pressed = time.monotonic()
+    await size_box.press("Enter")
+    await page.wait_for_function(
+        "(size) => Array.from(document.querySelectorAll('[data-testid=\"stMetricValue\"]'))"
+        ".some((el) => el.innerText.trim() === size)",
+        arg=f"{config.large_size:,}",
+        polling=POLL_MS,
+        timeout=LARGE_TIMEOUT_MS,
+    )
+    await page.locator(APP_IDLE).wait_for(timeout=LARGE_TIMEOUT_MS)
+    steps["large_ready"].samples.append((time.monotonic() - pressed) * 1000)
+    readouts["large_inference"] = await _metric(page, "Throughput")
+    for _ in range(config.clicks):
+        steps["scatter_tab"].samples.append(await _switch_tab(page, "Confidence vs loss", SCATTER))
+        steps["confusion_tab"].samples.append(
+            await _switch_tab(page, "Confusion matrix", CONFUSION)
+        )
+    cells = [
+        cell
+        for cell in await page.evaluate(CELLS_JS)
+        if cell["cell"][0] != cell["cell"][1] and 1 <= cell["count"] <= 16
+    ]
+    for cell in cells[: config.clicks]:
+        steps["confusion_click"].samples.append(await _click_until_changed(page, cell))
+    await _switch_tab(page, "Confidence vs loss", SCATTER)
+    isolated = _isolated_points(await page.evaluate(SCATTER_POINTS_JS, SCATTER))
+    for point in isolated[: config.clicks]:
+        steps["scatter_click"].samples.append(await _click_until_changed(page, point))
+
+
+async def _click_until_changed(page: Any, point: dict[str, Any]) -> float:
+    """Click ``point``; milliseconds until the heatmaps show another pick (then wait for idle)."""
+    before = await page.evaluate(HEATMAP_INDICES_JS)
+    await page.mouse.move(point["x"], point["y"])
+    clicked = time.monotonic()
+    await page.mouse.click(point["x"], point["y"])
+    shown = await _wait(page, HEATMAPS_CHANGED_JS, before, CLICK_TIMEOUT_MS)
+    await _idle(page)
+    return (shown - clicked) * 1000
+
+
+def _steps(large_size: int) -> dict[str, Step]:
+    large = f"N = {large_size:,}"
+    return {
+        "first": Step("first page with thumbnails (after healthy)", target="< 4 s", limit_ms=4000),
+        "click": Step("click thumbnail → heatmaps visible", target="median < 500 ms", limit_ms=500),
+        "click_idle": Step("click thumbnail → page idle"),
+        "server": Step("page readout: server time for this update"),
+        "step": Step("page readout: gradient step"),
+        "plain_step": Step("same input_gradients call, plain process (torch's threads)"),
+        "plain_step_one": Step("same call, plain process, one thread (as the page)"),
+        "beyond": Step("server time beyond the gradient step", target="< 150 ms", limit_ms=150),
+        "sessions": Step(
+            "sessions at once: click → heatmaps",
+            target="each < 2 s",
+            limit_ms=2000,
+            worst_bound=True,
+        ),
+        "sessions_server": Step("sessions at once: page readout, server time"),
+        "large_ready": Step(f"{large}: Enter → page ready (inference included)"),
+        "scatter_tab": Step(f"{large}: switch to scatter tab", target="< 1 s", limit_ms=1000),
+        "confusion_tab": Step(f"{large}: switch to confusion tab", target="< 1 s", limit_ms=1000),
+        "confusion_click": Step(
+            f"{large}: confusion cell → heatmaps", target="< 1 s", limit_ms=1000
+        ),
+        "scatter_click": Step(f"{large}: scatter point → heatmaps", target="< 1 s", limit_ms=1000),
+    }
+
+
+def _load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+async def _drive(
+    config: ExplorerBenchConfig, chromium: str, env: dict[str, str | None], picks: list[int]
+) -> tuple[dict[str, Step], dict[str, str], list[str]]:
+    """The scripted session; a phase that fails is reported and the next one still runs."""
+    from playwright.async_api import async_playwright
+
+    steps = _steps(config.large_size)
+    readouts: dict[str, str] = {}
+    failures: list[str] = []
+
+    async def phase(name: str, work: Any) -> None:
+        print(f"explorer bench: {name}", file=sys.stderr, flush=True)
+        try:
+            await work
+        except Exception as error:  # a timeout or a missing element: say which phase, go on
+            failures.append(f"{name}: {type(error).__name__}: {str(error).splitlines()[0]}")
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        prefix = _prefix(config.server_cpus)
+        with streamlit_server(config.app, env, config.log, config.python, prefix) as server:
+            page, shown = await _open(browser, server.url)
+            steps["first"].samples.append((shown - server.healthy_at) * 1000)
+            readouts["first_inference"] = await _metric(page, "Throughput")
+            await phase("clicks", _thumbnail_clicks(page, picks[: config.clicks], steps))
+            await phase(
+                "sessions",
+                _sessions_at_once(
+                    browser,
+                    server.url,
+                    config.sessions,
+                    config.session_rounds,
+                    picks[config.clicks :],
+                    steps["sessions"],
+                    steps["sessions_server"],
+                ),
+            )
+            await phase("large batch", _large_batch(page, config, steps, readouts))
+        await browser.close()
+    return steps, readouts, failures
+
+
+def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> ExplorerReport:
+    """The whole scripted session against a fresh server; see the module docstring."""
+    cifar10_dir = os.environ.get(CIFAR10_DIR_ENV)
+    if not cifar10_dir:
+        raise InputError(
+            f"Set ${CIFAR10_DIR_ENV} to a CIFAR-10 folder with train/ and test/ trees: the "
+            "benchmark serves the test split from it."
+        )
+    if not config.app.is_file():
+        raise InputError(f"{config.app}: no such app; run from the gradpick checkout.")
+    clicked = config.clicks + config.sessions * config.session_rounds
+    if clicked > PAGE_SIZE:
+        raise InputError(f"At most {PAGE_SIZE} clicks in all (one per thumbnail); got {clicked}.")
+    picks = [(7 * number + 3) % PAGE_SIZE for number in range(clicked)]
+    env = _thread_env(config, cifar10_dir)
+    load_before = _load_average()
+    plain = _run_plain_reference(config, env, [1000, config.large_size], picks[: config.clicks])
+    if config.browser_cpus:
+        os.sched_setaffinity(0, config.browser_cpus)  # the driver and the browser it launches
+    steps, readouts, failures = asyncio.run(_drive(config, chromium, env, picks))
+    # Once before and once after the browser session: on a machine whose load changes, the
+    # app's inference is compared with the plain process's mean of the two.
+    after = _run_plain_reference(config, env, [1000, config.large_size], picks[: config.clicks])
+    steps["plain_step"].samples = list(plain["step_ms"]) + list(after["step_ms"])
+    steps["plain_step_one"].samples = list(plain["step_one_thread_ms"]) + list(
+        after["step_one_thread_ms"]
+    )
+    for size in (1000, config.large_size):
+        key = f"infer_{size}_img_s"
+        plain[key] = statistics.mean([plain[key], after[key]])
+    ratios = {
+        "inference in the app / plain process, N = 1,000 (the server's first, cold)": (
+            _number(readouts["first_inference"]) / plain["infer_1000_img_s"]
+        ),
+        "gradient step, page readout / plain process (medians)": (
+            steps["step"].median / steps["plain_step"].median
+        ),
+    }
+    if "large_inference" in readouts:
+        name = f"inference in the app / plain process, N = {config.large_size:,} (target ≥ 0.9)"
+        large = _number(readouts["large_inference"])
+        ratios[name] = large / plain[f"infer_{config.large_size}_img_s"]
+    context = {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "load_before": load_before,
+        "load_after": _load_average(),
+        "server_cpus": ",".join(map(str, config.server_cpus)) or "any",
+        "browser_cpus": ",".join(map(str, config.browser_cpus)) or "any",
+        "threads": config.threads if config.threads is not None else "unset",
+        "plain": plain,
+        "plain_after": after,
+        "page": readouts,
+        "failed": failures,
+    }
+    order = [
+        "first",
+        "click",
+        "click_idle",
+        "server",
+        "step",
+        "plain_step",
+        "plain_step_one",
+        "beyond",
+        "sessions",
+        "sessions_server",
+        "large_ready",
+        "scatter_tab",
+        "confusion_tab",
+        "confusion_click",
+        "scatter_click",
+    ]
+    steps["sessions"].name = f"{config.sessions} sessions at once: click → heatmaps"
+    steps["sessions_server"].name = f"{config.sessions} sessions at once: page's server time"
+    return ExplorerReport(config, [steps[name] for name in order], ratios, context)
