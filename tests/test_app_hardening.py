@@ -338,6 +338,20 @@ def test_a_torchvision_model_with_its_spec_from_the_command_line_and_the_sidebar
     assert metrics(app)["Images N"] == str(IMAGES) and not app.exception
 
 
+def test_the_images_are_read_at_the_input_size_of_the_model(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(config.MODEL_ENV, "torchvision:resnet18")
+    monkeypatch.setattr(sys, "argv", ["app.py", "--input-size", "48", "--resize", "56"])
+    app = open_app()
+    no_errors(app)
+    captions = [caption.value for caption in app.caption]
+    assert any(
+        "Images read at 48x48 pixels" in text and "shorter side 56" in text for text in captions
+    ), captions
+    assert metrics(app)["Images N"] == str(IMAGES)
+
+
 def test_wrong_weights_for_your_model_are_explained(
     generated: Path, user_module: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

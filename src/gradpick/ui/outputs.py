@@ -70,6 +70,11 @@ def readouts(loaded: Loaded) -> None:
     )
     columns[3].metric("Throughput", f"{result.images_per_second:,.0f} img/s")
     columns[4].metric("Device", result.device)
+    height, width = loaded.batch.images.shape[-2:]
+    st.caption(
+        f"Images read at {height}x{width} pixels, as {loaded.served.name} takes them: "
+        f"{loaded.served.spec.describe()}."
+    )
     for note in loaded.batch.notes:
         st.caption(note)
 
