@@ -25,7 +25,7 @@ from gradpick.measure import MemoryFigure, MemoryReport, Stopwatch
 from gradpick.request import GradientRequest
 from gradpick.selection import parse_indices
 from gradpick.spec import InputSpec
-from gradpick.zoo import LoadedModel, SpecOverrides
+from gradpick.zoo import LoadedModel, SpecOverrides, given_overrides
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -274,16 +274,7 @@ def _load_model(args: argparse.Namespace) -> LoadedModel:
 
 def _spec_overrides(args: argparse.Namespace) -> SpecOverrides:
     """The input-spec flags that were given."""
-    overrides: SpecOverrides = {}
-    if args.input_size is not None:
-        overrides["input_size"] = args.input_size
-    if args.resize is not None:
-        overrides["resize"] = args.resize
-    if args.mean is not None:
-        overrides["mean"] = args.mean
-    if args.std is not None:
-        overrides["std"] = args.std
-    return overrides
+    return given_overrides(args.input_size, args.resize, args.mean, args.std)
 
 
 def _batch_description(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:

@@ -77,6 +77,29 @@ class SpecOverrides(TypedDict, total=False):
     class_names: Sequence[str]
 
 
+def given_overrides(
+    input_size: str | int | tuple[int, int] | None = None,
+    resize: int | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    class_names: Sequence[str] | None = None,
+) -> SpecOverrides:
+    """Only the spec values that were given (a flag left out, an empty field): the command line
+    and the explorer collect them the same way."""
+    overrides: SpecOverrides = {}
+    if input_size:
+        overrides["input_size"] = input_size
+    if resize is not None:
+        overrides["resize"] = resize
+    if mean is not None:
+        overrides["mean"] = mean
+    if std is not None:
+        overrides["std"] = std
+    if class_names:
+        overrides["class_names"] = class_names
+    return overrides
+
+
 class Normalized(nn.Module):
     """``model`` behind ``(x - mean) / std``: the served module takes pixels in [0, 1].
 

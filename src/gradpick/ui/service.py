@@ -25,7 +25,7 @@ from gradpick.errors import DataError, DownloadError, InputError, ModelError
 from gradpick.infer import InferenceResult
 from gradpick.spec import InputSpec
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
-from gradpick.zoo import LoadedModel, SpecOverrides
+from gradpick.zoo import LoadedModel, SpecOverrides, given_overrides
 
 DEFAULT_BATCH_SIZE = 1000
 SOURCE_KINDS = ("cifar10", "folder", "upload", "stored")
@@ -243,18 +243,7 @@ class ModelOption:
 
     @property
     def spec_overrides(self) -> SpecOverrides:
-        overrides: SpecOverrides = {}
-        if self.input_size:
-            overrides["input_size"] = self.input_size
-        if self.resize is not None:
-            overrides["resize"] = self.resize
-        if self.mean is not None:
-            overrides["mean"] = self.mean
-        if self.std is not None:
-            overrides["std"] = self.std
-        if self.class_names:
-            overrides["class_names"] = self.class_names
-        return overrides
+        return given_overrides(self.input_size, self.resize, self.mean, self.std, self.class_names)
 
     @property
     def accuracy(self) -> float | None:
