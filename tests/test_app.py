@@ -273,7 +273,7 @@ def test_folder_and_upload_sources_explain_what_they_need(generated: Path, tmp_p
     assert not app.exception
 
 
-def test_the_strategies_tab_answers_the_question_on_the_selection(generated: Path) -> None:
+def test_the_strategies_tab_measures_every_strategy_on_the_selection(generated: Path) -> None:
     app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [2, 6])
     app.button(key="run_comparison").click().run()
     no_errors(app)

@@ -1,4 +1,4 @@
-"""Issue 5 through AppTest: hosted mode, the user's own model, uploaded weights, bad inputs.
+"""AppTest: hosted mode, the user's own model, uploaded weights and bad inputs.
 
 Each bad input must get a clear message while the batch, its results and the user's picks
 stay as they were. The page runs on a generated CIFAR-10-shaped folder with random-weight

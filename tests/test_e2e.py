@@ -213,7 +213,7 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: A
 
     page.get_by_role("tab", name="Strategies").click()
     page.get_by_role("button", name="Run every strategy").click()
-    page.get_by_text("The question's naive loop").wait_for()
+    page.get_by_text("The naive loop").wait_for()
     error = page.locator('[data-testid="stCode"]').filter(has_text="backward through the graph")
     assert "RuntimeError" in error.inner_text()
     page.get_by_role("button", name="Run the sweep").click()

@@ -492,7 +492,7 @@ def test_leakage_needs_two_different_images(tiny_cnn: nn.Module, random_batch: A
 # ----------------------------------------------------------------------------- the naive loop
 
 
-def test_the_naive_loop_fails_as_in_the_question(tiny_cnn: nn.Module, random_batch: Any) -> None:
+def test_the_naive_loop_fails_with_pytorchs_error(tiny_cnn: nn.Module, random_batch: Any) -> None:
     error = naive_loop_error(tiny_cnn, random_batch.images, [3, 7], random_batch.labels)
     assert isinstance(error, RuntimeError)
     assert "Trying to backward through the graph a second time" in str(error)

@@ -154,7 +154,7 @@ def _stacked_gradients(
     """Gradients of [k, S, C, H, W] copies in one engine call, each keeping its image's class.
 
     Every copy is picked, so 'recompute' and 'summed' cost the same there, and 'retain_graph'
-    (the question's loop, kept as a reference) runs one backward per copy.
+    (the naive loop, kept as a reference) runs one backward per copy.
     """
     k, samples = copies.shape[:2]
     held = plain.classes.repeat_interleave(samples)

@@ -1,6 +1,6 @@
 """Every gradient strategy side by side: cost, memory, and agreement with a hand-written floor.
 
-The floor is the least work the question allows: one forward and one backward of exactly the k
+The floor is the least work the task allows: one forward and one backward of exactly the k
 picked images, written out by hand with nothing around it. Each strategy's row says how far it
 is from that floor in wall time and how far its gradients are from the floor's.
 

@@ -1,6 +1,6 @@
 """Exact input gradients of the images a user picked out of an already-inferred batch.
 
-The question this answers: after batched inference, for each picked index j we want
+What this answers: after batched inference, for each picked index j we want
 d target_j / d images[j]. ``compute`` runs one validated ``GradientRequest`` through the
 strategy it names (see ``gradpick.strategies`` for the four and what each costs);
 ``input_gradients`` is the convenience form that builds the request from plain arguments.
@@ -268,7 +268,7 @@ def input_gradients(
 
 
 def naive_loop(request: GradientRequest) -> RuntimeError | None:
-    """Run the question's naive loop and return the RuntimeError PyTorch raises, if any.
+    """Run the naive loop and return the RuntimeError PyTorch raises, if any.
 
     One forward of all N with gradients, then one backward per picked index without
     ``retain_graph``: the first backward frees the saved tensors the second one needs. Uses

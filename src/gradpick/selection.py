@@ -1,6 +1,6 @@
 """Choosing which images to explain: rule-based pickers, typed index lists and chart clicks.
 
-These are the question's "external logic" that decides which outputs deserve a gradient. They
+These are the "external logic" that decides which outputs deserve a gradient. They
 work on an ``InferenceResult`` alone (no model, no images), return plain index lists in a stable
 order, and raise ``SelectionError`` with a message a user can act on.
 """

@@ -8,7 +8,7 @@ Four strategies compute the same numbers at very different costs:
   on k alone, never on the batch size N.
 * ``summed``: the usual forum answer: one forward of all N with gradients, one backward of the
   summed picked targets. Right with a sum, but it pays for all N.
-* ``retain_graph``: the question's loop, one backward per index through the graph of all N,
+* ``retain_graph``: the naive loop, one backward per index through the graph of all N,
   kept alive with ``retain_graph=True``.
 * ``vmap``: ``torch.func.vmap(torch.func.grad(...))`` over the picked images, one image per call.
 
@@ -140,7 +140,7 @@ def _summed(request: GradientRequest, order: slice) -> StepOutput:
 
 
 def _retain_graph(request: GradientRequest, order: slice) -> StepOutput:
-    """The question's loop: one backward per picked index through the whole batch's graph."""
+    """The naive loop: one backward per picked index through the whole batch's graph."""
     everything, logits = _forward_everything(request)
     rows = request.indices[order].to(request.device)
     values, classes = request.picked_targets(logits[rows], order)
@@ -200,7 +200,7 @@ REGISTRY: dict[str, Strategy] = {
             _retain_graph,
             forwards="batch",
             chunks=False,
-            help="the question's loop, one backward per index through all N",
+            help="the naive loop, one backward per index through all N",
             passes=lambda n, k: n * (1 + 2 * k),
         ),
         Strategy(

@@ -1,6 +1,6 @@
 """What the explorer lets a visitor do, decided once per run from the environment and argv.
 
-A hosted deployment (issue 5) narrows what a visitor may touch on the server; everything that
+A hosted deployment narrows what a visitor may touch on the server; everything that
 depends on it reads this object instead of checking the environment itself. A local run may
 name any model ``gradpick.models.load_model`` takes, with its weights and input spec:
 ``streamlit run app.py -- --model torchvision:resnet18 --weights w.pt --input-size 224``.

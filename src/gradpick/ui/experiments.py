@@ -1,6 +1,6 @@
 """The Strategies tab's experiments, run on the picked images (no Streamlit).
 
-Each function answers one part of the question with numbers measured on this machine: what
+Each function measures one part of the comparison on this machine: what
 every strategy costs (and that they agree), how the cost grows with k and with N, why the naive
 loop fails, that ``reduction="mean"`` scales by 1/k, and that training-mode BatchNorm couples
 the samples of a batch.
@@ -212,7 +212,7 @@ def run_table(runs: Sequence[StrategyRun]) -> dict[str, list[object]]:
 
 @dataclass(frozen=True)
 class NaiveLoop:
-    """The question's loop: one forward of all N, then a backward per index."""
+    """The naive loop: one forward of all N, then a backward per index."""
 
     error: str | None
     milliseconds: float

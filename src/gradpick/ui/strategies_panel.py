@@ -1,4 +1,4 @@
-"""The Strategies tab: the question answered with numbers measured on the current selection.
+"""The Strategies tab: every way to get these gradients, measured on the current selection.
 
 Experiments run only when asked (they take seconds) and their results stay in the session,
 tagged with the selection they were run on.
@@ -141,7 +141,7 @@ def _show_comparison(stored: experiments.Comparison) -> None:
 def _show_naive(stored: experiments.Comparison) -> None:
     naive = stored.naive
     runs = {run.name: run for run in stored.runs}
-    st.markdown("**The question's naive loop** (one forward of all N, a backward per index):")
+    st.markdown("**The naive loop** (one forward of all N, a backward per index):")
     if naive.error is None:
         st.info("With a single picked image the loop has only one backward, so it succeeds.")
         return
