@@ -5,8 +5,8 @@ The driver turns the list of (position, relative name, label) rows into a datase
 model once from a picklable *recipe* (``model_recipe(name, weights, overrides)`` for any name
 ``models.load_model`` takes, or any zero-argument callable returning an ``nn.Module``), reads
 its images from the source root, prepares them with the model's ``InputSpec``, runs
-``gradpick.infer.infer`` on them and returns ``store.output_table`` rows, the function every writer uses. Ray's Parquet
-writer puts the parts into the store's hidden partial folder; the driver checks that every
+``gradpick.infer.infer`` on them and returns ``store.output_table`` rows, the function every
+writer uses. Ray's Parquet writer puts the parts into the store's hidden partial folder; the driver checks that every
 position arrived exactly once and only then publishes the store (``store.StoreWriter``), so an
 interrupted or failed run never leaves a store that looks finished.
 
