@@ -428,7 +428,7 @@ def fit_classes(
             f"The class-names file lists {len(names)} names but the model predicts {classes} "
             "classes; write one name per output."
         )
-    if len(batch.class_names) == classes:
+    if labels_fit(batch.class_names, classes):
         return (replace(batch, class_names=names) if names else batch), None
     if names:
         return replace(batch, labels=None, class_names=names), (
@@ -445,6 +445,12 @@ def fit_classes(
         f"{classes}; their labels are ignored and the model's class names are used."
     )
     return replace(batch, labels=None, class_names=names), note
+
+
+def labels_fit(class_names: Sequence[str], classes: int) -> bool:
+    """Whether images labelled in ``class_names`` keep their labels for a model of ``classes``
+    outputs (``fit_classes`` drops them otherwise, and with them the loss target)."""
+    return len(class_names) == classes
 
 
 def batch_table(batch: ImageBatch, result: InferenceResult) -> pd.DataFrame:
