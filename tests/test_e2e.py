@@ -447,5 +447,6 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
         sync_api.expect(metric_value(page, "Images N")).to_have_text("1")
         page.locator(APP_IDLE).wait_for()
         _expect_photo_heatmaps(page, 0)
+        assert page.get_by_text("their labels are ignored").count() == 0  # uploads have none
         _shot(page, "photos-upload")
         browser.close()

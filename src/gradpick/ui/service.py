@@ -430,21 +430,22 @@ def fit_classes(
         )
     if labels_fit(batch.class_names, classes):
         return (replace(batch, class_names=names) if names else batch), None
-    if names:
-        return replace(batch, labels=None, class_names=names), (
-            f"The images come with {len(batch.class_names)} classes but the model predicts "
-            f"{classes}; their labels are ignored."
-        )
-    names = (
+    ignored = "their labels are ignored" + (
+        "" if names else " and the model's class names are used"
+    )
+    names = names or (
         data.CIFAR10_CLASSES
         if classes == len(data.CIFAR10_CLASSES)
         else tuple(f"class {index}" for index in range(classes))
     )
+    fitted = replace(batch, labels=None, class_names=names)
+    if batch.labels is None:  # uploads: no labels to ignore, only the model's names to use
+        return fitted, None
     note = (
         f"The images come with {len(batch.class_names)} classes but the model predicts "
-        f"{classes}; their labels are ignored and the model's class names are used."
+        f"{classes}; {ignored}."
     )
-    return replace(batch, labels=None, class_names=names), note
+    return fitted, note
 
 
 def labels_fit(class_names: Sequence[str], classes: int) -> bool:
