@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 from serving import (
+    APP_IDLE,
     ARTIFACTS,
     CHROMIUM_ARGS,
     REPO,
@@ -28,6 +30,7 @@ from serving import (
     cifar10_images,
     metric_value,
     open_explorer,
+    page_errors,
     pick_by_text,
     real_cifar10_dir,
     streamlit_server,
@@ -36,6 +39,7 @@ from serving import (
 )
 
 from gradpick import data, devices, selection
+from gradpick.ui import config, heatmaps, state
 
 pytestmark = pytest.mark.e2e
 
@@ -369,3 +373,80 @@ def test_click_to_heatmap_times_are_recorded(page: Any) -> None:
         )
     (ARTIFACTS / "e2e-click-timings.json").write_text(json.dumps(timings, indent=2))
     assert [t["index"] for t in timings] == [5, 17, 42, 63, 88]
+
+
+PHOTOS = {
+    "scene": {"astronaut.png": "astronaut", "rocket.jpg": "rocket"},
+    "still": {"chelsea.jpg": "chelsea", "coffee.png": "coffee"},
+}
+"""scikit-image's bundled photos at their own sizes (512x512, 427x640, 300x451, 400x600),
+in a two-class ImageFolder tree."""
+HEATMAP_IMAGE_SIZES_JS = """
+() => Array.from(document.querySelectorAll('.st-key-heatmaps [data-testid="stImage"] img'),
+  (img) => [img.naturalWidth, img.naturalHeight])
+"""
+
+
+def _photo_folder(root: Path) -> Path:
+    photos = pytest.importorskip("skimage.data")
+    for label, files in PHOTOS.items():
+        (root / label).mkdir(parents=True)
+        for name, photo in files.items():
+            Image.fromarray(getattr(photos, photo)()).save(root / label / name)
+    return root
+
+
+def _expect_photo_heatmaps(page: Any, index: int) -> None:
+    """Pick ``index`` by text; its heatmaps show, named by their caption, at display size."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    pick_by_text(page, [index])
+    wait_for_heatmaps(page, [index])
+    sync_api.expect(page.get_by_text("Images read at 224x224 pixels")).to_be_visible()
+    caption = page.locator('.st-key-heatmaps [data-testid="stImageCaption"]')
+    assert caption.inner_text().startswith(f"#{index} ")
+    # Image, heatmap, overlay and three channel maps, each downsampled from 224 to the display side.
+    panels = 6
+    strip_width = panels * heatmaps.DISPLAY_SIDE + (panels - 1) * 6
+    assert page.evaluate(HEATMAP_IMAGE_SIZES_JS) == [[strip_width, heatmaps.DISPLAY_SIDE]]
+    assert page_errors(page).count() == 0
+
+
+def test_real_photos_through_a_torchvision_model_at_224_pixels(
+    chromium: str, tmp_path: Path, cifar_like_factory: Callable[[int], Path]
+) -> None:
+    """Photos at their own sizes through the local-folder and upload sources, read at 224."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    folder = _photo_folder(tmp_path / "photos")
+    env = {
+        config.MODEL_ENV: "torchvision:resnet18",
+        data.CIFAR10_DIR_ENV: str(cifar_like_factory(3)),  # the first page: a quick batch
+        "GRADPICK_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    with (
+        streamlit_server(env, log_name="e2e-photos-server") as running,
+        sync_api.sync_playwright() as playwright,
+    ):
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = open_explorer(browser, running.url)
+        page.get_by_text("Local folder", exact=True).click()
+        folder_box = page.locator(f".st-key-{state.FOLDER_PATH} input")
+        folder_box.fill(str(folder))
+        folder_box.press("Enter")
+        page.get_by_text(f"folder {folder}, 4 images").wait_for()
+        sync_api.expect(metric_value(page, "Images N")).to_have_text("4")
+        page.locator(APP_IDLE).wait_for()
+        _expect_photo_heatmaps(page, 2)
+        _shot(page, "photos")
+
+        page.get_by_text("Uploaded images", exact=True).click()
+        uploader = page.locator(
+            f'.st-key-{state.UPLOADS} [data-testid="stFileUploaderDropzoneInput"]'
+        )
+        uploader.set_input_files(str(folder / "still" / "chelsea.jpg"))
+        page.get_by_text("1 uploaded image(s), 1 images").wait_for()
+        sync_api.expect(metric_value(page, "Images N")).to_have_text("1")
+        page.locator(APP_IDLE).wait_for()
+        _expect_photo_heatmaps(page, 0)
+        assert page.get_by_text("their labels are ignored").count() == 0  # uploads have none
+        _shot(page, "photos-upload")
+        browser.close()

@@ -195,6 +195,9 @@ def test_fit_classes_drops_labels_that_do_not_match_the_model(
     assert fitted.labels is None and fitted.class_names == data.CIFAR10_CLASSES
     assert note is not None and "3 classes" in note
     assert service.fit_classes(batch, 3) == (batch, None)
+    uploads, note = service.fit_classes(replace(batch, labels=None), 10)
+    assert note is None  # no labels to ignore, only the model's names to use
+    assert uploads.labels is None and uploads.class_names == data.CIFAR10_CLASSES
 
 
 def test_an_oversized_upload_is_refused_before_decoding(

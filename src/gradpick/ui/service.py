@@ -428,23 +428,30 @@ def fit_classes(
             f"The class-names file lists {len(names)} names but the model predicts {classes} "
             "classes; write one name per output."
         )
-    if len(batch.class_names) == classes:
+    if labels_fit(batch.class_names, classes):
         return (replace(batch, class_names=names) if names else batch), None
-    if names:
-        return replace(batch, labels=None, class_names=names), (
-            f"The images come with {len(batch.class_names)} classes but the model predicts "
-            f"{classes}; their labels are ignored."
-        )
-    names = (
+    ignored = "their labels are ignored" + (
+        "" if names else " and the model's class names are used"
+    )
+    names = names or (
         data.CIFAR10_CLASSES
         if classes == len(data.CIFAR10_CLASSES)
         else tuple(f"class {index}" for index in range(classes))
     )
+    fitted = replace(batch, labels=None, class_names=names)
+    if batch.labels is None:  # uploads: no labels to ignore, only the model's names to use
+        return fitted, None
     note = (
         f"The images come with {len(batch.class_names)} classes but the model predicts "
-        f"{classes}; their labels are ignored and the model's class names are used."
+        f"{classes}; {ignored}."
     )
-    return replace(batch, labels=None, class_names=names), note
+    return fitted, note
+
+
+def labels_fit(class_names: Sequence[str], classes: int) -> bool:
+    """Whether images labelled in ``class_names`` keep their labels for a model of ``classes``
+    outputs (``fit_classes`` drops them otherwise, and with them the loss target)."""
+    return len(class_names) == classes
 
 
 def batch_table(batch: ImageBatch, result: InferenceResult) -> pd.DataFrame:

@@ -36,10 +36,24 @@ def render(config: AppConfig) -> Settings:
         with about:
             _describe(option)
         st.header("Gradients")
-        labelled = source is None or source.labels() is not None
+        labelled = source is None or _labels_reach_model(source, option, device)
         names = source.class_names if source is not None else ()
         request, shared, measure = _gradients(labelled, names, measure_by_default=not config.hosted)
     return Settings(choice, source, option, device, request, shared, measure)
+
+
+def _labels_reach_model(
+    source: ImageSource, option: service.ModelOption, device: torch.device
+) -> bool:
+    """Whether the images' labels survive into the batch: a folder of other classes than the
+    model predicts loses them, so the loss target is not offered."""
+    if source.labels() is None:
+        return False
+    try:
+        classes = cache.served(option.identity, str(device), option).classes
+    except Exception:  # the page says why the model cannot load
+        return True
+    return service.labels_fit(source.class_names, classes)
 
 
 def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
