@@ -202,14 +202,30 @@ async def _wait_for_heatmaps(page: Any, expected: list[int]) -> float:
     return shown
 
 
-async def _download_npz(page: Any, folder: Path, name: str) -> dict[str, np.ndarray]:
-    async with page.expect_download() as event:
-        await page.get_by_role("button", name=GRADIENTS_NPZ).click()
-    download = await event.value
+async def _download_npz(page: Any, folder: Path, name: str) -> tuple[dict[str, np.ndarray], int]:
+    """The session's ``.npz`` download, and how many attempts chromium cancelled first.
+
+    With eight sessions on two cores chromium now and then cancels a download (once in three
+    full runs here); it is tried again once, from a page that is idle again, and the count is
+    written to the figures so it stays visible. A second cancellation fails the test.
+    """
+    from playwright.async_api import Error as PlaywrightError
+
     target = folder / name
-    await download.save_as(target)
-    with np.load(target, allow_pickle=False) as npz:
-        return {key: npz[key] for key in npz.files}
+    for attempt in range(2):
+        await page.locator(APP_IDLE).wait_for()
+        async with page.expect_download() as event:
+            await page.get_by_role("button", name=GRADIENTS_NPZ).click()
+        download = await event.value
+        try:
+            await download.save_as(target)
+        except PlaywrightError:
+            if attempt:
+                raise
+            continue
+        with np.load(target, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}, attempt
+    raise AssertionError("the second attempt either returns or raises")
 
 
 async def _one_session(
@@ -222,9 +238,10 @@ async def _one_session(
     pressed = time.monotonic()
     await box.press("Enter")
     shown = await _wait_for_heatmaps(page, picks)
-    arrays = await _download_npz(page, folder, f"session-{number}.npz")
+    arrays, cancelled = await _download_npz(page, folder, f"session-{number}.npz")
     return {
         "arrays": arrays,
+        "cancelled_downloads": cancelled,
         "pressed": pressed,
         "heatmaps_s": shown - pressed,
         "errors": await page_errors(page).all_inner_texts(),
@@ -274,6 +291,7 @@ def test_eight_sessions_at_once_each_get_exactly_their_own_gradients(
         "picks": outcome["picks"],
         "enter_spread_s": round(max(presses) - min(presses), 3),
         "enter_to_heatmaps_s": [round(session["heatmaps_s"], 2) for session in sessions],
+        "cancelled_downloads": sum(session["cancelled_downloads"] for session in sessions),
     }
     (ARTIFACTS / "load-sessions.json").write_text(json.dumps(figures, indent=2))
     print(f"\n{SESSIONS} sessions at once: {json.dumps(figures)}")
