@@ -187,7 +187,7 @@ def test_batch_table_and_titles_follow_the_inference_result(
 
 
 def test_fit_classes_drops_labels_that_do_not_match_the_model(
-    image_folder_factory: ImageFolderFactory, tiny_cnn: torch.nn.Module
+    image_folder_factory: ImageFolderFactory,
 ) -> None:
     source = data.image_folder(image_folder_factory(classes=3, per_class=2))
     batch = data.load_batch(source)
