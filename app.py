@@ -1,5 +1,5 @@
 """Streamlit entry point: ``streamlit run app.py``. All logic lives in ``gradpick.ui``."""
 
-from gradpick.ui.page import main
+from gradpick.ui.start import run
 
-main()
+run()

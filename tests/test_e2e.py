@@ -39,7 +39,7 @@ from serving import (
 )
 
 from gradpick import data, devices, selection
-from gradpick.ui import config, heatmaps, state
+from gradpick.ui import config, heatmaps, hover, state
 
 pytestmark = pytest.mark.e2e
 
@@ -351,6 +351,52 @@ def test_a_lasso_in_the_feature_space_view_picks_exactly_the_enclosed_images(pag
     _shot(page, "embedding", readme=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250})
 
 
+HOVER_TIP_JS = f"""
+() => {{
+  const tip = document.getElementById('{hover.TIP_ID}');
+  if (!tip || tip.style.display !== 'block') return null;
+  return {{index: Number(tip.dataset.index), image: tip.style.backgroundImage,
+           position: tip.style.backgroundPosition, size: tip.style.backgroundSize}};
+}}
+"""
+
+
+def test_hovering_a_feature_space_point_shows_its_thumbnail(page: Any) -> None:
+    """The hovered point's image, cut from the batch's atlas beside the mouse; gone once the
+    mouse leaves the points; picking is untouched (a click still picks)."""
+    page.get_by_role("tab", name="Feature space").click()
+    chart = f".st-key-{state.EMBEDDING_CHART}"
+    page.locator(f"{chart} .js-plotly-plot").wait_for()
+    page.wait_for_timeout(800)  # the chart settles in its column; the script attaches
+    points = page.evaluate(SCATTER_POINTS_JS, chart)["points"]
+    point = next(p for p in points if _alone(p, points, 12))
+    page.mouse.move(point["x"] - 30, point["y"] - 30)
+    page.mouse.move(point["x"], point["y"], steps=5)
+    page.wait_for_function(f"({HOVER_TIP_JS})() !== null")
+    shown = page.evaluate(HOVER_TIP_JS)
+    assert shown["index"] == point["index"]
+    size = len(page.evaluate(SCATTER_POINTS_JS, chart)["points"])
+    columns = math.ceil(math.sqrt(size))
+    side = hover.DISPLAY_SIDE
+    row, column = divmod(point["index"], columns)
+    assert shown["position"] == f"{-column * side}px {-row * side}px"
+    assert shown["size"] == f"{columns * side}px auto"
+    atlas = shown["image"].removeprefix('url("').removesuffix('")')
+    assert page.evaluate(FETCHED_JS, atlas) == [200, "image/jpeg"]
+    _shot(page, "hover", readme=True, clip={"x": 360, "y": 560, "width": 700, "height": 560})
+    page.mouse.move(5, 5)
+    page.wait_for_function(f"({HOVER_TIP_JS})() === null")
+    page.mouse.click(point["x"], point["y"])
+    wait_for_heatmaps(page, [point["index"]])
+
+
+def _alone(point: dict[str, Any], points: list[dict[str, Any]], distance: float) -> bool:
+    return all(
+        other is point or math.dist((point["x"], point["y"]), (other["x"], other["y"])) > distance
+        for other in points
+    )
+
+
 def test_click_to_heatmap_times_are_recorded(page: Any) -> None:
     """Clicks on thumbnails, each timed from the click to its heatmaps (artifacts only: speed
     targets live in ``gradpick bench --explorer``, not in assertions)."""
@@ -373,6 +419,31 @@ def test_click_to_heatmap_times_are_recorded(page: Any) -> None:
         )
     (ARTIFACTS / "e2e-click-timings.json").write_text(json.dumps(timings, indent=2))
     assert [t["index"] for t in timings] == [5, 17, 42, 63, 88]
+
+
+SHEET_URL_JS = """
+(selector) => {
+  const sheet = document.querySelector(selector + ' .js-plotly-plot .imagelayer image');
+  return sheet.getAttribute('href') || sheet.getAttribute('xlink:href');
+}
+"""
+FETCHED_JS = "(url) => fetch(url).then((r) => [r.status, r.headers.get('content-type')])"
+
+
+def test_the_thumbnail_sheet_is_fetched_by_url_and_kept_across_clicks(page: Any) -> None:
+    """The grid's sheet is a media URL on the page's own address, not a data URI inside the
+    chart's JSON, and clicks that move the picked outlines leave it as it was."""
+    grid = f".st-key-{state.GRID_CHART}"
+    page.locator(f"{grid} .js-plotly-plot .imagelayer image").wait_for(state="attached")
+    sheet = page.evaluate(SHEET_URL_JS, grid)
+    assert sheet.startswith(page.evaluate("location.origin") + "/media/")
+    assert page.evaluate(FETCHED_JS, sheet) == [200, "image/png"]
+    for index in (4, 9):
+        points = page.evaluate(SCATTER_POINTS_JS, grid)["points"]
+        point = next(p for p in points if p["index"] == index)
+        page.mouse.click(point["x"], point["y"])
+        wait_for_heatmaps(page, [index])
+        assert page.evaluate(SHEET_URL_JS, grid) == sheet
 
 
 PHOTOS = {

@@ -4,14 +4,20 @@ It starts a real ``streamlit run app.py`` server, drives headless chromium (Debi
 Playwright) through a scripted session and prints a markdown table with the median and the worst
 of each step:
 
-* the first page with thumbnails, counted from the moment the server answered its health check;
+* the first page with thumbnails, counted from the moment the server answered its health check,
+  with when the session connected (Streamlit's own page loaded) and what ``import torch`` alone
+  costs in a fresh process; and the first page of later sessions, on the warm server;
 * a click on a thumbnail until its heatmaps are visible, and until the page is idle again, with
   the page's own "Server time for this update" and "Gradient step" readouts next to the same
-  ``input_gradients`` call in a plain Python process;
+  ``input_gradients`` call in a plain Python process, and the browser's main-thread work for
+  the click (Chrome's ``TaskDuration``);
 * inference as the page reports it against the same ``infer`` call in a plain process;
 * with the whole test split (N = 10,000): switching to the scatter and confusion-matrix tabs,
   a click in the scatter and a click on a confusion-matrix cell until their heatmaps show;
 * several sessions clicking at the same moment.
+
+Every wait is a ``MutationObserver`` in the page that resolves on the first frame after its
+condition holds, timed on the page's clock: nothing polls the pages being measured.
 
 ``--taskset SERVER:BROWSER`` pins the server (and the plain-process reference) and the browser
 (with this driver) to separate cores, which tells whether the two compete for the CPU. Targets
@@ -28,7 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -46,8 +52,32 @@ from gradpick.serving import (
     streamlit_server,
 )
 
-POLL_MS = 10
-"""How often the browser checks for what a step waits for: the timings' resolution."""
+OBSERVE_JS = """
+([condition, arg, timeout]) => new Promise((resolve, reject) => {
+  const holds = new Function('return (' + condition + ')')();
+  let observer = null;
+  const timer = setTimeout(() => {
+    if (observer) observer.disconnect();
+    reject(new Error('not true within ' + timeout + ' ms: ' + condition.trim().slice(0, 200)));
+  }, timeout);
+  const check = () => {
+    if (!holds(arg)) return false;
+    if (observer) observer.disconnect();
+    clearTimeout(timer);
+    requestAnimationFrame(() => resolve(performance.timeOrigin + performance.now()));
+    return true;
+  };
+  if (!check()) {
+    observer = new MutationObserver(check);
+    observer.observe(document, {childList: true, subtree: true, attributes: true,
+                                characterData: true});
+  }
+})
+"""
+"""Resolves with the time (epoch ms, the page's clock) of the first frame after ``condition(arg)``
+became true, checked on every change of the page rather than polled: polling eight pages every
+few milliseconds would load the very browser whose drawing is being timed."""
+IDLE_JS = f"() => Boolean(document.querySelector('{APP_IDLE}'))"
 GRID = ".st-key-grid_chart"
 SCATTER = ".st-key-scatter_chart"
 CONFUSION = ".st-key-confusion_chart"
@@ -59,15 +89,13 @@ LARGE_TIMEOUT_MS = 900_000
 """Thumbnails on the grid's first page, the ones clicked."""
 
 DRAWN_JS = """
-(selector) => new Promise((resolve) => {
+(selector) => {
   const gd = document.querySelector(selector + ' .js-plotly-plot');
-  const drawn = gd && gd._fullLayout && gd.getBoundingClientRect().width > 0
-    && gd.querySelector('.main-svg');
-  if (!drawn) { resolve(false); return; }
-  requestAnimationFrame(() => requestAnimationFrame(() => resolve(true)));
-})
+  return Boolean(gd && gd._fullLayout && gd.getBoundingClientRect().width > 0
+    && gd.querySelector('.main-svg'));
+}
 """
-"""True once the plotly chart in ``selector`` is laid out, visible, and two frames were painted."""
+"""True once the plotly chart in ``selector`` is laid out and visible."""
 
 THUMBNAILS_JS = f"""
 () => {{
@@ -295,8 +323,11 @@ def _run_plain_reference(
         else:
             merged[name] = value
     code = (
-        "import json, sys; from gradpick.explorer_bench import plain_reference; "
-        "print(json.dumps(plain_reference(*json.loads(sys.argv[1]))))"
+        "import json, sys, time; started = time.perf_counter(); import torch; "
+        "imported = (time.perf_counter() - started) * 1000; "
+        "from gradpick.explorer_bench import plain_reference; "
+        "figures = plain_reference(*json.loads(sys.argv[1])); "
+        "print(json.dumps({**figures, 'import_torch_ms': imported}))"
     )
     command = [*_prefix(config.server_cpus), config.python, "-c", code]
     command.append(json.dumps([list(sizes), picks]))
@@ -312,14 +343,14 @@ def _run_plain_reference(
 async def _wait(
     page: Any, script: str, arg: Any = None, timeout_ms: float = LOAD_TIMEOUT_MS
 ) -> float:
-    """Wait until ``script`` is truthy in the page; returns when (time.monotonic)."""
-    await page.wait_for_function(script, arg=arg, polling=POLL_MS, timeout=timeout_ms)
-    return time.monotonic()
+    """Wait until ``script(arg)`` is truthy in the page (``OBSERVE_JS``); returns when, on this
+    process's time.monotonic clock, the page drew its first frame after that."""
+    held_at = await page.evaluate(OBSERVE_JS, [script, arg, timeout_ms]) / 1000
+    return time.monotonic() - (time.time() - held_at)
 
 
-async def _idle(page: Any) -> float:
-    await page.locator(APP_IDLE).wait_for(timeout=LOAD_TIMEOUT_MS)
-    return time.monotonic()
+async def _idle(page: Any, timeout_ms: float = LOAD_TIMEOUT_MS) -> float:
+    return await _wait(page, IDLE_JS, timeout_ms=timeout_ms)
 
 
 async def _metric(page: Any, label: str) -> str:
@@ -332,19 +363,58 @@ def _number(text: str) -> float:
     return float(text.split()[0].replace(",", ""))
 
 
-async def _open(browser: Any, url: str) -> tuple[Any, float]:
-    """A new session on the explorer; returns the page and when its thumbnails showed."""
+@dataclass
+class Opened:
+    """A new session's page and when (time.monotonic) it was asked for, its websocket opened
+    (Streamlit's page loaded in the browser, the session begun) and its thumbnails showed."""
+
+    page: Any
+    asked: float
+    connected: float
+    shown: float
+
+
+async def _open(browser: Any, url: str) -> Opened:
+    """A new session on the explorer, once its first page is idle."""
     context = await browser.new_context(viewport=VIEWPORT)
     page = await context.new_page()
     page.set_default_timeout(LOAD_TIMEOUT_MS)
+    connected: list[float] = []
+    page.on("websocket", lambda _: connected.append(time.monotonic()))
+    asked = time.monotonic()
     await page.goto(url)
     shown = await _wait(page, THUMBNAILS_JS)
     await _idle(page)
-    return page, shown
+    return Opened(page, asked, connected[0] if connected else float("nan"), shown)
+
+
+async def _browser_work(page: Any) -> Callable[[], Awaitable[float]]:
+    """A reader of the page's main-thread work so far, in milliseconds (Chrome's own
+    ``TaskDuration``, CPU time the renderer spent on tasks, read through the DevTools protocol)."""
+    session = await page.context.new_cdp_session(page)
+    await session.send("Performance.enable")
+
+    async def read() -> float:
+        metrics = (await session.send("Performance.getMetrics"))["metrics"]
+        return 1000 * next(m["value"] for m in metrics if m["name"] == "TaskDuration")
+
+    return read
+
+
+async def _settled_points(page: Any, selector: str) -> dict[str, Any]:
+    """``SCATTER_POINTS_JS`` once two readings 100 ms apart agree: a chart that was just drawn
+    may still be resized to its column (the grid keeps its cells square, so its rows move)."""
+    layout = await page.evaluate(SCATTER_POINTS_JS, selector)
+    while True:
+        await asyncio.sleep(0.1)
+        again = await page.evaluate(SCATTER_POINTS_JS, selector)
+        if again == layout:
+            return dict(layout)
+        layout = again
 
 
 async def _thumbnail(page: Any, index: int) -> dict[str, float]:
-    layout = await page.evaluate(SCATTER_POINTS_JS, GRID)
+    layout = await _settled_points(page, GRID)
     point = next(p for p in layout["points"] if p["index"] == index)
     return {"x": float(point["x"]), "y": float(point["y"])}
 
@@ -359,11 +429,14 @@ async def _click_until_heatmaps(page: Any, point: dict[str, float], expected: li
 
 
 async def _thumbnail_clicks(page: Any, picks: list[int], steps: dict[str, Step]) -> None:
+    work = await _browser_work(page)
     for index in picks:
         point = await _thumbnail(page, index)
+        before = await work()
         clicked = time.monotonic()
         steps["click"].samples.append(await _click_until_heatmaps(page, point, [index]))
         steps["click_idle"].samples.append((await _idle(page) - clicked) * 1000)
+        steps["click_browser"].samples.append(await work() - before)
         server = _number(await _metric(page, "Server time for this update"))
         step = _number(await _metric(page, "Gradient step"))
         steps["server"].samples.append(server)
@@ -377,27 +450,35 @@ async def _sessions_at_once(
     sessions: int,
     rounds: int,
     picks: list[int],
-    step: Step,
-    server: Step,
+    steps: dict[str, Step],
 ) -> None:
     """``sessions`` sessions each click their own thumbnail at the same moment, ``rounds``
-    times; every click's time to its heatmaps goes into ``step``, its page's server-time
-    readout into ``server``."""
-    opened = await asyncio.gather(*(_open(browser, url) for _ in range(sessions)))
-    pages = [page for page, _ in opened]
+    times; every click's time to its heatmaps goes into steps["sessions"], its page's
+    server-time readout into steps["sessions_server"] and its browser work into
+    steps["sessions_browser"]. The sessions open one after another, each timed as a first page
+    on a warm server."""
+    pages = []
+    for _ in range(sessions):
+        opened = await _open(browser, url)
+        steps["warm_first"].samples.append((opened.shown - opened.asked) * 1000)
+        pages.append(opened.page)
+    readers = [await _browser_work(page) for page in pages]
     for round_number in range(rounds):
         chosen = picks[round_number * sessions : (round_number + 1) * sessions]
         points = [await _thumbnail(page, index) for page, index in zip(pages, chosen, strict=True)]
+        before = [await read() for read in readers]
         times = await asyncio.gather(
             *(
                 _click_until_heatmaps(page, point, [index])
                 for page, point, index in zip(pages, points, chosen, strict=True)
             )
         )
-        step.samples.extend(times)
+        steps["sessions"].samples.extend(times)
         await asyncio.gather(*(_idle(page) for page in pages))
-        for page in pages:
-            server.samples.append(_number(await _metric(page, "Server time for this update")))
+        for page, read, work in zip(pages, readers, before, strict=True):
+            steps["sessions_browser"].samples.append(await read() - work)
+            server = _number(await _metric(page, "Server time for this update"))
+            steps["sessions_server"].samples.append(server)
     for page in pages:
         await page.context.close()
 
@@ -405,9 +486,7 @@ async def _sessions_at_once(
 async def _switch_tab(page: Any, name: str, chart: str) -> float:
     clicked = time.monotonic()
     await page.get_by_role("tab", name=name, exact=True).click()
-    while not await page.evaluate(DRAWN_JS, chart):
-        await asyncio.sleep(POLL_MS / 1000)
-    return (time.monotonic() - clicked) * 1000
+    return (await _wait(page, DRAWN_JS, chart) - clicked) * 1000
 
 
 def _isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dict[str, Any]]:
@@ -436,15 +515,15 @@ async def _large_batch(
     await size_box.fill(str(config.large_size))
     pressed = time.monotonic()
     await size_box.press("Enter")
-    await page.wait_for_function(
+    await _wait(
+        page,
         "(size) => Array.from(document.querySelectorAll('[data-testid=\"stMetricValue\"]'))"
-        ".some((el) => el.innerText.trim() === size)",
-        arg=f"{config.large_size:,}",
-        polling=POLL_MS,
-        timeout=LARGE_TIMEOUT_MS,
+        ".some((el) => el.textContent.trim() === size)",
+        f"{config.large_size:,}",
+        LARGE_TIMEOUT_MS,
     )
-    await page.locator(APP_IDLE).wait_for(timeout=LARGE_TIMEOUT_MS)
-    steps["large_ready"].samples.append((time.monotonic() - pressed) * 1000)
+    ready = await _idle(page, LARGE_TIMEOUT_MS)
+    steps["large_ready"].samples.append((ready - pressed) * 1000)
     readouts["large_inference"] = await _metric(page, "Throughput")
     for _ in range(config.clicks):
         steps["scatter_tab"].samples.append(await _switch_tab(page, "Confidence vs loss", SCATTER))
@@ -459,7 +538,7 @@ async def _large_batch(
     for cell in cells[: config.clicks]:
         steps["confusion_click"].samples.append(await _click_until_changed(page, cell))
     await _switch_tab(page, "Confidence vs loss", SCATTER)
-    isolated = _isolated_points(await page.evaluate(SCATTER_POINTS_JS, SCATTER))
+    isolated = _isolated_points(await _settled_points(page, SCATTER))
     for point in isolated[: config.clicks]:
         steps["scatter_click"].samples.append(await _click_until_changed(page, point))
 
@@ -479,8 +558,12 @@ def _steps(large_size: int) -> dict[str, Step]:
     large = f"N = {large_size:,}"
     return {
         "first": Step("first page with thumbnails (after healthy)", target="< 4 s", limit_ms=4000),
+        "first_connected": Step("first page: session connected (Streamlit's page loaded)"),
+        "import_torch": Step("import torch in a fresh process (plain reference)"),
+        "warm_first": Step("first page of a later session (server warm; from goto)"),
         "click": Step("click thumbnail → heatmaps visible", target="median < 500 ms", limit_ms=500),
         "click_idle": Step("click thumbnail → page idle"),
+        "click_browser": Step("browser main-thread work per click (Chrome TaskDuration)"),
         "server": Step("page readout: server time for this update"),
         "step": Step("page readout: gradient step"),
         "plain_step": Step("same input_gradients call, plain process (torch's threads)"),
@@ -493,6 +576,7 @@ def _steps(large_size: int) -> dict[str, Step]:
             worst_bound=True,
         ),
         "sessions_server": Step("sessions at once: page readout, server time"),
+        "sessions_browser": Step("sessions at once: browser main-thread work per click"),
         "large_ready": Step(f"{large}: Enter → page ready (inference included)"),
         "scatter_tab": Step(f"{large}: switch to scatter tab", target="< 1 s", limit_ms=1000),
         "confusion_tab": Step(f"{large}: switch to confusion tab", target="< 1 s", limit_ms=1000),
@@ -528,8 +612,10 @@ async def _drive(
         browser = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         prefix = _prefix(config.server_cpus)
         with streamlit_server(config.app, env, config.log, config.python, prefix) as server:
-            page, shown = await _open(browser, server.url)
-            steps["first"].samples.append((shown - server.healthy_at) * 1000)
+            opened = await _open(browser, server.url)
+            page = opened.page
+            steps["first"].samples.append((opened.shown - server.healthy_at) * 1000)
+            steps["first_connected"].samples.append((opened.connected - server.healthy_at) * 1000)
             readouts["first_inference"] = await _metric(page, "Throughput")
             await phase("clicks", _thumbnail_clicks(page, picks[: config.clicks], steps))
             await phase(
@@ -540,8 +626,7 @@ async def _drive(
                     config.sessions,
                     config.session_rounds,
                     picks[config.clicks :],
-                    steps["sessions"],
-                    steps["sessions_server"],
+                    steps,
                 ),
             )
             await phase("large batch", _large_batch(page, config, steps, readouts))
@@ -576,6 +661,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     steps["plain_step_one"].samples = list(plain["step_one_thread_ms"]) + list(
         after["step_one_thread_ms"]
     )
+    steps["import_torch"].samples = [plain["import_torch_ms"], after["import_torch_ms"]]
     for size in (1000, config.large_size):
         key = f"infer_{size}_img_s"
         plain[key] = statistics.mean([plain[key], after[key]])
@@ -606,8 +692,12 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     }
     order = [
         "first",
+        "first_connected",
+        "import_torch",
+        "warm_first",
         "click",
         "click_idle",
+        "click_browser",
         "server",
         "step",
         "plain_step",
@@ -615,6 +705,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         "beyond",
         "sessions",
         "sessions_server",
+        "sessions_browser",
         "large_ready",
         "scatter_tab",
         "confusion_tab",
@@ -623,4 +714,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     ]
     steps["sessions"].name = f"{config.sessions} sessions at once: click → heatmaps"
     steps["sessions_server"].name = f"{config.sessions} sessions at once: page's server time"
+    steps[
+        "sessions_browser"
+    ].name = f"{config.sessions} sessions at once: browser main-thread work per click"
     return ExplorerReport(config, [steps[name] for name in order], ratios, context)

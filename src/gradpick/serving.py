@@ -43,7 +43,7 @@ APP_IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 HEATMAP_INDICES_JS = """
 () => Array.from(
   document.querySelectorAll('.st-key-heatmaps [data-testid="stImageCaption"]'),
-  (caption) => Number(caption.innerText.trim().split(/\\s+/)[0].replace('#', '')))
+  (caption) => Number(caption.textContent.trim().split(/\\s+/)[0].replace('#', '')))
 """
 """The batch index each heatmap caption names ("#12 cat→dog ..."), in page order."""
 

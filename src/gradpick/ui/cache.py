@@ -27,7 +27,7 @@ from gradpick.data import ImageBatch, ImageSource
 from gradpick.infer import InferenceResult
 from gradpick.measure import MemoryReport
 from gradpick.store import OpenedStore
-from gradpick.ui import figures, heatmaps, service, stored
+from gradpick.ui import figures, heatmaps, hover, service, stored
 from gradpick.ui.service import DataChoice, ModelOption
 from gradpick.zoo import LoadedModel
 
@@ -145,6 +145,13 @@ def hover_lines(
     """One line per image (index, true and predicted class, confidence), made once per batch
     and model rather than on every run: 10,000 of them take tens of milliseconds."""
     return tuple(service.describe_indices(_batch, _result, range(len(_batch))))
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def hover_atlas(batch_key: str, _batch: ImageBatch) -> hover.Atlas:
+    """The batch's hover thumbnails in one JPEG, made once per batch (10,000 images: a few
+    hundred milliseconds) and shared by every session that shows it."""
+    return hover.atlas(_batch.images.numpy())
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)

@@ -12,7 +12,6 @@ Each figure is written as one dict and validated once: plotly's incremental ``ad
 
 from __future__ import annotations
 
-import base64
 import io
 import math
 from collections.abc import Mapping, Sequence
@@ -156,10 +155,6 @@ def thumbnail_sheet(images: np.ndarray, columns: int, side: int = THUMBNAIL_SIDE
     return buffer.getvalue()
 
 
-def data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-
-
 def _outlines(centres: Sequence[tuple[float, float]], inset: float) -> tuple[list, list]:
     """x and y of closed squares around ``centres`` (half-size 0.5 - inset), None-separated."""
     xs: list[float | None] = []
@@ -172,14 +167,15 @@ def _outlines(centres: Sequence[tuple[float, float]], inset: float) -> tuple[lis
 
 
 def thumbnail_grid(
-    sheet_png: bytes,
+    sheet_source: str,
     indices: Sequence[int],
     hover: Sequence[str],
     correct: Sequence[bool] | None,
     picked: Sequence[int],
     columns: int,
 ) -> go.Figure:
-    """The page of thumbnails ``indices`` (drawn in ``sheet_png``) as a selectable chart.
+    """The page of thumbnails ``indices`` (drawn in the sheet at ``sheet_source``, a URL or a
+    data URI) as a selectable chart.
 
     One invisible marker sits on each thumbnail's centre and carries its batch index. Outlines
     are line traces (not selectable): green right, red wrong, grey unlabelled, thick orange
@@ -228,7 +224,7 @@ def thumbnail_grid(
         }
     )
     image = {
-        "source": data_uri(sheet_png),
+        "source": sheet_source,
         "xref": "x",
         "yref": "y",
         "x": 0,

@@ -18,7 +18,7 @@ import streamlit as st
 from gradpick import embedding, selection
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
-from gradpick.ui import cache, figures, service, state
+from gradpick.ui import cache, figures, hover, media, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded
 
@@ -104,6 +104,16 @@ def _plot(figure: go.Figure, key: str) -> None:
     )
 
 
+def _hover_thumbnails(loaded: Loaded, chart_key: str) -> None:
+    """The hovered image of the chart ``chart_key``, shown beside the mouse (``ui.hover``)."""
+    layout = cache.hover_atlas(loaded.key, loaded.batch)
+    url = media.image_url(layout.jpeg, state.HOVER_ATLAS, "image/jpeg")
+    hidden = f"<style>.st-key-{state.HOVER_SCRIPT} {{ display: none; }}</style>"
+    with st.container(key=state.HOVER_SCRIPT):
+        st.markdown(hidden, unsafe_allow_html=True)
+        st.iframe(hover.script([f".st-key-{chart_key}"], url, layout), height=1)
+
+
 def _thumbnails(loaded: Loaded) -> None:
     size = len(loaded)
     top = st.columns([1, 1, 2])
@@ -124,7 +134,7 @@ def _thumbnails(loaded: Loaded) -> None:
     sheet = cache.thumbnail_sheet(loaded.key, first, last, GRID_COLUMNS, loaded.batch)
     correct = loaded.result.correct
     figure = figures.thumbnail_grid(
-        sheet,
+        media.image_url(sheet, state.GRID_SHEET),
         list(range(first, last)),
         loaded.hover[first:last],
         None if correct is None else correct[first:last].tolist(),
@@ -148,8 +158,11 @@ def _scatter(loaded: Loaded) -> None:
         loaded.hover,
         state.picked(st.session_state),
     )
-    st.caption("Each point is an image; crosses are wrong predictions. Select to pick.")
+    st.caption(
+        "Each point is an image (hover to see it); crosses are wrong predictions. Select to pick."
+    )
     _plot(figure, state.SCATTER_CHART)
+    _hover_thumbnails(loaded, state.SCATTER_CHART)
 
 
 def _confusion(loaded: Loaded) -> None:
@@ -194,13 +207,14 @@ def _embedding(loaded: Loaded) -> None:
     st.caption(
         f"Each point is an image placed by its penultimate-layer features ({features.shape[1]} "
         f"numbers: the input of the model's last linear layer) projected by "
-        f"{PROJECTION_LABELS[method]}. Hover for the image's classes; click, box- or "
+        f"{PROJECTION_LABELS[method]}. Hover for the image and its classes; click, box- or "
         "lasso-select to pick; the 'Nearest neighbours' rule picks the closest in feature space."
     )
     figure = figures.embedding_scatter(
         points, groups, names, loaded.hover, state.picked(st.session_state), method
     )
     _plot(figure, state.EMBEDDING_CHART)
+    _hover_thumbnails(loaded, state.EMBEDDING_CHART)
 
 
 def _table(loaded: Loaded) -> None:

@@ -1,7 +1,7 @@
 """The page: sidebar, then the batch's outputs, the picked images' gradients, the strategies.
 
-``main`` is all ``app.py`` calls. Each section is guarded, so a failure in one shows a message
-and leaves the others working.
+``main`` is what ``app.py`` runs, after ``gradpick.ui.start`` sent the page's frame. Each
+section is guarded, so a failure in one shows a message and leaves the others working.
 
 Everything below the readouts is one fragment (``_explorer``): a click, a picker or a tab switch
 reruns only it, not the sidebar, the loading and the readouts; a change in the sidebar reruns
@@ -39,12 +39,6 @@ from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
 from gradpick.units import format_bytes
 from gradpick.zoo import LoadedModel
-
-PIXELATED = """<style>
-.js-plotly-plot image, [data-testid="stImage"] img { image-rendering: pixelated; }
-</style>"""
-"""Thumbnails and heatmaps are scaled by the browser too: keep their pixels sharp."""
-
 
 HOSTED_NOTE = (
     f"Hosted demo: local folders and your own model code are off; uploads take at most "
@@ -120,8 +114,6 @@ def main() -> None:
     config = app_config()
     if config.hosted:
         process.return_freed_memory_promptly()
-    st.set_page_config(page_title="gradpick", page_icon=":mag:", layout="wide")
-    st.markdown(PIXELATED, unsafe_allow_html=True)
     gradients_panel.absorb_target_click()
     if config.problem is not None:
         st.error(config.problem)

@@ -58,6 +58,12 @@ PROBABILITY_CHART = "probability_chart"
 SELECTION_WIDGETS = (GRID_CHART, SCATTER_CHART, CONFUSION_CHART, EMBEDDING_CHART, TABLE)
 """The widgets whose selections pick images."""
 
+GRID_SHEET = "grid_sheet"
+"""The media slot of the grid's thumbnail sheet (``media.image_url``), one per session."""
+HOVER_ATLAS = "hover_atlas"
+"""The media slot of the batch's hover thumbnails (``gradpick.ui.hover``)."""
+HOVER_SCRIPT = "hover_script"
+"""The hidden container of the hover thumbnails' script."""
 OUTPUTS_TAB = "outputs_tab"
 """The open outputs view: only that one is drawn, so a click does not rebuild the others."""
 EMBEDDING_PROJECTION = "embedding_projection"

@@ -1,0 +1,53 @@
+"""What a page run sends before it imports torch, the model zoo and the panels.
+
+On a server's first page those imports take seconds, and the browser waits for them idle. The
+browser's own slowest step of that page, loading and evaluating Streamlit's plotly bundle
+(4.7 MB; about 1.2 s in a headless chromium on two cores), starts only when the first chart
+arrives. ``run`` sends the page's frame and an invisible empty chart first, so the browser loads
+plotly while the server imports, and clears that chart when the run ends. This module imports
+only streamlit: everything heavier is imported inside ``run``, after the frame is sent.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+__all__ = ["PAGE_STYLE", "PRELOAD_CONTAINER", "run"]
+
+PRELOAD_CONTAINER = "plotly_preload"
+"""The hidden container of the preload chart (a container key, not session state: it lives here
+because ``gradpick.ui.state`` imports torch)."""
+
+PAGE_STYLE = f"""<style>
+.js-plotly-plot image, [data-testid="stImage"] img {{ image-rendering: pixelated; }}
+.st-key-{PRELOAD_CONTAINER} {{ display: none; }}
+</style>"""
+"""Thumbnails and heatmaps are scaled by the browser too: keep their pixels sharp. The preload
+chart takes no room, so nothing moves when it goes."""
+
+_INVISIBLE_CHART = {
+    "data": [{"type": "scatter", "x": [0], "y": [0], "marker": {"opacity": 0}}],
+    "layout": {
+        "height": 10,
+        "margin": {"l": 0, "r": 0, "t": 0, "b": 0},
+        "xaxis": {"visible": False},
+        "yaxis": {"visible": False},
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+    },
+}
+
+
+def run() -> None:
+    """The whole page: frame and plotly preload, then ``gradpick.ui.page.main``."""
+    st.set_page_config(page_title="gradpick", page_icon=":mag:", layout="wide")
+    st.markdown(PAGE_STYLE, unsafe_allow_html=True)
+    preload = st.empty()  # present on every run, so the elements after it keep their places
+    with preload.container(key=PRELOAD_CONTAINER):
+        st.plotly_chart(_INVISIBLE_CHART, config={"staticPlot": True, "displayModeBar": False})
+    try:
+        from gradpick.ui.page import main
+
+        main()
+    finally:
+        preload.empty()
