@@ -16,6 +16,7 @@ of each step:
   a click in the scatter and a click on a confusion-matrix cell until their heatmaps show;
 * several sessions clicking at the same moment.
 
+The server keeps the app's own stores in an empty cache folder, so every run infers its batches.
 Every wait is a ``MutationObserver`` in the page that resolves on the first frame after its
 condition holds, timed on the page's clock: nothing polls the pages being measured.
 
@@ -33,13 +34,14 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gradpick.data import CIFAR10_DIR_ENV
+from gradpick.data import CACHE_DIR_ENV, CIFAR10_DIR_ENV
 from gradpick.errors import InputError
 from gradpick.serving import (
     APP_IDLE,
@@ -265,9 +267,12 @@ def _prefix(cpus: Sequence[int]) -> list[str]:
     return ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
 
 
-def _thread_env(config: ExplorerBenchConfig, cifar10_dir: str) -> dict[str, str | None]:
+def _server_env(config: ExplorerBenchConfig, cifar10_dir: str, cache: str) -> dict[str, str | None]:
+    """The threads asked for, the CIFAR-10 copy, and an empty cache folder: the app keeps its
+    inference of every batch there, and a store left by an earlier run would be shown instead
+    of inferred, which is not what the inference figures time."""
     threads = None if config.threads is None else str(config.threads)
-    return {"OMP_NUM_THREADS": threads, CIFAR10_DIR_ENV: cifar10_dir}
+    return {"OMP_NUM_THREADS": threads, CIFAR10_DIR_ENV: cifar10_dir, CACHE_DIR_ENV: cache}
 
 
 def plain_reference(sizes: Sequence[int], indices: Sequence[int]) -> dict[str, Any]:
@@ -648,15 +653,17 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     if clicked > PAGE_SIZE:
         raise InputError(f"At most {PAGE_SIZE} clicks in all (one per thumbnail); got {clicked}.")
     picks = [(7 * number + 3) % PAGE_SIZE for number in range(clicked)]
-    env = _thread_env(config, cifar10_dir)
-    load_before = _load_average()
-    plain = _run_plain_reference(config, env, [1000, config.large_size], picks[: config.clicks])
-    if config.browser_cpus:
-        os.sched_setaffinity(0, config.browser_cpus)  # the driver and the browser it launches
-    steps, readouts, failures = asyncio.run(_drive(config, chromium, env, picks))
-    # Once before and once after the browser session: on a machine whose load changes, the
-    # app's inference is compared with the plain process's mean of the two.
-    after = _run_plain_reference(config, env, [1000, config.large_size], picks[: config.clicks])
+    with tempfile.TemporaryDirectory(prefix="gradpick-bench-cache-") as cache:
+        env = _server_env(config, cifar10_dir, cache)
+        load_before = _load_average()
+        sizes = [1000, config.large_size]
+        plain = _run_plain_reference(config, env, sizes, picks[: config.clicks])
+        if config.browser_cpus:
+            os.sched_setaffinity(0, config.browser_cpus)  # the driver and the browser it launches
+        steps, readouts, failures = asyncio.run(_drive(config, chromium, env, picks))
+        # Once before and once after the browser session: on a machine whose load changes, the
+        # app's inference is compared with the plain process's mean of the two.
+        after = _run_plain_reference(config, env, sizes, picks[: config.clicks])
     steps["plain_step"].samples = list(plain["step_ms"]) + list(after["step_ms"])
     steps["plain_step_one"].samples = list(plain["step_one_thread_ms"]) + list(
         after["step_one_thread_ms"]
