@@ -368,6 +368,8 @@ def test_hovering_a_feature_space_point_shows_its_thumbnail(page: Any) -> None:
     chart = f".st-key-{state.EMBEDDING_CHART}"
     page.locator(f"{chart} .js-plotly-plot").wait_for()
     page.wait_for_timeout(800)  # the chart settles in its column; the script attaches
+    script = page.locator(f".st-key-{state.HOVER_SCRIPT}")
+    assert script.count() == 1 and script.is_hidden()
     points = page.evaluate(SCATTER_POINTS_JS, chart)["points"]
     point = next(p for p in points if _alone(p, points, 12))
     page.mouse.move(point["x"] - 30, point["y"] - 30)

@@ -9,7 +9,7 @@ import sys
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gradpick.ui import page, start
+from gradpick.ui import page, start, state
 
 
 def test_the_frame_module_imports_no_torch() -> None:
@@ -65,5 +65,7 @@ def test_the_preload_chart_is_cleared_when_the_run_ends(
         assert [c.value for c in app.caption] == ["the page"]
 
 
-def test_the_preload_container_is_hidden_by_the_page_style() -> None:
-    assert f".st-key-{start.PRELOAD_CONTAINER} {{ display: none; }}" in start.PAGE_STYLE
+def test_containers_keyed_hidden_are_hidden_by_the_page_style() -> None:
+    assert f'[class*="st-key-{start.HIDDEN_KEY_PREFIX}"] {{ display: none; }}' in start.PAGE_STYLE
+    assert start.PRELOAD_CONTAINER.startswith(start.HIDDEN_KEY_PREFIX)
+    assert state.HOVER_SCRIPT.startswith(start.HIDDEN_KEY_PREFIX)

@@ -480,8 +480,8 @@ async def _sessions_at_once(
         )
         steps["sessions"].samples.extend(times)
         await asyncio.gather(*(_idle(page) for page in pages))
-        for page, read, work in zip(pages, readers, before, strict=True):
-            steps["sessions_browser"].samples.append(await read() - work)
+        for page, read, work_before in zip(pages, readers, before, strict=True):
+            steps["sessions_browser"].samples.append(await read() - work_before)
             server = _number(await _metric(page, "Server time for this update"))
             steps["sessions_server"].samples.append(server)
     for page in pages:

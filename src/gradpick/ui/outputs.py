@@ -108,9 +108,7 @@ def _hover_thumbnails(loaded: Loaded, chart_key: str) -> None:
     """The hovered image of the chart ``chart_key``, shown beside the mouse (``ui.hover``)."""
     layout = cache.hover_atlas(loaded.key, loaded.batch)
     url = media.image_url(layout.jpeg, state.HOVER_ATLAS, "image/jpeg")
-    hidden = f"<style>.st-key-{state.HOVER_SCRIPT} {{ display: none; }}</style>"
     with st.container(key=state.HOVER_SCRIPT):
-        st.markdown(hidden, unsafe_allow_html=True)
         st.iframe(hover.script([f".st-key-{chart_key}"], url, layout), height=1)
 
 

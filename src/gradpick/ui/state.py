@@ -16,6 +16,7 @@ from typing import Any
 
 from gradpick import selection
 from gradpick.errors import SelectionError
+from gradpick.ui.start import HIDDEN_KEY_PREFIX
 
 PICKED = "picked"
 PICKED_BATCH = "picked_batch"
@@ -62,8 +63,8 @@ GRID_SHEET = "grid_sheet"
 """The media slot of the grid's thumbnail sheet (``media.image_url``), one per session."""
 HOVER_ATLAS = "hover_atlas"
 """The media slot of the batch's hover thumbnails (``gradpick.ui.hover``)."""
-HOVER_SCRIPT = "hover_script"
-"""The hidden container of the hover thumbnails' script."""
+HOVER_SCRIPT = HIDDEN_KEY_PREFIX + "hover_script"
+"""The container of the hover thumbnails' script, hidden by the page style."""
 OUTPUTS_TAB = "outputs_tab"
 """The open outputs view: only that one is drawn, so a click does not rebuild the others."""
 EMBEDDING_PROJECTION = "embedding_projection"
