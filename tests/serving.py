@@ -1,8 +1,8 @@
 """What the browser tests share: a real ``streamlit run app.py`` server and ways to read its page.
 
 Not a test module: ``tests/test_e2e.py`` and ``tests/test_load.py`` import it (pytest puts
-``tests/`` on ``sys.path``). The server and page helpers live in ``gradpick.serving`` (the explorer
-benchmark drives the same page); this adds what only tests need: skipping without chromium, the
+``tests/`` on ``sys.path``). The server and page helpers live in ``gradpick.bench.serving`` (the
+explorer benchmark drives the same page); this adds what only tests need: skipping without chromium, the
 data to serve, and server logs under ``artifacts/``.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gradpick import data
-from gradpick.serving import (  # noqa: F401 (re-exported for the browser tests)
+from gradpick.bench.serving import (  # noqa: F401 (re-exported for the browser tests)
     APP_IDLE,
     CHROMIUM_ARGS,
     HEATMAP_INDICES_JS,
@@ -40,7 +40,7 @@ from gradpick.serving import (  # noqa: F401 (re-exported for the browser tests)
     wait_for_heatmaps,
     wait_healthy,
 )
-from gradpick.serving import streamlit_server as _streamlit_server
+from gradpick.bench.serving import streamlit_server as _streamlit_server
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"

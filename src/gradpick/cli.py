@@ -704,7 +704,7 @@ def _check_parser(commands: argparse._SubParsersAction) -> None:
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.explorer:
         return _bench_explorer(args)
-    from gradpick import bench
+    from gradpick.bench import strategies as bench
 
     given: dict[str, Any] = {
         "models": args.models,
@@ -731,7 +731,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _bench_explorer(args: argparse.Namespace) -> int:
     import shutil
 
-    from gradpick import explorer_bench
+    from gradpick.bench import explorer as explorer_bench
 
     chromium = shutil.which("chromium")
     if chromium is None:
@@ -755,7 +755,7 @@ def _bench_explorer(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_infer(args: argparse.Namespace) -> int:
-    from gradpick import infer_bench
+    from gradpick.bench import inference as infer_bench
 
     images = dict(zip(args.sides, args.images, strict=True)) if args.images else None
     if args.images and len(args.images) != len(args.sides):
@@ -870,6 +870,7 @@ def _cmd_bench_distributed(args: argparse.Namespace) -> int:
     import tempfile
 
     from gradpick import distributed
+    from gradpick.bench.distributed import bench_table, benchmark
 
     loaded = _load_model(args)
     source = _source(args.data, args.split, loaded.spec)
@@ -878,10 +879,10 @@ def _cmd_bench_distributed(args: argparse.Namespace) -> int:
     recipe = distributed.model_recipe(loaded.name, args.weights, _spec_overrides(args))
     print(f"{loaded.name} on {len(rows):,} images of {source.description}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="gradpick-bench-") as scratch:
-        results = distributed.benchmark(
+        results = benchmark(
             recipe, rows, root, loaded.spec, Path(scratch), args.workers, args.batch_size
         )
-    print(distributed.bench_table(results))
+    print(bench_table(results))
     cap = distributed.local_object_store_bytes()
     print(f"\nobject store of the local Ray instance capped at {cap / 1024**3:.2f} GiB")
     return 0

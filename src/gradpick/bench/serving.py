@@ -1,6 +1,6 @@
 """A real ``streamlit run app.py`` server and ways to read its page from a real browser.
 
-Shared by the explorer benchmark (``gradpick.explorer_bench``) and the browser tests. Nothing
+Shared by the explorer benchmark (``gradpick.bench.explorer``) and the browser tests. Nothing
 here imports Playwright at module level: helpers that only build locators take a page of either
 Playwright API; the ones that act or wait use the sync API (the async callers wait with the same
 JavaScript).
@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gradpick.bench.process import status_kilobytes
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -120,14 +122,7 @@ class Server:
     def memory_bytes(self, field: str) -> int:
         """A memory line of the server's /proc status: VmRSS (resident now) or VmHWM (peak
         resident so far), in bytes."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name == field:
-                number, unit = value.split()
-                if unit != "kB":
-                    raise ValueError(f"unexpected unit in {line!r}")
-                return int(number) * 1024
-        raise KeyError(f"{field} is not in /proc/{self.process.pid}/status")
+        return status_kilobytes(field, self.process.pid) * 1024
 
 
 @contextmanager

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from gradpick import explorer_bench
+from gradpick.bench import explorer as explorer_bench
+from gradpick.bench.explorer import ExplorerBenchConfig, ExplorerReport, Step
 from gradpick.errors import InputError
-from gradpick.explorer_bench import ExplorerBenchConfig, ExplorerReport, Step
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from gradpick import models, strategies, units
+from gradpick.bench.rows import markdown_table as rows_table
 from gradpick.compare import (
     CAPTUM,
     FLOOR,
@@ -172,20 +173,24 @@ def _megabytes(value: int | None) -> str:
 
 
 def markdown_table(rows: list[BenchRow]) -> str:
-    header = (
-        "| model | N | k | strategy | median ms | x floor "
-        f"| saved-for-backward {units.UNIT} | peak {units.UNIT} "
-        "| note |\n|---|---:|---:|---|---:|---:|---:|---:|---|"
-    )
-    lines = [header]
-    for row in rows:
-        ratio = "" if row.ratio_to_floor is None else f"{row.ratio_to_floor:.2f}"
-        lines.append(
-            f"| {row.model} | {row.n} | {'' if row.k is None else row.k} | {row.strategy} "
-            f"| {'' if row.milliseconds is None else f'{row.milliseconds:.2f}'} | {ratio} "
-            f"| {_megabytes(row.saved_bytes)} | {_megabytes(row.peak_bytes)} | {row.note} |"
-        )
-    return "\n".join(lines)
+    saved, peak = f"saved-for-backward {units.UNIT}", f"peak {units.UNIT}"
+    columns = ["model", "N", "k", "strategy", "median ms", "x floor", saved, peak, "note"]
+    cells = [
+        [
+            row.model,
+            row.n,
+            "" if row.k is None else row.k,
+            row.strategy,
+            "" if row.milliseconds is None else f"{row.milliseconds:.2f}",
+            "" if row.ratio_to_floor is None else f"{row.ratio_to_floor:.2f}",
+            _megabytes(row.saved_bytes),
+            _megabytes(row.peak_bytes),
+            row.note,
+        ]
+        for row in rows
+    ]
+    right = {"N", "k", "median ms", "x floor", saved, peak}
+    return "\n".join(rows_table(columns, cells, right))
 
 
 def _environment(device: torch.device) -> dict[str, Any]:

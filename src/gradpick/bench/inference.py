@@ -35,6 +35,8 @@ from PIL import Image
 from torch import nn
 
 from gradpick import data, models, store
+from gradpick.bench.process import status_kilobytes
+from gradpick.bench.rows import markdown_table
 from gradpick.compare import interleaved_medians
 from gradpick.devices import resolve_device
 from gradpick.errors import InputError
@@ -255,13 +257,6 @@ def reopen_rows(config: InferBenchConfig) -> list[InferRow]:
     ]
 
 
-def _rss_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
-
-
 def measure_memory(
     folder: str,
     side: int,
@@ -281,7 +276,7 @@ def measure_memory(
     model, spec, name = bench_model(side, run_device, stand_in)
     source = data.image_folder(folder, spec)
     count = min(count, len(source))
-    opened_kb = _rss_kb("VmRSS")
+    opened_kb = status_kilobytes("VmRSS")
     started = time.perf_counter()
     inferred = infer_source(model, source, range(count), batch_size, run_device)
     seconds = time.perf_counter() - started
@@ -290,7 +285,7 @@ def measure_memory(
         "side": side,
         "images": len(inferred.positions),
         "rss_after_open_mb": opened_kb / 1024,
-        "peak_rss_mb": _rss_kb("VmHWM") / 1024,
+        "peak_rss_mb": status_kilobytes("VmHWM") / 1024,
         "largest_worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         "outputs_mb": inferred.result.logits.numel() * 4 * 4 / 2**20,
         "seconds": seconds,
@@ -304,7 +299,7 @@ def memory_rows(config: InferBenchConfig) -> list[InferRow]:
             command = [
                 sys.executable,
                 "-c",
-                "import json, sys; from gradpick.infer_bench import measure_memory; "
+                "import json, sys; from gradpick.bench.inference import measure_memory; "
                 "print(json.dumps(measure_memory(*json.loads(sys.argv[1]))))",
                 json.dumps(
                     [
@@ -354,13 +349,19 @@ def run(config: InferBenchConfig) -> tuple[list[InferRow], dict[str, Any]]:
 
 
 def table(rows: list[InferRow]) -> str:
-    lines = ["| kind | side | images | what | seconds | note |", "|---|---:|---:|---|---:|---|"]
-    for row in rows:
-        seconds = "–" if row.seconds is None else f"{row.seconds:,.3f}"
-        side = "–" if row.side is None else str(row.side)
-        lines.append(
-            f"| {row.kind} | {side} | {row.images:,} | {row.what} | {seconds} | {row.note} |"
-        )
+    cells = [
+        [
+            row.kind,
+            "–" if row.side is None else row.side,
+            f"{row.images:,}",
+            row.what,
+            "–" if row.seconds is None else f"{row.seconds:,.3f}",
+            row.note,
+        ]
+        for row in rows
+    ]
+    columns = ["kind", "side", "images", "what", "seconds", "note"]
+    lines = markdown_table(columns, cells, right={"side", "images", "seconds"})
     ratios = [row.ratio for row in rows if row.ratio is not None]
     if ratios:
         worst = min(ratios)

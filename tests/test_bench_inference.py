@@ -8,10 +8,11 @@ from typing import Any
 
 import torch
 
-from gradpick import data, infer_bench
+from gradpick import data
+from gradpick.bench import inference as infer_bench
+from gradpick.bench.inference import GRADPICK, HAND_WRITTEN, InferBenchConfig
 from gradpick.cli import main
 from gradpick.infer import infer_source
-from gradpick.infer_bench import GRADPICK, HAND_WRITTEN, InferBenchConfig
 
 
 def test_the_hand_written_loop_computes_what_infer_source_computes(

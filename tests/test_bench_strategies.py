@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from gradpick import bench
-from gradpick.bench import (
+from gradpick.bench import strategies as bench
+from gradpick.bench.strategies import (
     CAPTUM_LABEL,
     DIRECT,
     INFER,

@@ -41,9 +41,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gradpick.data import CACHE_DIR_ENV, CIFAR10_DIR_ENV
-from gradpick.errors import InputError
-from gradpick.serving import (
+from gradpick.bench.rows import markdown_table
+from gradpick.bench.serving import (
     APP_IDLE,
     CHROMIUM_ARGS,
     HEATMAP_INDICES_JS,
@@ -53,6 +52,8 @@ from gradpick.serving import (
     VIEWPORT,
     streamlit_server,
 )
+from gradpick.data import CACHE_DIR_ENV, CIFAR10_DIR_ENV
+from gradpick.errors import InputError
 
 OBSERVE_JS = """
 ([condition, arg, timeout]) => new Promise((resolve, reject) => {
@@ -237,15 +238,12 @@ def _ms(value: float) -> str:
 
 def report_text(report: ExplorerReport) -> str:
     """The markdown table, the in-app/plain ratios and what the machine was doing."""
-    lines = [
-        "| step | runs | median (ms) | worst (ms) | target | met |",
-        "|---|---:|---:|---:|---|---|",
+    cells = [
+        [step.name, len(step.samples), _ms(step.median), _ms(step.worst), step.target, step.met]
+        for step in report.steps
     ]
-    for step in report.steps:
-        lines.append(
-            f"| {step.name} | {len(step.samples)} | {_ms(step.median)} | {_ms(step.worst)} "
-            f"| {step.target} | {step.met} |"
-        )
+    columns = ["step", "runs", "median (ms)", "worst (ms)", "target", "met"]
+    lines = markdown_table(columns, cells, right={"runs", "median (ms)", "worst (ms)"})
     lines.append("")
     for name, value in report.ratios.items():
         lines.append(f"- {name}: {value:.2f}")
@@ -330,7 +328,7 @@ def _run_plain_reference(
     code = (
         "import json, sys, time; started = time.perf_counter(); import torch; "
         "imported = (time.perf_counter() - started) * 1000; "
-        "from gradpick.explorer_bench import plain_reference; "
+        "from gradpick.bench.explorer import plain_reference; "
         "figures = plain_reference(*json.loads(sys.argv[1])); "
         "print(json.dumps({**figures, 'import_torch_ms': imported}))"
     )
