@@ -2,8 +2,8 @@
 
 Not a test module: ``tests/test_e2e.py`` and ``tests/test_load.py`` import it (pytest puts
 ``tests/`` on ``sys.path``). The server and page helpers live in ``gradpick.bench.serving`` (the
-explorer benchmark drives the same page); this adds what only tests need: skipping without chromium, the
-data to serve, and server logs under ``artifacts/``.
+explorer benchmark drives the same page); this adds what only tests need: skipping without
+chromium, the data to serve, and server logs under ``artifacts/``.
 """
 
 from __future__ import annotations
