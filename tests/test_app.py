@@ -23,7 +23,7 @@ from streamlit.testing.v1 import AppTest
 from gradpick import attribution, data, models, selection, store, strategies
 from gradpick.gradients import STRATEGIES
 from gradpick.infer import infer_chunks
-from gradpick.ui import gradients_panel, service, state, stored
+from gradpick.ui import gradients_panel, keys, service, state, stored
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 TIMEOUT = 180
@@ -72,8 +72,8 @@ def index_box(app: AppTest) -> Any:
 
 def table(app: AppTest) -> Any:
     """The batch table; its view is opened first, since only the open view is drawn."""
-    if app.session_state[state.OUTPUTS_TAB] != "Table":
-        app.session_state[state.OUTPUTS_TAB] = "Table"
+    if app.session_state[keys.OUTPUTS_TAB] != "Table":
+        app.session_state[keys.OUTPUTS_TAB] = "Table"
         app.run()
     return app.dataframe[0].value
 
@@ -102,24 +102,24 @@ def test_the_sidebar_offers_exactly_the_registered_strategies_and_methods(
     generated: Path,
 ) -> None:
     app = open_app(**TUTORIAL, method="smoothgrad")
-    strategy = app.sidebar.selectbox(key=state.STRATEGY)
+    strategy = app.sidebar.selectbox(key=keys.STRATEGY)
     assert strategy.options == list(strategies.NAMES)
     assert strategy.help == strategies.help_text()
-    method = app.sidebar.selectbox(key=state.METHOD)
+    method = app.sidebar.selectbox(key=keys.METHOD)
     assert method.options == [attribution.get(name).label for name in attribution.METHOD_NAMES]
     shown = [p for p in attribution.get("smoothgrad").parameters if p.shown is not None]
     sliders = {slider.key: slider for slider in app.sidebar.slider}
     for parameter in shown:
-        slider = sliders[state.setting_key(parameter.name)]
+        slider = sliders[keys.setting_key(parameter.name)]
         assert (slider.min, slider.max, slider.value) == (*parameter.shown, parameter.default)
 
 
 def test_a_scatter_selection_shows_heatmaps_and_readouts_for_exactly_those_images(
     generated: Path,
 ) -> None:
-    app = select(open_app(), state.SCATTER_CHART, [5, 3])
+    app = select(open_app(), keys.SCATTER_CHART, [5, 3])
     no_errors(app)
-    assert app.session_state[state.PICKED] == [5, 3]
+    assert app.session_state[keys.PICKED] == [5, 3]
     assert index_box(app).value == "5, 3"
     assert captioned_indices(app) == [5, 3]
     shown = metrics(app)
@@ -132,12 +132,12 @@ def test_a_scatter_selection_shows_heatmaps_and_readouts_for_exactly_those_image
 
 
 def test_grid_selections_add_and_remove_in_the_chosen_mode(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), state.GRID_CHART, [1, 2])
-    app.radio(key=state.MERGE_MODE).set_value("add").run()
-    app = select(app, state.GRID_CHART, [2, 9])
-    assert app.session_state[state.PICKED] == [1, 2, 9]
-    app.radio(key=state.MERGE_MODE).set_value("remove").run()
-    app = select(app, state.SCATTER_CHART, [1])
+    app = select(open_app(**TUTORIAL), keys.GRID_CHART, [1, 2])
+    app.radio(key=keys.MERGE_MODE).set_value("add").run()
+    app = select(app, keys.GRID_CHART, [2, 9])
+    assert app.session_state[keys.PICKED] == [1, 2, 9]
+    app.radio(key=keys.MERGE_MODE).set_value("remove").run()
+    app = select(app, keys.SCATTER_CHART, [1])
     assert captioned_indices(app) == [2, 9]
     no_errors(app)
 
@@ -151,18 +151,18 @@ def test_a_confusion_cell_picks_every_image_of_that_true_and_predicted_pair(
     expected = rows.index[(rows["true"] == true) & (rows["predicted"] == predicted)].tolist()
     names = list(data.CIFAR10_CLASSES)
     cell = [names.index(true), names.index(predicted)]
-    app.session_state[state.CONFUSION_CHART] = {
+    app.session_state[keys.CONFUSION_CHART] = {
         "selection": {"points": [{"customdata": cell}], "box": [], "lasso": []}
     }
     app.run()
     no_errors(app)
-    assert app.session_state[state.PICKED] == expected
+    assert app.session_state[keys.PICKED] == expected
     assert captioned_indices(app) == expected
 
 
 def test_table_rows_pick_their_images(generated: Path) -> None:
     app = open_app(**TUTORIAL)
-    app.session_state[state.TABLE] = {"selection": {"rows": [7, 4], "columns": [], "cells": []}}
+    app.session_state[keys.TABLE] = {"selection": {"rows": [7, 4], "columns": [], "cells": []}}
     app.run()
     assert captioned_indices(app) == [7, 4]
 
@@ -191,16 +191,16 @@ def test_typed_indices_are_parsed_and_bad_ones_explained(generated: Path) -> Non
 
 
 def test_clear_empties_the_selection(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [1])
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [1])
     clear = next(button for button in app.button if button.label == "Clear selection")
     clear.click().run()
-    assert app.session_state[state.PICKED] == []
+    assert app.session_state[keys.PICKED] == []
     assert any("No images picked yet" in info.value for info in app.info)
 
 
 def test_a_click_on_a_probability_bar_makes_its_class_the_target(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [4])
-    app.session_state[state.PROBABILITY_CHART] = {
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [4])
+    app.session_state[keys.PROBABILITY_CHART] = {
         "selection": {"points": [{"customdata": 7}], "box": [], "lasso": []}
     }
     app.run()
@@ -215,14 +215,14 @@ def test_a_click_on_a_probability_bar_makes_its_class_the_target(generated: Path
     [("smoothgrad", "SmoothGrad"), ("integrated_gradients", "(IG)"), ("gradient_x_input", "×")],
 )
 def test_attribution_views(generated: Path, method: str, unit: str) -> None:
-    app = select(open_app(**TUTORIAL, method=method), state.SCATTER_CHART, [0, 1])
+    app = select(open_app(**TUTORIAL, method=method), keys.SCATTER_CHART, [0, 1])
     no_errors(app)
     assert captioned_indices(app) == [0, 1]
     assert any(unit in image.captions[0] for image in app.image if image.captions)
 
 
 def test_smoothgrad_shows_its_noise_and_sample_count_with_the_maps(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL, method="smoothgrad", samples=8), state.SCATTER_CHART, [2])
+    app = select(open_app(**TUTORIAL, method="smoothgrad", samples=8), keys.SCATTER_CHART, [2])
     no_errors(app)
     shown = [caption.value for caption in app.caption]
     assert any("8 noisy copies" in c and "0.15 × each image's range" in c for c in shown)
@@ -252,10 +252,10 @@ def test_batch_size_start_and_sampling(generated: Path) -> None:
 
 
 def test_a_new_batch_clears_the_selection(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [1, 2])
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [1, 2])
     size = next(box for box in app.sidebar.number_input if box.label == "Batch size N")
     size.set_value(20).run()
-    assert app.session_state[state.PICKED] == []
+    assert app.session_state[keys.PICKED] == []
     assert any("batch changed" in info.value for info in app.info)
 
 
@@ -274,7 +274,7 @@ def test_folder_and_upload_sources_explain_what_they_need(generated: Path, tmp_p
 
 
 def test_the_strategies_tab_measures_every_strategy_on_the_selection(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [2, 6])
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [2, 6])
     app.button(key="run_comparison").click().run()
     no_errors(app)
     runs = next(frame.value for frame in app.dataframe if "strategy" in frame.value.columns)
@@ -375,7 +375,7 @@ def test_stored_outputs_open_without_inferring(
     assert app.sidebar.radio(key="source_kind").value == "stored"
     assert any("not inferred" in caption.value for caption in app.caption)
     assert metrics(app)["Images N"] == str(IMAGES) and len(table(app)) == IMAGES
-    app = select(app, state.SCATTER_CHART, [4])  # gradients read the picked image again
+    app = select(app, keys.SCATTER_CHART, [4])  # gradients read the picked image again
     no_errors(app)
     assert captioned_indices(app) == [4]
 

@@ -32,7 +32,7 @@ from test_models import Payload, torch_zip_with
 
 from gradpick import data, models
 from gradpick.errors import InputError
-from gradpick.ui import config, state
+from gradpick.ui import config, keys
 from gradpick.ui.config import AppConfig, UserModelArgs, hosted_mode, parse_user_model
 
 IMAGES = 64
@@ -158,7 +158,7 @@ def test_hosted_batch_size_is_capped(hosted: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(config, "HOSTED_MAX_BATCH_SIZE", 32)
     app = open_app(**TUTORIAL)
     assert metrics(app)["Images N"] == "32"
-    app = select(app, state.SCATTER_CHART, [3])
+    app = select(app, keys.SCATTER_CHART, [3])
     size = next(box for box in app.sidebar.number_input if box.label == "Batch size N")
     size.set_value(40).run()
     assert "this demo's cap" in errors(app)
@@ -280,7 +280,7 @@ def test_your_model_with_weights_and_class_names(
     target = app.sidebar.radio(key="target_mode")
     assert target.value == "predicted"
     assert "Loss on the true label" not in target.options
-    app = select(app, state.SCATTER_CHART, [2])
+    app = select(app, keys.SCATTER_CHART, [2])
     no_errors(app)
     assert captioned_indices(app) == [2]
 
@@ -381,12 +381,12 @@ def test_a_failing_request_is_explained_and_the_next_one_works(
     generated: Path, user_module: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(config.MODEL_ENV, f"{user_module}:moody")
-    app = select(open_app(), state.SCATTER_CHART, [1])
+    app = select(open_app(), keys.SCATTER_CHART, [1])
     no_errors(app)
-    app = select(app, state.SCATTER_CHART, [2, 5])
+    app = select(app, keys.SCATTER_CHART, [2, 5])
     assert "moody model refuses pairs" in errors(app)
     assert metrics(app)["Images N"] == str(IMAGES)
-    app = select(app, state.SCATTER_CHART, [4, 6, 9])
+    app = select(app, keys.SCATTER_CHART, [4, 6, 9])
     no_errors(app)
     assert captioned_indices(app) == [4, 6, 9]
 
@@ -395,20 +395,20 @@ def test_device_out_of_memory_retries_in_smaller_chunks_then_explains(
     generated: Path, user_module: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(config.MODEL_ENV, f"{user_module}:hungry")
-    app = select(open_app(), state.SCATTER_CHART, [1, 3, 5, 7, 9])
+    app = select(open_app(), keys.SCATTER_CHART, [1, 3, 5, 7, 9])
     no_errors(app)
     assert captioned_indices(app) == [1, 3, 5, 7, 9]
     assert metrics(app)["Strategy"] == "recompute · 3 chunks"  # 5 failed, then 2 + 2 + 1
     outputs = (metrics(app)["Images N"], metrics(app)["Accuracy"], table(app).to_dict())
 
     sys.modules[user_module].Hungry.LIMIT = 0  # type: ignore[attr-defined]
-    app = select(app, state.SCATTER_CHART, [2, 4])
+    app = select(app, keys.SCATTER_CHART, [2, 4])
     assert "ran out of memory with one image at a time" in errors(app)
     assert "Pick fewer images" in errors(app)
     assert (metrics(app)["Images N"], metrics(app)["Accuracy"], table(app).to_dict()) == outputs
 
     sys.modules[user_module].Hungry.LIMIT = 2  # type: ignore[attr-defined]
-    app = select(app, state.SCATTER_CHART, [6, 8])
+    app = select(app, keys.SCATTER_CHART, [6, 8])
     no_errors(app)
     assert captioned_indices(app) == [6, 8]
     assert metrics(app)["Strategy"] == "recompute"
@@ -434,7 +434,7 @@ def test_uploaded_weights_replace_the_architectures_weights(generated: Path) -> 
     weights = models.build("tutorial").state_dict()
     weights["fc3.weight"].zero_()
     weights["fc3.bias"].copy_(torch.arange(10.0) == 3)  # every image predicted "cat"
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [1, 2])
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [1, 2])
     app = upload_weights(app, "cat.pt", saved(weights))
     no_errors(app)
     assert set(table(app)["predicted"]) == {"cat"}
@@ -448,7 +448,7 @@ def test_a_pickle_carrying_code_is_refused_unrun_and_the_model_kept(
     generated: Path, tmp_path: Path
 ) -> None:
     marker = tmp_path / "code-ran"
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [1, 2])
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [1, 2])
     before = table(app)
     app = upload_weights(app, "evil.pt", torch_zip_with(Payload(marker)))
     assert "refused" in errors(app) and "other than tensors" in errors(app)
@@ -478,7 +478,7 @@ def test_a_pickle_carrying_code_is_refused_unrun_and_the_model_kept(
 def test_unusable_weights_are_explained_and_the_model_kept(
     generated: Path, weights: Callable[[], dict[str, torch.Tensor]], message: str
 ) -> None:
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [5])
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [5])
     before = table(app)
     app = upload_weights(app, "bad.pt", saved(weights()))
     assert message in errors(app)
@@ -507,7 +507,7 @@ def test_a_bad_upload_is_named_and_the_batch_and_picks_kept(
     message: str,
 ) -> None:
     good = [("a.png", png(0)), ("b.png", png(1))]
-    app = select(uploads(open_app(**TUTORIAL), good), state.SCATTER_CHART, [1])
+    app = select(uploads(open_app(**TUTORIAL), good), keys.SCATTER_CHART, [1])
     before = table(app)
     app = uploads(app, [*good, (name, make(png_claiming))])
     assert message in errors(app)
@@ -527,7 +527,7 @@ def test_real_photos_upload_at_their_own_size(generated: Path) -> None:
     app = uploads(open_app(**TUTORIAL), files)
     no_errors(app)
     assert metrics(app)["Images N"] == "3" and list(table(app)["name"]) == [n for n, _ in files]
-    app = select(app, state.SCATTER_CHART, [2])
+    app = select(app, keys.SCATTER_CHART, [2])
     no_errors(app)
     assert captioned_indices(app) == [2]
 
@@ -539,16 +539,16 @@ def test_an_animated_gif_gives_its_first_frame_with_a_note(generated: Path) -> N
     assert any(
         "animated image(s), only the first frame used: moving.gif" in c.value for c in app.caption
     )
-    app = select(app, state.SCATTER_CHART, [1])
+    app = select(app, keys.SCATTER_CHART, [1])
     no_errors(app)
     assert captioned_indices(app) == [1]
 
 
 def test_typed_indices_with_text_keep_the_picks(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [1, 2])
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [1, 2])
     index_box(app).input("3, 7, x").run()
     assert "'x'" in errors(app)
-    assert app.session_state[state.PICKED] == [1, 2]
+    assert app.session_state[keys.PICKED] == [1, 2]
     assert captioned_indices(app) == [1, 2]
 
 
@@ -556,7 +556,7 @@ def test_impossible_batch_sizes_are_explained_and_the_batch_kept(generated: Path
     app = open_app(**TUTORIAL)
     size = next(box for box in app.sidebar.number_input if box.label == "Batch size N")
     size.set_value(10).run()
-    app = select(app, state.SCATTER_CHART, [3])
+    app = select(app, keys.SCATTER_CHART, [3])
     before = table(app)
     for requested, message in ((0, "too small"), (IMAGES + 1, f"this split has {IMAGES}")):
         size = next(box for box in app.sidebar.number_input if box.label == "Batch size N")

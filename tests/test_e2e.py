@@ -39,11 +39,13 @@ from serving import (
 )
 
 from gradpick import data, devices, selection
-from gradpick.ui import config, heatmaps, hover, state
+from gradpick.ui import config, heatmaps, hover, keys
 
 pytestmark = pytest.mark.e2e
 
 SCREENSHOTS = REPO / "assets" / "screenshots"
+HEATMAPS = keys.selector(keys.HEATMAPS_CONTAINER)
+UPLOADER = f'{keys.selector(keys.UPLOADS)} [data-testid="stFileUploaderDropzoneInput"]'
 EMBEDDING_JS = """
 (selector) => {
   const gd = document.querySelector(selector + ' .js-plotly-plot');
@@ -164,7 +166,7 @@ def _isolated_point(layout: dict[str, Any], distance: float = 12.0) -> dict[str,
 def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: Any) -> None:
     _shot(page, "explore", readme=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250})
     page.get_by_role("tab", name="Confidence vs loss").click()
-    chart = ".st-key-scatter_chart"
+    chart = keys.selector(keys.SCATTER_CHART)
     page.locator(f"{chart} .js-plotly-plot").wait_for()
     page.wait_for_timeout(500)
 
@@ -192,7 +194,7 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: A
     # The outputs (with the text box) are redrawn after the heatmaps, in the same rerun.
     sync_api = pytest.importorskip("playwright.sync_api")
     sync_api.expect(text_box(page)).to_have_value(selection.format_indices(expected))
-    strips = page.locator('.st-key-heatmaps [data-testid="stImage"] img')
+    strips = page.locator(f'{HEATMAPS} [data-testid="stImage"] img')
     assert strips.count() == len(expected)
     assert _metric(page, "Gradient step").endswith("ms")
     assert "MB" in _metric(page, "Peak memory")
@@ -221,12 +223,12 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: A
     error = page.locator('[data-testid="stCode"]').filter(has_text="backward through the graph")
     assert "RuntimeError" in error.inner_text()
     page.get_by_role("button", name="Run the sweep").click()
-    page.locator(".st-key-sweep_n .js-plotly-plot").wait_for()
+    page.locator(f"{keys.selector(keys.SWEEP_N)} .js-plotly-plot").wait_for()
     _shot_of_section(
         page,
         "strategies",
         page.get_by_role("heading", name="Every strategy on the picked images"),
-        page.locator(".st-key-sweep_n"),
+        page.locator(keys.selector(keys.SWEEP_N)),
     )
 
 
@@ -234,9 +236,7 @@ def test_a_corrupt_upload_is_named_and_the_page_keeps_working(page: Any, tmp_pat
     fake = tmp_path / "notes.png"
     fake.write_text("this is a text file renamed to .png")
     page.get_by_text("Uploaded images", exact=True).click()
-    page.locator('.st-key-uploads [data-testid="stFileUploaderDropzoneInput"]').set_input_files(
-        str(fake)
-    )
+    page.locator(UPLOADER).set_input_files(str(fake))
     page.get_by_text("notes.png: not a readable image").wait_for()
     page.get_by_text("CIFAR-10", exact=True).click()
     page.get_by_text("Images N").wait_for()
@@ -318,7 +318,7 @@ def test_a_lasso_in_the_feature_space_view_picks_exactly_the_enclosed_images(pag
     if real_cifar10_dir() is None:
         pytest.skip("needs the real CIFAR-10 copy and the shipped model for the reference")
     page.get_by_role("tab", name="Feature space").click()
-    chart = ".st-key-embedding_chart"
+    chart = keys.selector(keys.EMBEDDING_CHART)
     page.locator(f"{chart} .js-plotly-plot").wait_for()
     page.wait_for_timeout(500)
     drawn = page.evaluate(EMBEDDING_JS, chart)
@@ -365,10 +365,10 @@ def test_hovering_a_feature_space_point_shows_its_thumbnail(page: Any) -> None:
     """The hovered point's image, cut from the batch's atlas beside the mouse; gone once the
     mouse leaves the points; picking is untouched (a click still picks)."""
     page.get_by_role("tab", name="Feature space").click()
-    chart = f".st-key-{state.EMBEDDING_CHART}"
+    chart = keys.selector(keys.EMBEDDING_CHART)
     page.locator(f"{chart} .js-plotly-plot").wait_for()
     page.wait_for_timeout(800)  # the chart settles in its column; the script attaches
-    script = page.locator(f".st-key-{state.HOVER_SCRIPT}")
+    script = page.locator(keys.selector(keys.HOVER_SCRIPT))
     assert script.count() == 1 and script.is_hidden()
     points = page.evaluate(SCATTER_POINTS_JS, chart)["points"]
     point = next(p for p in points if _alone(p, points, 12))
@@ -402,7 +402,7 @@ def _alone(point: dict[str, Any], points: list[dict[str, Any]], distance: float)
 def test_click_to_heatmap_times_are_recorded(page: Any) -> None:
     """Clicks on thumbnails, each timed from the click to its heatmaps (artifacts only: speed
     targets live in ``gradpick bench --explorer``, not in assertions)."""
-    grid = ".st-key-grid_chart"
+    grid = keys.selector(keys.GRID_CHART)
     page.locator(f"{grid} .js-plotly-plot").wait_for()
     timings = []
     for index in (5, 17, 42, 63, 88):
@@ -435,7 +435,7 @@ FETCHED_JS = "(url) => fetch(url).then((r) => [r.status, r.headers.get('content-
 def test_the_thumbnail_sheet_is_fetched_by_url_and_kept_across_clicks(page: Any) -> None:
     """The grid's sheet is a media URL on the page's own address, not a data URI inside the
     chart's JSON, and clicks that move the picked outlines leave it as it was."""
-    grid = f".st-key-{state.GRID_CHART}"
+    grid = keys.selector(keys.GRID_CHART)
     page.locator(f"{grid} .js-plotly-plot .imagelayer image").wait_for(state="attached")
     sheet = page.evaluate(SHEET_URL_JS, grid)
     assert sheet.startswith(page.evaluate("location.origin") + "/media/")
@@ -454,8 +454,8 @@ PHOTOS = {
 }
 """scikit-image's bundled photos at their own sizes (512x512, 427x640, 300x451, 400x600),
 in a two-class ImageFolder tree."""
-HEATMAP_IMAGE_SIZES_JS = """
-() => Array.from(document.querySelectorAll('.st-key-heatmaps [data-testid="stImage"] img'),
+HEATMAP_IMAGE_SIZES_JS = f"""
+() => Array.from(document.querySelectorAll('{HEATMAPS} [data-testid="stImage"] img'),
   (img) => [img.naturalWidth, img.naturalHeight])
 """
 
@@ -475,7 +475,7 @@ def _expect_photo_heatmaps(page: Any, index: int) -> None:
     pick_by_text(page, [index])
     wait_for_heatmaps(page, [index])
     sync_api.expect(page.get_by_text("Images read at 224x224 pixels")).to_be_visible()
-    caption = page.locator('.st-key-heatmaps [data-testid="stImageCaption"]')
+    caption = page.locator(f'{HEATMAPS} [data-testid="stImageCaption"]')
     assert caption.inner_text().startswith(f"#{index} ")
     # Image, heatmap, overlay and three channel maps, each downsampled from 224 to the display side.
     panels = 6
@@ -502,7 +502,7 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         page = open_explorer(browser, running.url)
         page.get_by_text("Local folder", exact=True).click()
-        folder_box = page.locator(f".st-key-{state.FOLDER_PATH} input")
+        folder_box = page.locator(f"{keys.selector(keys.FOLDER_PATH)} input")
         folder_box.fill(str(folder))
         folder_box.press("Enter")
         page.get_by_text(f"folder {folder}, 4 images").wait_for()
@@ -512,9 +512,7 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
         _shot(page, "photos")
 
         page.get_by_text("Uploaded images", exact=True).click()
-        uploader = page.locator(
-            f'.st-key-{state.UPLOADS} [data-testid="stFileUploaderDropzoneInput"]'
-        )
+        uploader = page.locator(UPLOADER)
         uploader.set_input_files(str(folder / "still" / "chelsea.jpg"))
         page.get_by_text("1 uploaded image(s), 1 images").wait_for()
         sync_api.expect(metric_value(page, "Images N")).to_have_text("1")

@@ -50,7 +50,7 @@ from torch import nn
 from torch.nn import functional
 
 from gradpick import data, models
-from gradpick.ui import config, service, state
+from gradpick.ui import config, keys, service
 
 pytestmark = pytest.mark.e2e
 
@@ -70,7 +70,7 @@ kept per selection (a figure, a download) reaches it within the 150 selections."
 HOST_MEMORY_LIMIT = 600 * 10**6
 """Streamlit Community Cloud's smallest tier, in bytes (MB, not MiB: the stricter reading)."""
 SERVER_PYTHON_ENV = "GRADPICK_SERVER_PYTHON"
-GRID_CHART = f".st-key-{state.GRID_CHART}"
+GRID_CHART = keys.selector(keys.GRID_CHART)
 GRADIENTS_NPZ = "Gradients (.npz)"
 
 

@@ -9,7 +9,7 @@ from test_app import TUTORIAL, captioned_indices, no_errors, open_app, select
 
 from gradpick.data import CIFAR10_CLASSES
 from gradpick.trust.report import TrustReport
-from gradpick.ui import state
+from gradpick.ui import keys
 from gradpick.ui.checks_panel import MAX_CHECKED, StoredChecks
 
 
@@ -18,14 +18,14 @@ def frame_with(app, column: str):
 
 
 def test_the_checks_run_on_the_picks_when_asked(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [4, 1])
-    assert state.TRUST_CHECKS not in app.session_state  # nothing runs before the button
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [4, 1])
+    assert keys.TRUST_CHECKS not in app.session_state  # nothing runs before the button
     app.multiselect(key="trust_methods").set_value(["gradient", "smoothgrad"])
     app.number_input(key="trust_layers").set_value(2)
     app.run()
     app.button(key="run_trust_checks").click().run()
     no_errors(app)
-    stored: StoredChecks = app.session_state[state.TRUST_CHECKS]
+    stored: StoredChecks = app.session_state[keys.TRUST_CHECKS]
     report: TrustReport = stored.report
     assert report.indices == (4, 1)
     assert set(report.randomisation) == {"gradient", "smoothgrad"}
@@ -49,17 +49,17 @@ def test_the_checks_run_on_the_picks_when_asked(generated: Path) -> None:
 
 
 def test_changed_picks_ask_for_a_new_run(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [2])
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [2])
     app.number_input(key="trust_layers").set_value(1)
     app.run()
     app.button(key="run_trust_checks").click().run()
-    app = select(app, state.SCATTER_CHART, [3])
+    app = select(app, keys.SCATTER_CHART, [3])
     no_errors(app)
     assert any("changed since the last run" in info.value for info in app.info)
 
 
 def test_bad_check_options_show_an_error_and_keep_the_page(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, [0, 5])
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [0, 5])
     app.number_input(key="trust_layers").set_value(50)
     app.run()
     app.button(key="run_trust_checks").click().run()
@@ -74,24 +74,24 @@ def test_bad_check_options_show_an_error_and_keep_the_page(generated: Path) -> N
     app.run()
     app.button(key="run_trust_checks").click().run()
     assert any("did not reach 0.1% relative error" in e.value for e in app.error)
-    assert state.TRUST_CHECKS not in app.session_state
+    assert keys.TRUST_CHECKS not in app.session_state
     assert captioned_indices(app) == [0, 5]
 
 
 def test_many_picks_are_checked_up_to_the_cap(generated: Path) -> None:
     picks = list(range(MAX_CHECKED + 2))
-    app = select(open_app(**TUTORIAL), state.SCATTER_CHART, picks)
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, picks)
     assert any(f"the first {MAX_CHECKED} of {len(picks)}" in c.value for c in app.caption)
 
 
 def test_a_chosen_class_is_the_class_every_check_explains(generated: Path) -> None:
     app = open_app(**TUTORIAL, target_mode="class", target_class=3)
-    app = select(app, state.SCATTER_CHART, [6, 2])
+    app = select(app, keys.SCATTER_CHART, [6, 2])
     assert any("explaining the logit of cat" in caption.value for caption in app.caption)
     app.number_input(key="trust_layers").set_value(1)
     app.run()
     app.button(key="run_trust_checks").click().run()
     no_errors(app)
-    report: TrustReport = app.session_state[state.TRUST_CHECKS].report
+    report: TrustReport = app.session_state[keys.TRUST_CHECKS].report
     assert report.classes.tolist() == [3, 3]
     assert [row.target_class for row in report.completeness] == [3, 3]

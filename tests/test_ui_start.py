@@ -9,7 +9,7 @@ import sys
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gradpick.ui import page, start, state
+from gradpick.ui import keys, page, start
 
 
 def test_the_frame_module_imports_no_torch() -> None:
@@ -66,6 +66,6 @@ def test_the_preload_chart_is_cleared_when_the_run_ends(
 
 
 def test_containers_keyed_hidden_are_hidden_by_the_page_style() -> None:
-    assert f'[class*="st-key-{start.HIDDEN_KEY_PREFIX}"] {{ display: none; }}' in start.PAGE_STYLE
-    assert start.PRELOAD_CONTAINER.startswith(start.HIDDEN_KEY_PREFIX)
-    assert state.HOVER_SCRIPT.startswith(start.HIDDEN_KEY_PREFIX)
+    assert f'[class*="st-key-{keys.HIDDEN_KEY_PREFIX}"] {{ display: none; }}' in start.PAGE_STYLE
+    assert keys.PRELOAD_CONTAINER.startswith(keys.HIDDEN_KEY_PREFIX)
+    assert keys.HOVER_SCRIPT.startswith(keys.HIDDEN_KEY_PREFIX)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gradpick.ui import state
+from gradpick.ui import keys, state
 
 
 def _points(*indices: int) -> dict[str, Any]:
@@ -21,102 +21,102 @@ def _indices(event: Any) -> list[int]:
 
 
 def test_a_new_selection_replaces_by_default_and_updates_the_text() -> None:
-    session: dict[str, Any] = {state.SCATTER_CHART: _points(4, 2)}
-    state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+    session: dict[str, Any] = {keys.SCATTER_CHART: _points(4, 2)}
+    state.absorb(session, keys.SCATTER_CHART, _indices, size=10)
     assert state.picked(session) == [4, 2]
     assert session[state.text_key(session)] == "4, 2"
 
 
 def test_the_same_selection_is_absorbed_once() -> None:
-    session: dict[str, Any] = {state.MERGE_MODE: "add"}
-    session[state.GRID_CHART] = _points(1)
-    state.absorb(session, state.GRID_CHART, _indices, size=10)
+    session: dict[str, Any] = {keys.MERGE_MODE: "add"}
+    session[keys.GRID_CHART] = _points(1)
+    state.absorb(session, keys.GRID_CHART, _indices, size=10)
     state.set_picked(session, [7])  # e.g. a picker replaced the selection meanwhile
-    state.absorb(session, state.GRID_CHART, _indices, size=10)  # a rerun: nothing new
+    state.absorb(session, keys.GRID_CHART, _indices, size=10)  # a rerun: nothing new
     assert state.picked(session) == [7]
 
 
 def test_an_empty_selection_is_ignored_and_lets_the_same_one_count_again() -> None:
-    session: dict[str, Any] = {state.MERGE_MODE: "add", state.GRID_CHART: _points(1)}
-    state.absorb(session, state.GRID_CHART, _indices, size=10)
+    session: dict[str, Any] = {keys.MERGE_MODE: "add", keys.GRID_CHART: _points(1)}
+    state.absorb(session, keys.GRID_CHART, _indices, size=10)
     state.set_picked(session, [])
-    session[state.GRID_CHART] = _points()  # the chart was redrawn: its selection is empty
-    state.absorb(session, state.GRID_CHART, _indices, size=10)
+    session[keys.GRID_CHART] = _points()  # the chart was redrawn: its selection is empty
+    state.absorb(session, keys.GRID_CHART, _indices, size=10)
     assert state.picked(session) == []
-    session[state.GRID_CHART] = _points(1)  # the user selects the same point again
-    state.absorb(session, state.GRID_CHART, _indices, size=10)
+    session[keys.GRID_CHART] = _points(1)  # the user selects the same point again
+    state.absorb(session, keys.GRID_CHART, _indices, size=10)
     assert state.picked(session) == [1]
 
 
 def test_merge_modes_add_and_remove() -> None:
-    session: dict[str, Any] = {state.PICKED: [1, 2]}
-    session[state.MERGE_MODE] = "add"
-    session[state.SCATTER_CHART] = _points(3, 2)
-    state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+    session: dict[str, Any] = {keys.PICKED: [1, 2]}
+    session[keys.MERGE_MODE] = "add"
+    session[keys.SCATTER_CHART] = _points(3, 2)
+    state.absorb(session, keys.SCATTER_CHART, _indices, size=10)
     assert state.picked(session) == [1, 2, 3]
-    session[state.MERGE_MODE] = "remove"
-    session[state.TABLE] = {"selection": {"rows": [1, 3], "columns": []}}
-    state.absorb(session, state.TABLE, state.table_rows, size=10)
+    session[keys.MERGE_MODE] = "remove"
+    session[keys.TABLE] = {"selection": {"rows": [1, 3], "columns": []}}
+    state.absorb(session, keys.TABLE, state.table_rows, size=10)
     assert state.picked(session) == [2]
 
 
 def test_indices_outside_the_batch_are_dropped() -> None:
-    session: dict[str, Any] = {state.GRID_CHART: _points(3, 12)}
-    state.absorb(session, state.GRID_CHART, _indices, size=10)
+    session: dict[str, Any] = {keys.GRID_CHART: _points(3, 12)}
+    state.absorb(session, keys.GRID_CHART, _indices, size=10)
     assert state.picked(session) == [3]
 
 
 def test_a_new_batch_clears_the_selection_with_a_notice() -> None:
     session: dict[str, Any] = {}
     state.follow_batch(session, "batch-a")
-    assert session.get(state.NOTICE) is None
+    assert session.get(keys.NOTICE) is None
     state.set_picked(session, [1, 2])
     state.follow_batch(session, "batch-a")
     assert state.picked(session) == [1, 2]
     state.follow_batch(session, "batch-b")
     assert state.picked(session) == []
-    assert "batch changed" in session[state.NOTICE]
+    assert "batch changed" in session[keys.NOTICE]
 
 
 def test_a_selection_held_from_the_old_batch_does_not_pick_in_the_new_one() -> None:
     session: dict[str, Any] = {}
     state.follow_batch(session, "batch-a")
-    session[state.SCATTER_CHART] = _points(1, 2)
-    state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+    session[keys.SCATTER_CHART] = _points(1, 2)
+    state.absorb(session, keys.SCATTER_CHART, _indices, size=10)
     assert state.picked(session) == [1, 2]
     state.follow_batch(session, "batch-b")  # the scatter, not drawn since, still holds 1, 2
-    state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+    state.absorb(session, keys.SCATTER_CHART, _indices, size=10)
     assert state.picked(session) == []
-    session[state.SCATTER_CHART] = _points(3)
-    state.absorb(session, state.SCATTER_CHART, _indices, size=10)
+    session[keys.SCATTER_CHART] = _points(3)
+    state.absorb(session, keys.SCATTER_CHART, _indices, size=10)
     assert state.picked(session) == [3]
 
 
 def test_a_pending_selection_is_reported_without_being_absorbed() -> None:
-    session: dict[str, Any] = {state.PROBABILITY_CHART: _points(4)}
-    assert state.pending_selection(session, state.PROBABILITY_CHART)
-    assert state.pending_selection(session, state.PROBABILITY_CHART)
-    assert state.fresh_selection(session, state.PROBABILITY_CHART) is not None
-    assert not state.pending_selection(session, state.PROBABILITY_CHART)
-    assert not state.pending_selection(session, state.GRID_CHART)
+    session: dict[str, Any] = {keys.PROBABILITY_CHART: _points(4)}
+    assert state.pending_selection(session, keys.PROBABILITY_CHART)
+    assert state.pending_selection(session, keys.PROBABILITY_CHART)
+    assert state.fresh_selection(session, keys.PROBABILITY_CHART) is not None
+    assert not state.pending_selection(session, keys.PROBABILITY_CHART)
+    assert not state.pending_selection(session, keys.GRID_CHART)
 
 
 def test_bad_text_keeps_the_selection_and_says_why() -> None:
-    session: dict[str, Any] = {state.PICKED: [5]}
+    session: dict[str, Any] = {keys.PICKED: [5]}
     key = state.text_key(session)
     session[key] = "3, 7, x"
     state.edit_text(session, 10, key)
     assert state.picked(session) == [5]
-    assert "'x'" in session[state.TEXT_ERROR]
+    assert "'x'" in session[keys.TEXT_ERROR]
     session[key] = "2-4, 9"
     state.edit_text(session, 10, key)
     assert state.picked(session) == [2, 3, 4, 9]
-    assert state.TEXT_ERROR not in session
+    assert keys.TEXT_ERROR not in session
     assert session[state.text_key(session)] == "2-4, 9"
 
 
 def test_clearing_the_text_clears_the_selection() -> None:
-    session: dict[str, Any] = {state.PICKED: [5], state.text_key({}): "  "}
+    session: dict[str, Any] = {keys.PICKED: [5], state.text_key({}): "  "}
     state.edit_text(session, 10, state.text_key({}))
     assert state.picked(session) == []
 
@@ -169,6 +169,6 @@ def test_panels_use_the_key_constants_and_import_no_other_panel(panel: str) -> N
 
 
 def test_per_source_keys_join_their_parts() -> None:
-    assert state.per_source(state.START, "cifar10:test") == "start:cifar10:test"
-    assert state.per_source(state.GRID_PAGE, "batch", 100) == "grid_page:batch:100"
-    assert state.download_key("npz") == "download_npz"
+    assert keys.per_source(keys.START, "cifar10:test") == "start:cifar10:test"
+    assert keys.per_source(keys.GRID_PAGE, "batch", 100) == "grid_page:batch:100"
+    assert keys.download_key("npz") == "download_npz"

@@ -54,6 +54,7 @@ from gradpick.bench.serving import (
 )
 from gradpick.data import CACHE_DIR_ENV, CIFAR10_DIR_ENV
 from gradpick.errors import InputError
+from gradpick.ui import keys
 
 OBSERVE_JS = """
 ([condition, arg, timeout]) => new Promise((resolve, reject) => {
@@ -81,9 +82,9 @@ OBSERVE_JS = """
 became true, checked on every change of the page rather than polled: polling eight pages every
 few milliseconds would load the very browser whose drawing is being timed."""
 IDLE_JS = f"() => Boolean(document.querySelector('{APP_IDLE}'))"
-GRID = ".st-key-grid_chart"
-SCATTER = ".st-key-scatter_chart"
-CONFUSION = ".st-key-confusion_chart"
+GRID = keys.selector(keys.GRID_CHART)
+SCATTER = keys.selector(keys.SCATTER_CHART)
+CONFUSION = keys.selector(keys.CONFUSION_CHART)
 PAGE_SIZE = 100
 CLICK_TIMEOUT_MS = 60_000
 """A click whose heatmaps take longer counts as failed (its phase is reported and skipped)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gradpick.bench.process import status_kilobytes
+from gradpick.ui.keys import HEATMAPS_CONTAINER, selector
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -42,9 +43,9 @@ PAGE_ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 APP_IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 """The page's script run has finished: every element of it (downloads too) is current."""
 
-HEATMAP_INDICES_JS = """
+HEATMAP_INDICES_JS = f"""
 () => Array.from(
-  document.querySelectorAll('.st-key-heatmaps [data-testid="stImageCaption"]'),
+  document.querySelectorAll('{selector(HEATMAPS_CONTAINER)} [data-testid="stImageCaption"]'),
   (caption) => Number(caption.textContent.trim().split(/\\s+/)[0].replace('#', '')))
 """
 """The batch index each heatmap caption names ("#12 cat→dog ..."), in page order."""

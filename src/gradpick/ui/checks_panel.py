@@ -20,7 +20,7 @@ from gradpick.trust.baselines import BASELINES
 from gradpick.trust.engine import METHODS, MethodSettings
 from gradpick.trust.faithfulness import INSERTION_START, RANDOM, REMOVED
 from gradpick.trust.report import CheckOptions, TrustReport, mean_and_std, run_checks
-from gradpick.ui import figures, heatmaps, service, state
+from gradpick.ui import figures, heatmaps, keys, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
 
@@ -51,7 +51,7 @@ def _options(settings: Settings) -> CheckOptions:
         METHODS,
         default=[chosen],
         format_func=_method_label,
-        key=state.TRUST_METHODS,
+        key=keys.TRUST_METHODS,
     )
     mode = columns[0].radio(
         "Randomise layers",
@@ -60,13 +60,13 @@ def _options(settings: Settings) -> CheckOptions:
             "cascade": "cumulatively, from the output",
             "independent": "one at a time",
         }.__getitem__,
-        key=state.TRUST_MODE,
+        key=keys.TRUST_MODE,
     )
     layers = columns[1].number_input(
-        "Layers to randomise (0: all)", min_value=0, value=0, step=1, key=state.TRUST_LAYERS
+        "Layers to randomise (0: all)", min_value=0, value=0, step=1, key=keys.TRUST_LAYERS
     )
     baselines = columns[1].multiselect(
-        "IG baselines", BASELINES, default=["black"], key=state.TRUST_BASELINES
+        "IG baselines", BASELINES, default=["black"], key=keys.TRUST_BASELINES
     )
     tolerance = columns[2].number_input(
         "IG tolerance (relative error)",
@@ -75,10 +75,10 @@ def _options(settings: Settings) -> CheckOptions:
         value=0.05,
         step=0.01,
         format="%.3f",
-        key=state.TRUST_TOLERANCE,
+        key=keys.TRUST_TOLERANCE,
     )
     max_steps = columns[2].number_input(
-        "IG step cap", min_value=2, max_value=4096, value=512, step=16, key=state.TRUST_MAX_STEPS
+        "IG step cap", min_value=2, max_value=4096, value=512, step=16, key=keys.TRUST_MAX_STEPS
     )
     return CheckOptions(
         methods=tuple(methods),
@@ -114,7 +114,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
     options = _options(settings)
     key = (loaded.key, loaded.option.identity, str(loaded.device), tuple(checked), classes, options)
     session = st.session_state
-    if st.button("Run the trust checks", type="primary", key=state.TRUST_RUN):
+    if st.button("Run the trust checks", type="primary", key=keys.TRUST_RUN):
         with guarded("The trust checks"):
             bar = st.progress(0.0, text="Randomising layers…")
 
@@ -127,8 +127,8 @@ def render(loaded: Loaded, settings: Settings) -> None:
                 )
             finally:
                 bar.empty()
-            session[state.TRUST_CHECKS] = StoredChecks(key, report)
-    stored: StoredChecks | None = session.get(state.TRUST_CHECKS)
+            session[keys.TRUST_CHECKS] = StoredChecks(key, report)
+    stored: StoredChecks | None = session.get(keys.TRUST_CHECKS)
     if stored is None:
         return
     if stored.key != key:
@@ -180,7 +180,7 @@ def _randomisation(loaded: Loaded, report: TrustReport, titles: list[str]) -> No
     st.plotly_chart(
         figures.randomisation_lines(labels, series(0, 1.0), series(1, 0.0)),
         config=figures.CHART_CONFIG,
-        key=state.TRUST_RANDOMISATION,
+        key=keys.TRUST_RANDOMISATION,
     )
     st.caption(
         f"Mean over the picks, ± one standard deviation; {first.mode} randomisation. Each "
@@ -193,10 +193,10 @@ def _randomisation(loaded: Loaded, report: TrustReport, titles: list[str]) -> No
         "Randomised maps of",
         list(curves),
         format_func=_method_label,
-        key=state.TRUST_MAP_METHOD,
+        key=keys.TRUST_MAP_METHOD,
     )
     position = right.selectbox(
-        "for image", range(len(titles)), format_func=titles.__getitem__, key=state.TRUST_MAP_IMAGE
+        "for image", range(len(titles)), format_func=titles.__getitem__, key=keys.TRUST_MAP_IMAGE
     )
     curve = curves[method]
     maps = torch.stack([curve.original[position], *(s.maps[position] for s in curve.steps)])
@@ -225,7 +225,7 @@ def _completeness(report: TrustReport, class_names: tuple[str, ...]) -> None:
             }
         ),
         hide_index=True,
-        key=state.TRUST_COMPLETENESS,
+        key=keys.TRUST_COMPLETENESS,
     )
     automatic = report.options.ig_steps == "auto"
     st.caption(
@@ -248,7 +248,7 @@ def _faithfulness(report: TrustReport) -> None:
     st.plotly_chart(
         figures.faithfulness_lines(fractions, series),
         config=figures.CHART_CONFIG,
-        key=state.TRUST_CURVES,
+        key=keys.TRUST_CURVES,
     )
     st.dataframe(
         pd.DataFrame(
@@ -263,7 +263,7 @@ def _faithfulness(report: TrustReport) -> None:
             }
         ),
         hide_index=True,
-        key=state.TRUST_AUCS,
+        key=keys.TRUST_AUCS,
     )
     st.caption(
         f"Probability of the explained class, mean over the picks; deleted pixels become "

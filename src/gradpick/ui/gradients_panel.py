@@ -11,7 +11,7 @@ import streamlit as st
 from gradpick import attribution, export, render, selection
 from gradpick.attribution import Attribution
 from gradpick.measure import MemoryReport
-from gradpick.ui import cache, figures, heatmaps, service, state
+from gradpick.ui import cache, figures, heatmaps, keys, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.session import Loaded, Settings
@@ -26,11 +26,11 @@ PANELS_COMPACT = "image · saliency |gradient| · overlay"
 def absorb_target_click() -> None:
     """A click on a probability bar makes its class the target; runs before the sidebar."""
     session = st.session_state
-    event = state.fresh_selection(session, state.PROBABILITY_CHART)
+    event = state.fresh_selection(session, keys.PROBABILITY_CHART)
     classes = selection.indices_from_plotly_selection(event)
     if classes:
-        session[state.TARGET_MODE] = "class"
-        session[state.TARGET_CLASS] = classes[-1]
+        session[keys.TARGET_MODE] = "class"
+        session[keys.TARGET_CLASS] = classes[-1]
 
 
 def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
@@ -59,7 +59,7 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
         _legend(tiles, unit, settings.shared_scale)
         detailed = len(picked) <= DETAILED_ROWS
         st.caption(PANELS_FULL if detailed else PANELS_COMPACT)
-        with st.container(key=state.HEATMAPS_CONTAINER):
+        with st.container(key=keys.HEATMAPS_CONTAINER):
             captions = [
                 title if settings.shared_scale else f"{title} · saliency 0 to {tile.limit:.3g}"
                 for title, tile in zip(titles, tiles, strict=True)
@@ -140,13 +140,13 @@ def _detail(
 ) -> None:
     picked = state.picked(st.session_state)
     session = st.session_state
-    if session.get(state.DETAIL) not in picked:
-        session[state.DETAIL] = picked[0]
+    if session.get(keys.DETAIL) not in picked:
+        session[keys.DETAIL] = picked[0]
     index = st.selectbox(
         "Detailed view of",
         picked,
         format_func=lambda i: titles[picked.index(i)],
-        key=state.DETAIL,
+        key=keys.DETAIL,
     )
     position = picked.index(index)
     tile = tiles[position]
@@ -161,7 +161,7 @@ def _detail(
             unit,
         ),
         config=figures.CHART_CONFIG,
-        key=state.DETAIL_HEATMAPS,
+        key=keys.DETAIL_HEATMAPS,
     )
     probabilities = loaded.result.probabilities[index].numpy()
     labels = loaded.result.labels
@@ -173,7 +173,7 @@ def _detail(
             None if labels is None else int(labels[index]),
             int(result.gradients.classes[position]),
         ),
-        key=state.PROBABILITY_CHART,
+        key=keys.PROBABILITY_CHART,
         on_select="rerun",
         selection_mode="points",
         config=figures.CHART_CONFIG,
@@ -231,5 +231,5 @@ def _downloads(
             data=data,
             file_name=f"gradpick-{result.method}.{suffix}",
             on_click="ignore",
-            key=state.download_key(suffix),
+            key=keys.download_key(suffix),
         )

@@ -2,7 +2,7 @@
 
 Thumbnails, the confidence/loss scatter, the confusion matrix, the feature-space view and the
 table are selectable; the pickers, the text box and the clear button act through callbacks. All
-of them change one list, ``state.PICKED``, which everything below the outputs reads. Only the
+of them change one list, ``keys.PICKED``, which everything below the outputs reads. Only the
 open view is drawn (its tab reruns the page part when switched), so a click rebuilds one figure.
 """
 
@@ -18,7 +18,7 @@ import streamlit as st
 from gradpick import embedding, selection
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
-from gradpick.ui import cache, figures, hover, media, service, state
+from gradpick.ui import cache, figures, hover, keys, media, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded
 
@@ -43,16 +43,16 @@ def absorb_selections(loaded: Loaded) -> None:
     session = st.session_state
     result = loaded.result
     state.follow_batch(session, loaded.key)
-    for key in (state.GRID_CHART, state.SCATTER_CHART, state.EMBEDDING_CHART):
+    for key in (keys.GRID_CHART, keys.SCATTER_CHART, keys.EMBEDDING_CHART):
         state.absorb(session, key, selection.indices_from_plotly_selection, len(loaded))
-    state.absorb(session, state.TABLE, state.table_rows, len(loaded))
+    state.absorb(session, keys.TABLE, state.table_rows, len(loaded))
     if result.labels is not None:
 
         def cell_members(event: Mapping[str, Any] | None) -> list[int]:
             cells = state.confusion_cells(event)
             return [i for t, p in cells for i in selection.confusion_cell(result, t, p)]
 
-        state.absorb(session, state.CONFUSION_CHART, cell_members, len(loaded))
+        state.absorb(session, keys.CONFUSION_CHART, cell_members, len(loaded))
 
 
 def readouts(loaded: Loaded) -> None:
@@ -85,7 +85,7 @@ def render(loaded: Loaded) -> None:
     with tools:
         _selection_tools(loaded)
     with charts:
-        tabs = st.tabs(VIEWS, key=state.OUTPUTS_TAB, on_change="rerun")
+        tabs = st.tabs(VIEWS, key=keys.OUTPUTS_TAB, on_change="rerun")
         views = (_thumbnails, _scatter, _confusion, _embedding, _table)
         for tab, name, view in zip(tabs, VIEWS, views, strict=True):
             if tab.open is False:
@@ -107,21 +107,21 @@ def _plot(figure: go.Figure, key: str) -> None:
 def _hover_thumbnails(loaded: Loaded, chart_key: str) -> None:
     """The hovered image of the chart ``chart_key``, shown beside the mouse (``ui.hover``)."""
     layout = cache.hover_atlas(loaded.key, loaded.batch)
-    url = media.image_url(layout.jpeg, state.HOVER_ATLAS, "image/jpeg")
-    with st.container(key=state.HOVER_SCRIPT):
-        st.iframe(hover.script([f".st-key-{chart_key}"], url, layout), height=1)
+    url = media.image_url(layout.jpeg, keys.HOVER_ATLAS, "image/jpeg")
+    with st.container(key=keys.HOVER_SCRIPT):
+        st.iframe(hover.script([keys.selector(chart_key)], url, layout), height=1)
 
 
 def _thumbnails(loaded: Loaded) -> None:
     size = len(loaded)
     top = st.columns([1, 1, 2])
-    page_size = top[0].selectbox("Per page", PAGE_SIZES, key=state.GRID_PAGE_SIZE)
+    page_size = top[0].selectbox("Per page", PAGE_SIZES, key=keys.GRID_PAGE_SIZE)
     pages = max(1, math.ceil(size / page_size))
     page = 1
     if pages > 1:
         page = int(
             top[1].number_input(
-                "Page", 1, pages, 1, key=state.per_source(state.GRID_PAGE, loaded.key, page_size)
+                "Page", 1, pages, 1, key=keys.per_source(keys.GRID_PAGE, loaded.key, page_size)
             )
         )
     first, last = (page - 1) * page_size, min(page * page_size, size)
@@ -132,14 +132,14 @@ def _thumbnails(loaded: Loaded) -> None:
     sheet = cache.thumbnail_sheet(loaded.key, first, last, GRID_COLUMNS, loaded.batch)
     correct = loaded.result.correct
     figure = figures.thumbnail_grid(
-        media.image_url(sheet, state.GRID_SHEET),
+        media.image_url(sheet, keys.GRID_SHEET),
         list(range(first, last)),
         loaded.hover[first:last],
         None if correct is None else correct[first:last].tolist(),
         state.picked(st.session_state),
         GRID_COLUMNS,
     )
-    _plot(figure, state.GRID_CHART)
+    _plot(figure, keys.GRID_CHART)
 
 
 def _scatter(loaded: Loaded) -> None:
@@ -159,8 +159,8 @@ def _scatter(loaded: Loaded) -> None:
     st.caption(
         "Each point is an image (hover to see it); crosses are wrong predictions. Select to pick."
     )
-    _plot(figure, state.SCATTER_CHART)
-    _hover_thumbnails(loaded, state.SCATTER_CHART)
+    _plot(figure, keys.SCATTER_CHART)
+    _hover_thumbnails(loaded, keys.SCATTER_CHART)
 
 
 def _confusion(loaded: Loaded) -> None:
@@ -172,7 +172,7 @@ def _confusion(loaded: Loaded) -> None:
     figure = cache.confusion_figure(
         loaded.key, loaded.option.identity, result, loaded.batch.class_names
     )
-    _plot(figure, state.CONFUSION_CHART)
+    _plot(figure, keys.CONFUSION_CHART)
 
 
 def _embedding(loaded: Loaded) -> None:
@@ -189,7 +189,7 @@ def _embedding(loaded: Loaded) -> None:
         "Projection",
         embedding.available_projections(),
         format_func=PROJECTION_LABELS.__getitem__,
-        key=state.EMBEDDING_PROJECTION,
+        key=keys.EMBEDDING_PROJECTION,
         help="PCA: the two directions of largest variance (exact, instant). UMAP (with the "
         "optional umap-learn): neighbourhoods kept, seconds to minutes for large batches.",
     )
@@ -197,7 +197,7 @@ def _embedding(loaded: Loaded) -> None:
         "Colour by",
         colourings,
         format_func=COLOURING_LABELS.__getitem__,
-        key=state.EMBEDDING_COLOUR,
+        key=keys.EMBEDDING_COLOUR,
         horizontal=True,
     )
     points = cache.projection(loaded.key, loaded.option.identity, method, features)
@@ -211,15 +211,15 @@ def _embedding(loaded: Loaded) -> None:
     figure = figures.embedding_scatter(
         points, groups, names, loaded.hover, state.picked(st.session_state), method
     )
-    _plot(figure, state.EMBEDDING_CHART)
-    _hover_thumbnails(loaded, state.EMBEDDING_CHART)
+    _plot(figure, keys.EMBEDDING_CHART)
+    _hover_thumbnails(loaded, keys.EMBEDDING_CHART)
 
 
 def _table(loaded: Loaded) -> None:
     st.caption("Select rows to pick them (row i is image i).")
     st.dataframe(
         service.batch_table(loaded.batch, loaded.result),
-        key=state.TABLE,
+        key=keys.TABLE,
         on_select="rerun",
         selection_mode="multi-row",
         hide_index=True,
@@ -232,17 +232,17 @@ def _pick(result: InferenceResult) -> None:
     try:
         indices = selection.pick(
             result,
-            session[state.RULE],
-            k=int(session[state.RULE_K]),
-            class_index=int(session.get(state.RULE_CLASS, 0)),
-            seed=int(session.get(state.RULE_SEED, 0)),
-            anchor=int(session.get(state.RULE_ANCHOR, 0)),
+            session[keys.RULE],
+            k=int(session[keys.RULE_K]),
+            class_index=int(session.get(keys.RULE_CLASS, 0)),
+            seed=int(session.get(keys.RULE_SEED, 0)),
+            anchor=int(session.get(keys.RULE_ANCHOR, 0)),
         )
     except SelectionError as error:
-        session[state.NOTICE] = str(error)
+        session[keys.NOTICE] = str(error)
         return
     if not indices:
-        session[state.NOTICE] = f"No image matches the rule '{RULE_LABELS[session[state.RULE]]}'."
+        session[keys.NOTICE] = f"No image matches the rule '{RULE_LABELS[session[keys.RULE]]}'."
         return
     state.apply(session, indices)
 
@@ -253,36 +253,36 @@ def _selection_tools(loaded: Loaded) -> None:
     st.radio(
         "A new selection",
         selection.MERGE_MODES,
-        key=state.MERGE_MODE,
+        key=keys.MERGE_MODE,
         horizontal=True,
         format_func={"replace": "replaces", "add": "adds to", "remove": "removes from"}.get,
         help="How a click, box, lasso, table selection or picker changes the picked images.",
     )
-    with st.form(state.PICKERS, border=True):
+    with st.form(keys.PICKERS, border=True):
         rule_column, k_column = st.columns([2, 1])
         rule_column.selectbox(
-            "Rule", selection.RULES, format_func=RULE_LABELS.__getitem__, key=state.RULE
+            "Rule", selection.RULES, format_func=RULE_LABELS.__getitem__, key=keys.RULE
         )
-        k_column.number_input("k", 1, len(loaded), min(16, len(loaded)), key=state.RULE_K)
+        k_column.number_input("k", 1, len(loaded), min(16, len(loaded)), key=keys.RULE_K)
         class_column, seed_column = st.columns([2, 1])
         class_column.selectbox(
             "Class (for the class rules)",
             range(len(loaded.batch.class_names)),
             format_func=loaded.batch.class_names.__getitem__,
-            key=state.RULE_CLASS,
+            key=keys.RULE_CLASS,
         )
-        seed_column.number_input("Seed", 0, None, 0, key=state.RULE_SEED)
+        seed_column.number_input("Seed", 0, None, 0, key=keys.RULE_SEED)
         st.number_input(
             "Image (for nearest neighbours)",
             0,
             len(loaded) - 1,
             0,
-            key=state.RULE_ANCHOR,
+            key=keys.RULE_ANCHOR,
             help="The rule picks this image and the k - 1 images closest to it by cosine "
             "similarity of their penultimate-layer features.",
         )
         st.form_submit_button("Pick", on_click=_pick, args=(loaded.result,), type="primary")
-    notice = session.pop(state.NOTICE, None)
+    notice = session.pop(keys.NOTICE, None)
     if notice:
         st.info(notice)
     chosen = state.picked(session)
@@ -295,7 +295,7 @@ def _selection_tools(loaded: Loaded) -> None:
         on_change=state.edit_text,
         args=(session, len(loaded), text_key),
     )
-    error = session.get(state.TEXT_ERROR)
+    error = session.get(keys.TEXT_ERROR)
     if error:
         st.error(error)
     st.button("Clear selection", on_click=state.clear, args=(session,))

@@ -22,6 +22,7 @@ from gradpick.ui import (
     cache,
     checks_panel,
     gradients_panel,
+    keys,
     outputs,
     process,
     service,
@@ -88,7 +89,7 @@ def _stored_outputs(settings: Settings, served: LoadedModel, batch: ImageBatch) 
     stamp = Path(path).expanduser().stat().st_mtime
     opened = cache.stored_outputs(path, stamp)
     store.check_store(opened, served.store_identity)
-    again = state.per_source(state.REINFER, choice.source_key)
+    again = keys.per_source(keys.REINFER, choice.source_key)
     if st.session_state.get(again):
         st.caption(f"Inferred again with this model; {opened.path} is left as it was.")
         return cache.inference(
@@ -103,7 +104,7 @@ def _stored_outputs(settings: Settings, served: LoadedModel, batch: ImageBatch) 
         )
         st.button(
             "Infer these images again",
-            key=state.REINFER,
+            key=keys.REINFER,
             on_click=lambda: st.session_state.__setitem__(again, True),
         )
     return cache.stored_result(choice.batch_key, stamp, option.identity, opened, batch)
@@ -129,7 +130,7 @@ def main() -> None:
     if loaded is None:
         return
     outputs.readouts(loaded)
-    st.session_state[state.RUN_STARTED] = started
+    st.session_state[keys.RUN_STARTED] = started
     _explorer(loaded, settings)
 
 
@@ -137,8 +138,8 @@ def main() -> None:
 def _explorer(loaded: Loaded, settings: Settings) -> None:
     """The outputs, the picked images' gradients and the strategies: what a click changes."""
     session = st.session_state
-    started = session.pop(state.RUN_STARTED, None) or time.perf_counter()
-    if state.pending_selection(session, state.PROBABILITY_CHART):
+    started = session.pop(keys.RUN_STARTED, None) or time.perf_counter()
+    if state.pending_selection(session, keys.PROBABILITY_CHART):
         st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
     outputs.absorb_selections(loaded)
     explore, strategies, trust = st.tabs(["Explore", "Strategies", "Trust"])

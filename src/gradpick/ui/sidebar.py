@@ -11,7 +11,7 @@ from streamlit.delta_generator import DeltaGenerator
 from gradpick import attribution, devices, strategies
 from gradpick.data import IMAGE_SUFFIXES, ImageSource
 from gradpick.errors import GradpickError, InputError
-from gradpick.ui import cache, service, state
+from gradpick.ui import cache, keys, service
 from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest
@@ -60,14 +60,14 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
     kinds = [kind for kind in SOURCE_KINDS if kind not in LOCAL_KINDS or config.allow_local_folder]
     first = kinds.index("stored") if config.outputs and "stored" in kinds else 0
     kind = st.radio(
-        "Source", kinds, index=first, format_func=SOURCE_LABELS.__getitem__, key=state.SOURCE_KIND
+        "Source", kinds, index=first, format_func=SOURCE_LABELS.__getitem__, key=keys.SOURCE_KIND
     )
     if kind == "upload":
         files = st.file_uploader(
             "Images (several at once)",
             accept_multiple_files=True,
             type=[suffix.lstrip(".") for suffix in IMAGE_SUFFIXES],
-            key=state.UPLOADS,
+            key=keys.UPLOADS,
         )
         uploads, problems = service.screen_uploads(
             [service.Upload.of(f.name, f.getvalue()) for f in files or []],
@@ -87,18 +87,18 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
         outputs = st.text_input(
             "Outputs folder",
             value=config.outputs or "",
-            key=state.OUTPUTS_PATH,
+            key=keys.OUTPUTS_PATH,
             placeholder="a folder written by gradpick infer --out",
             help="Outputs stored by gradpick infer --model MODEL --data FOLDER --out DIR: the "
             "batch is shown from them, without inferring again.",
         )
         base = DataChoice(kind="stored", outputs=outputs)
     else:
-        split = st.selectbox("Split", ("test", "train"), key=state.SPLIT)
+        split = st.selectbox("Split", ("test", "train"), key=keys.SPLIT)
         folder = ""
         if kind == "folder":
             folder = st.text_input(
-                "Folder", key=state.FOLDER_PATH, placeholder="/path/to/cifar10-jpg or a class tree"
+                "Folder", key=keys.FOLDER_PATH, placeholder="/path/to/cifar10-jpg or a class tree"
             )
         base = DataChoice(kind=kind, split=split, folder=folder, hosted=config.hosted)
     source: ImageSource | None = None
@@ -116,11 +116,11 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
     if by_class:
         st.caption("These images are stored class by class, so the batch is a seeded sample.")
     if st.toggle(
-        "Seeded random sample", value=by_class, key=state.per_source(state.RANDOM_SAMPLE, key)
+        "Seeded random sample", value=by_class, key=keys.per_source(keys.RANDOM_SAMPLE, key)
     ):
         seed = int(
             st.number_input(
-                "Seed", min_value=0, value=0, key=state.per_source(state.SAMPLE_SEED, key)
+                "Seed", min_value=0, value=0, key=keys.per_source(keys.SAMPLE_SEED, key)
             )
         )
         return replace(base, size=size, seed=seed), source
@@ -130,7 +130,7 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
             min_value=0,
             max_value=total - 1,
             value=0,
-            key=state.per_source(state.START, key),
+            key=keys.per_source(keys.START, key),
         )
     )
     return replace(base, start=start, size=size), source
@@ -139,7 +139,7 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
 def _batch_size(source_key: str, total: int, cap: int | None) -> int:
     """The batch size typed for this source; an impossible one is explained and the last good
     one kept, so the batch, its results and the picks stay as they were."""
-    good_key = state.per_source(state.GOOD_BATCH_SIZE, source_key)
+    good_key = keys.per_source(keys.GOOD_BATCH_SIZE, source_key)
     limit = min(total, cap or total)
     default = min(DEFAULT_BATCH_SIZE, limit)
     requested = int(
@@ -147,7 +147,7 @@ def _batch_size(source_key: str, total: int, cap: int | None) -> int:
             "Batch size N",
             value=default,
             step=100,
-            key=state.per_source(state.BATCH_SIZE, source_key),
+            key=keys.per_source(keys.BATCH_SIZE, source_key),
             help=f"1 to {limit:,} images" + (" (this demo's cap)." if limit < total else "."),
         )
     )
@@ -171,7 +171,7 @@ def _model(
     if user is not None:
         options = {user.identity: user, **options}
     identity = st.selectbox(
-        "Model", list(options), format_func=lambda name: options[name].label, key=state.MODEL
+        "Model", list(options), format_func=lambda name: options[name].label, key=keys.MODEL
     )
     option = options.get(identity, next(iter(options.values())))
     about = st.container()
@@ -181,7 +181,7 @@ def _model(
     upload = st.file_uploader(
         f"Your weights for {option.name} (.pt, .pth, .safetensors)",
         type=["pt", "pth", "safetensors"],
-        key=state.WEIGHTS_UPLOAD,
+        key=keys.WEIGHTS_UPLOAD,
         help="A state_dict saved with torch.save (read with weights_only=True: a file that "
         "holds anything but tensors is refused without running it) or with safetensors.",
     )
@@ -196,15 +196,15 @@ def _spec_fields(option: service.ModelOption) -> service.ModelOption:
     """Your model's input spec, prefilled from the command line; empty fields keep what the
     model's metadata says. Unreadable text is explained and the command line's spec kept."""
     with st.expander("Input spec", expanded=False):
-        size = st.text_input("Input size (S or HxW)", option.input_size, key=state.SPEC_SIZE)
+        size = st.text_input("Input size (S or HxW)", option.input_size, key=keys.SPEC_SIZE)
         resize = st.text_input(
             "Resize shorter side to",
             "" if option.resize is None else str(option.resize),
-            key=state.SPEC_RESIZE,
+            key=keys.SPEC_RESIZE,
             help="Then the centre crop to the input size; empty: the input height.",
         )
-        mean = st.text_input("Mean (3 values)", _values_text(option.mean), key=state.SPEC_MEAN)
-        std = st.text_input("Std (3 values)", _values_text(option.std), key=state.SPEC_STD)
+        mean = st.text_input("Mean (3 values)", _values_text(option.mean), key=keys.SPEC_MEAN)
+        std = st.text_input("Std (3 values)", _values_text(option.std), key=keys.SPEC_STD)
     typed = option
     with guarded("The input spec"):
         typed = service.with_spec_text(option, size, resize, mean, std)
@@ -271,7 +271,7 @@ def _usable(
 def _device() -> torch.device:
     options = {option.kind: option for option in service.device_options()}
     kind = st.selectbox(
-        "Device", list(options), format_func=lambda name: options[name].label, key=state.DEVICE
+        "Device", list(options), format_func=lambda name: options[name].label, key=keys.DEVICE
     )
     reason = options[kind].reason
     if reason is not None:
@@ -286,20 +286,20 @@ def _gradients(
     labelled: bool, class_names: tuple[str, ...], measure_by_default: bool
 ) -> tuple[HeatmapRequest, bool, bool]:
     strategy = st.selectbox(
-        "Gradient strategy", strategies.NAMES, key=state.STRATEGY, help=strategies.help_text()
+        "Gradient strategy", strategies.NAMES, key=keys.STRATEGY, help=strategies.help_text()
     )
     modes = [mode for mode in TARGET_MODES if labelled or mode != "loss"]
-    mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=state.TARGET_MODE)
-    target_class = int(st.session_state.get(state.TARGET_CLASS, 0))
+    mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=keys.TARGET_MODE)
+    target_class = int(st.session_state.get(keys.TARGET_CLASS, 0))
     if mode == "class" and class_names:
         if target_class >= len(class_names):
-            st.session_state[state.TARGET_CLASS] = target_class = 0
+            st.session_state[keys.TARGET_CLASS] = target_class = 0
         target_class = int(
             st.selectbox(
                 "Class",
                 range(len(class_names)),
                 format_func=class_names.__getitem__,
-                key=state.TARGET_CLASS,
+                key=keys.TARGET_CLASS,
                 help="Or click a bar of the class probabilities below the heatmaps.",
             )
         )
@@ -307,7 +307,7 @@ def _gradients(
         "Attribution view",
         attribution.METHOD_NAMES,
         format_func=lambda name: attribution.get(name).label,
-        key=state.METHOD,
+        key=keys.METHOD,
     )
     settings = {
         parameter.name: _setting(parameter)
@@ -317,7 +317,7 @@ def _gradients(
     scale = st.radio(
         "Colour scale",
         ("per image", "shared"),
-        key=state.COLOUR_SCALE,
+        key=keys.COLOUR_SCALE,
         horizontal=True,
         help="Shared: one scale for all picked images, so magnitudes compare. Per image: "
         "each image's own range, so its structure shows.",
@@ -326,7 +326,7 @@ def _gradients(
         "Measure memory",
         # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
         value=measure_by_default,
-        key=state.MEASURE_MEMORY,
+        key=keys.MEASURE_MEMORY,
         help="Saved-for-backward bytes and the peak of the gradient step, from one more run "
         "of it with measurement on (the profiler's overhead never reaches the timings).",
     )
@@ -350,7 +350,7 @@ def _setting(parameter: attribution.Parameter) -> float | int:
         kind(low),
         kind(high),
         kind(parameter.default),
-        key=state.setting_key(parameter.name),
+        key=keys.setting_key(parameter.name),
         help=parameter.help,
     )
     return kind(value)

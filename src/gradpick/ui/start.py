@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-__all__ = ["HIDDEN_KEY_PREFIX", "PAGE_STYLE", "PRELOAD_CONTAINER", "run"]
+from gradpick.ui.keys import CLASS_PREFIX, HIDDEN_KEY_PREFIX, PRELOAD_CONTAINER
 
-HIDDEN_KEY_PREFIX = "hidden_"
-"""Containers whose key starts with this are never shown (``PAGE_STYLE``): the preload chart
-and the hover thumbnails' script take no room, so nothing moves when they come or go."""
-PRELOAD_CONTAINER = HIDDEN_KEY_PREFIX + "plotly_preload"
-"""The container of the preload chart (a container key, not session state: it lives here
-because ``gradpick.ui.state`` imports torch)."""
+__all__ = ["PAGE_STYLE", "run"]
 
 PAGE_STYLE = f"""<style>
 .js-plotly-plot image, [data-testid="stImage"] img {{ image-rendering: pixelated; }}
-[class*="st-key-{HIDDEN_KEY_PREFIX}"] {{ display: none; }}
+[class*="{CLASS_PREFIX}{HIDDEN_KEY_PREFIX}"] {{ display: none; }}
 </style>"""
 """Thumbnails and heatmaps are scaled by the browser too: keep their pixels sharp. Hidden
 containers take no room."""

@@ -16,123 +16,21 @@ from typing import Any
 
 from gradpick import selection
 from gradpick.errors import SelectionError
-from gradpick.ui.start import HIDDEN_KEY_PREFIX
-
-PICKED = "picked"
-PICKED_BATCH = "picked_batch"
-SEEN = "selections_seen"
-NOTICE = "selection_notice"
-MERGE_MODE = "merge_mode"
-TEXT = "picked_text"
-TEXT_VERSION = "picked_text_version"
-TEXT_ERROR = "picked_text_error"
-OUTPUTS_PATH = "outputs_path"
-REINFER = "reinfer"
-"""The button that infers a changed store's images again; per_source(REINFER, source) is set
-once it was pressed."""
-SPEC_SIZE = "spec_size"
-SPEC_RESIZE = "spec_resize"
-SPEC_MEAN = "spec_mean"
-SPEC_STD = "spec_std"
-TRUST_CHECKS = "trust_checks"
-TRUST_METHODS = "trust_methods"
-TRUST_MODE = "trust_mode"
-TRUST_LAYERS = "trust_layers"
-TRUST_BASELINES = "trust_baselines"
-TRUST_TOLERANCE = "trust_tolerance"
-TRUST_MAX_STEPS = "trust_max_steps"
-TRUST_RUN = "run_trust_checks"
-TRUST_RANDOMISATION = "trust_randomisation"
-TRUST_MAP_METHOD = "trust_map_method"
-TRUST_MAP_IMAGE = "trust_map_image"
-TRUST_COMPLETENESS = "trust_completeness"
-TRUST_CURVES = "trust_curves"
-TRUST_AUCS = "trust_aucs"
-"""The last trust checks run, with the selection and options they were run on."""
-
-GRID_CHART = "grid_chart"
-SCATTER_CHART = "scatter_chart"
-CONFUSION_CHART = "confusion_chart"
-EMBEDDING_CHART = "embedding_chart"
-TABLE = "batch_table"
-PROBABILITY_CHART = "probability_chart"
-SELECTION_WIDGETS = (GRID_CHART, SCATTER_CHART, CONFUSION_CHART, EMBEDDING_CHART, TABLE)
-"""The widgets whose selections pick images."""
-
-GRID_SHEET = "grid_sheet"
-"""The media slot of the grid's thumbnail sheet (``media.image_url``), one per session."""
-HOVER_ATLAS = "hover_atlas"
-"""The media slot of the batch's hover thumbnails (``gradpick.ui.hover``)."""
-HOVER_SCRIPT = HIDDEN_KEY_PREFIX + "hover_script"
-"""The container of the hover thumbnails' script, hidden by the page style."""
-OUTPUTS_TAB = "outputs_tab"
-"""The open outputs view: only that one is drawn, so a click does not rebuild the others."""
-EMBEDDING_PROJECTION = "embedding_projection"
-EMBEDDING_COLOUR = "embedding_colour"
-RULE_ANCHOR = "rule_anchor"
-"""The image whose nearest neighbours the nearest-neighbours rule picks."""
-RUN_STARTED = "run_started"
-"""perf_counter at the start of a whole-page run, for the server-time readout of the part
-of the page that reruns on its own (a click reruns only that part, which then starts the
-clock itself)."""
-
-# Widget and session keys of the page, all in this one place (their values are what the browser
-# tests find as .st-key-<key>).
-SOURCE_KIND = "source_kind"
-UPLOADS = "uploads"
-SPLIT = "split"
-FOLDER_PATH = "folder_path"
-RANDOM_SAMPLE = "random"
-SAMPLE_SEED = "seed"
-START = "start"
-BATCH_SIZE = "size"
-GOOD_BATCH_SIZE = "good_size"
-"""Prefixes of the per-source keys (``per_source``): each source keeps its own batch."""
-MODEL = "model"
-WEIGHTS_UPLOAD = "weights_upload"
-DEVICE = "device"
-STRATEGY = "strategy"
-TARGET_MODE = "target_mode"
-TARGET_CLASS = "target_class"
-METHOD = "method"
-COLOUR_SCALE = "colour_scale"
-MEASURE_MEMORY = "measure_memory"
-GRID_PAGE_SIZE = "grid_page_size"
-GRID_PAGE = "grid_page"
-PICKERS = "pickers"
-RULE = "rule"
-RULE_K = "rule_k"
-RULE_CLASS = "rule_class"
-RULE_SEED = "rule_seed"
-HEATMAPS_CONTAINER = "heatmaps"
-DETAIL = "detail_index"
-DETAIL_HEATMAPS = "detail_heatmaps"
-DOWNLOAD = "download"
-RUN_COMPARISON = "run_comparison"
-COMPARISON = "strategy_comparison"
-STRATEGY_BARS = "strategy_bars"
-RUN_SWEEP = "run_sweep"
-SWEEP = "strategy_sweep"
-SWEEP_K = "sweep_k"
-SWEEP_N = "sweep_n"
+from gradpick.ui.keys import (
+    MERGE_MODE,
+    NOTICE,
+    PICKED,
+    PICKED_BATCH,
+    SEEN,
+    SELECTION_WIDGETS,
+    TEXT,
+    TEXT_ERROR,
+    TEXT_VERSION,
+)
 
 State = MutableMapping[Any, Any]
 """st.session_state (whose keys may be str or int) or, in tests, a plain dict."""
 Extractor = Callable[[Mapping[str, Any] | None], list[int]]
-
-
-def per_source(prefix: str, *parts: object) -> str:
-    """A key that belongs to one source or batch, e.g. ``per_source(START, source_key)``."""
-    return ":".join((prefix, *(str(part) for part in parts)))
-
-
-def download_key(suffix: str) -> str:
-    return f"{DOWNLOAD}_{suffix}"
-
-
-def setting_key(name: str) -> str:
-    """The slider key of an attribution method's setting (its parameter name)."""
-    return name
 
 
 def picked(state: State) -> list[int]:

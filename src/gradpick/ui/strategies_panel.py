@@ -15,7 +15,7 @@ from torch import nn
 
 from gradpick import units
 from gradpick.compare import FLOOR, StrategyRun
-from gradpick.ui import cache, experiments, figures, service, state
+from gradpick.ui import cache, experiments, figures, keys, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
 
@@ -41,23 +41,23 @@ def render(loaded: Loaded, settings: Settings) -> None:
     )
     session = st.session_state
     forward_ms = loaded.result.milliseconds / len(loaded)
-    if st.button("Run every strategy", type="primary", key=state.RUN_COMPARISON):
+    if st.button("Run every strategy", type="primary", key=keys.RUN_COMPARISON):
         with guarded("The comparison"), st.spinner("Running every strategy…"):
             setup = experiments.Setup.of(loaded.batch, compared, settings.request, forward_ms)
-            session[state.COMPARISON] = experiments.run_comparison(
+            session[keys.COMPARISON] = experiments.run_comparison(
                 loaded.model,
                 setup,
                 (*context, tuple(compared)),
                 functools.partial(_leakage_model, loaded),
             )
-    stored: experiments.Comparison | None = session.get(state.COMPARISON)
+    stored: experiments.Comparison | None = session.get(keys.COMPARISON)
     if stored is not None and stored.key == (*context, tuple(compared)):
         _show_comparison(stored)
     elif stored is not None:
         st.info("The selection or settings changed since the last run: run it again.")
 
     st.subheader("Cost against k and against N")
-    if st.button("Run the sweep", key=state.RUN_SWEEP):
+    if st.button("Run the sweep", key=keys.RUN_SWEEP):
         with guarded("The sweep"):
             bar = st.progress(0.0, text="Sweeping k and N…")
 
@@ -67,8 +67,8 @@ def render(loaded: Loaded, settings: Settings) -> None:
             setup = experiments.Setup.of(loaded.batch, compared, settings.request, forward_ms)
             points = experiments.sweep(loaded.model, setup, progress=advance)
             bar.empty()
-            session[state.SWEEP] = (context, points)
-    stored_sweep = session.get(state.SWEEP)
+            session[keys.SWEEP] = (context, points)
+    stored_sweep = session.get(keys.SWEEP)
     if stored_sweep is not None and stored_sweep[0] == context:
         _show_sweep(stored_sweep[1])
     else:
@@ -98,7 +98,7 @@ def _show_comparison(stored: experiments.Comparison) -> None:
             [run.peak_bytes for run in runs],
         ),
         config=figures.CHART_CONFIG,
-        key=state.STRATEGY_BARS,
+        key=keys.STRATEGY_BARS,
     )
     st.dataframe(pd.DataFrame(experiments.run_table(runs)), hide_index=True)
     st.caption(
@@ -171,9 +171,9 @@ def _show_sweep(points: Sequence[experiments.SweepPoint]) -> None:
     against_k, against_n = experiments.sweep_series(points)
     st.caption(f"Against k, at N = {against_k.fixed:,}:")
     st.plotly_chart(
-        figures.sweep_lines(against_k.lines, "k"), config=figures.CHART_CONFIG, key=state.SWEEP_K
+        figures.sweep_lines(against_k.lines, "k"), config=figures.CHART_CONFIG, key=keys.SWEEP_K
     )
     st.caption(f"Against N, at k = {against_n.fixed}:")
     st.plotly_chart(
-        figures.sweep_lines(against_n.lines, "N"), config=figures.CHART_CONFIG, key=state.SWEEP_N
+        figures.sweep_lines(against_n.lines, "N"), config=figures.CHART_CONFIG, key=keys.SWEEP_N
     )
