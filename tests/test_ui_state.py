@@ -125,13 +125,13 @@ def test_every_selection_change_gives_the_text_box_a_new_key() -> None:
     """The browser may send the box's old text after a click changed the selection; with a new
     key that text belongs to a box that is gone, so it cannot count as an edit."""
     session: dict[str, Any] = {}
-    keys = [state.text_key(session)]
+    text_keys = [state.text_key(session)]
     state.set_picked(session, [4, 2])
-    keys.append(state.text_key(session))
+    text_keys.append(state.text_key(session))
     state.clear(session)
-    keys.append(state.text_key(session))
-    assert len(set(keys)) == 3
-    assert [session.get(key) for key in keys[1:]] == ["4, 2", ""]
+    text_keys.append(state.text_key(session))
+    assert len(set(text_keys)) == 3
+    assert [session.get(key) for key in text_keys[1:]] == ["4, 2", ""]
 
 
 UI = Path(state.__file__).parent
@@ -142,12 +142,12 @@ BARE_KEY = re.compile(
 
 
 def test_every_key_constant_names_a_different_key() -> None:
-    keys = {
+    named = {
         name: value
-        for name, value in vars(state).items()
+        for name, value in vars(keys).items()
         if name.isupper() and isinstance(value, str)
     }
-    assert len(set(keys.values())) == len(keys), keys
+    assert len(set(named.values())) == len(named), named
 
 
 @pytest.mark.parametrize("panel", PANELS)

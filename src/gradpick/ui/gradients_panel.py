@@ -44,8 +44,8 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
         )
         return
     request = settings.request
-    keys = (loaded.key, loaded.option.identity, str(loaded.device), tuple(picked))
-    result = cache.attribution(*keys, request, loaded.model, loaded.batch)
+    cached_by = (loaded.key, loaded.option.identity, str(loaded.device), tuple(picked))
+    result = cache.attribution(*cached_by, request, loaded.model, loaded.batch)
     titles = service.describe_indices(loaded.batch, loaded.result, picked)
     tiles = heatmaps.tiles(loaded.batch.images[picked], result.maps, settings.shared_scale)
     unit = heatmaps.unit(request, loaded.batch.class_names)
@@ -78,7 +78,7 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     with memory_slot:
         if settings.measure_memory:
             with guarded("Measuring memory"):
-                memory = cache.step_memory(*keys, request, loaded.model, loaded.batch)
+                memory = cache.step_memory(*cached_by, request, loaded.model, loaded.batch)
                 _memory_readouts(memory)
         else:
             st.caption("Memory not measured (turn on 'Measure memory' in the sidebar).")
