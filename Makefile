@@ -27,7 +27,7 @@ export GRADPICK_SERVER_PYTHON ?= $(abspath $(CPU_VENV))/bin/python
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,distributed]'
+	$(BIN)/python -m pip install -q -e '.[app,test,distributed]'
 	touch $@
 
 $(CPU_VENV)/.requirements: requirements.txt

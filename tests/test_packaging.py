@@ -27,8 +27,11 @@ SHIPPED = ("resnet20", "tutorial")
 
 
 def _pyproject_dependencies() -> dict[str, Requirement]:
+    """The library's dependencies and the explorer's (the app extra), which the hosted demo
+    installs together."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {Requirement(line).name: Requirement(line) for line in project["dependencies"]}
+    lines = [*project["dependencies"], *project["optional-dependencies"]["app"]]
+    return {Requirement(line).name: Requirement(line) for line in lines}
 
 
 def _hosted_requirements() -> dict[str, Requirement]:
@@ -55,7 +58,7 @@ def test_requirements_pin_cpu_builds_of_the_pyproject_versions() -> None:
 
 def test_requirements_install_gradpick_and_use_the_cpu_index() -> None:
     lines = [line.strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
-    assert "." in lines, "the app imports gradpick, so the deploy must install the package"
+    assert ".[app]" in lines, "the app imports gradpick's explorer, so the deploy installs it"
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
 
 
@@ -67,13 +70,22 @@ def test_no_lock_file_that_the_host_would_read_first() -> None:
 # ----------------------------------------------------------------------------- declared imports
 
 
-def _third_party_imports() -> dict[str, bool]:
+FRONT_END_FOLDERS = ("ui", "bench", "cli")
+"""Folders of ``src/gradpick`` whose modules may import the app extra's packages at module level:
+the explorer, the benchmarks (which serve it) and the command line that starts them."""
+
+
+def _third_party_imports() -> dict[str, str]:
     """Top-level names of the packages ``src/`` imports that are not gradpick's or the standard
-    library's, each with whether some module imports it at module level (not in a function)."""
-    found: dict[str, bool] = {}
+    library's, each with where some module imports it at module level (not in a function):
+    "library", "front end" (a module of ``FRONT_END_FOLDERS``), or "" (inside functions only)."""
+    rank = {"": 0, "front end": 1, "library": 2}
+    found: dict[str, str] = {}
     for path in (ROOT / "src").rglob("*.py"):
         tree = ast.parse(path.read_text(), str(path))
         module_level = {id(node) for node in tree.body}
+        folder = path.relative_to(ROOT / "src" / "gradpick").parts[0]
+        place = "front end" if folder in FRONT_END_FOLDERS else "library"
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -84,7 +96,8 @@ def _third_party_imports() -> dict[str, bool]:
             for name in names:
                 top = name.split(".")[0]
                 if top != "gradpick" and top not in sys.stdlib_module_names:
-                    found[top] = found.get(top, False) or id(node) in module_level
+                    here = place if id(node) in module_level else ""
+                    found[top] = max(found.get(top, ""), here, key=rank.__getitem__)
     return found
 
 
@@ -95,28 +108,59 @@ NOT_INSTALLED_EXTRAS = {"umap": "umap-learn"}
 def test_every_imported_package_is_declared() -> None:
     """A package the code imports directly is a dependency of its own, not something another
     dependency happens to bring (pandas came with streamlit). One imported only inside a
-    function, behind a check that it is installed, may be an optional extra instead."""
+    function, behind a check that it is installed, may be an optional extra instead; the
+    explorer's modules may import the app extra's packages at module level."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
     runtime = {canonicalize_name(Requirement(line).name) for line in project["dependencies"]}
+    app = {canonicalize_name(Requirement(line).name) for line in extras["app"]}
     optional = {
-        canonicalize_name(Requirement(line).name)
-        for lines in project["optional-dependencies"].values()
-        for line in lines
+        canonicalize_name(Requirement(line).name) for lines in extras.values() for line in lines
     }
     imports = _third_party_imports()
     assert {"torch", "streamlit", "pandas", "PIL"} <= set(imports)
+    assert imports["streamlit"] == imports["plotly"] == "front end"
     providers = metadata.packages_distributions()
-    for import_name, at_module_level in sorted(imports.items()):
+    allowed_at = {"library": runtime, "front end": runtime | app, "": runtime | optional}
+    for import_name, place in sorted(imports.items()):
         if import_name not in providers:
             # An optional extra this environment lacks (make test leaves umap out): it may only
             # be imported inside a function, and its distribution must be an extra.
-            assert not at_module_level, f"{import_name} is imported at module level"
+            assert not place, f"{import_name} is imported at module level"
             distribution = canonicalize_name(NOT_INSTALLED_EXTRAS[import_name])
             assert distribution in optional, f"{import_name} ({distribution}) is not declared"
             continue
         (distribution,) = {canonicalize_name(name) for name in providers[import_name]}
-        allowed = runtime if at_module_level else runtime | optional
-        assert distribution in allowed, f"{import_name} ({distribution}) is not declared"
+        assert distribution in allowed_at[place], f"{import_name} ({distribution}) is not declared"
+
+
+def test_the_library_installs_without_the_explorer() -> None:
+    """``pip install gradpick`` brings no Streamlit or plotly; ``gradpick[app]`` does."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = {canonicalize_name(Requirement(line).name) for line in project["dependencies"]}
+    assert {"streamlit", "plotly"}.isdisjoint(runtime)
+    app = {
+        canonicalize_name(Requirement(line).name)
+        for line in project["optional-dependencies"]["app"]
+    }
+    assert app == {"streamlit", "plotly"}
+
+
+def test_the_explorer_without_its_extra_names_the_extra() -> None:
+    """With Streamlit missing, the library still imports, and the explorer says what to install."""
+    code = (
+        "import sys; sys.modules['streamlit'] = None\n"
+        "import gradpick.gradients, gradpick.store\n"
+        "try:\n"
+        "    import gradpick.ui.page\n"
+        "except ImportError as error:\n"
+        "    print(type(error).__name__, error)\n"
+    )
+    answer = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert answer.stdout.startswith("MissingExtraError The explorer needs streamlit"), answer
+    assert "pip install 'gradpick[app]'" in answer.stdout
 
 
 # ----------------------------------------------------------------------------- the wheel
@@ -252,4 +296,4 @@ def test_make_test_installs_the_distributed_extra_so_ci_runs_the_ray_tests() -> 
     assert [Requirement(line) for line in extras["distributed"]] == [
         Requirement("ray[data]==2.60.0")
     ]
-    assert "-e '.[test,distributed]'" in (ROOT / "Makefile").read_text()
+    assert "-e '.[app,test,distributed]'" in (ROOT / "Makefile").read_text()

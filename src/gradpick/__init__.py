@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__: str
+"""The package's version (from ``gradpick._version``, resolved lazily like the modules)."""
 
 __all__ = [
     "GradientResult",
@@ -75,6 +76,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        return importlib.import_module("gradpick._version").__version__
     if name in _FROM_GRADIENTS:
         return getattr(importlib.import_module("gradpick.gradients"), name)
     if name in SUBMODULES:

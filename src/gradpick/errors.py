@@ -4,6 +4,20 @@ They subclass the built-in type a caller would naturally catch (ValueError for b
 RuntimeError for an environment problem), so code that does not know gradpick still works.
 """
 
+__all__ = [
+    "ClusterError",
+    "DataError",
+    "DeviceMemoryError",
+    "DeviceUnavailableError",
+    "DownloadError",
+    "GradpickError",
+    "InputError",
+    "MissingExtraError",
+    "ModelError",
+    "SampleCouplingError",
+    "SelectionError",
+]
+
 
 class GradpickError(Exception):
     """Base class of every error gradpick raises on purpose."""
@@ -43,3 +57,7 @@ class DeviceMemoryError(GradpickError, RuntimeError):
 
 class ClusterError(GradpickError, RuntimeError):
     """A Ray cluster that cannot be reached or used, or Ray itself missing."""
+
+
+class MissingExtraError(GradpickError, ImportError):
+    """An optional part of gradpick used without the extra that installs its packages."""

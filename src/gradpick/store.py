@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from gradpick import __version__
+from gradpick._version import __version__
 from gradpick.errors import DataError
 from gradpick.spec import InputSpec
 

@@ -8,7 +8,7 @@ from importlib import metadata
 import numpy
 import torch
 
-import gradpick
+from gradpick._version import __version__
 
 
 def installed_version(package: str) -> str:
@@ -22,7 +22,7 @@ def installed_version(package: str) -> str:
 
 def library_versions() -> dict[str, str]:
     return {
-        "gradpick": gradpick.__version__,
+        "gradpick": __version__,
         "torch": torch.__version__,
         "torchvision": installed_version("torchvision"),
         "numpy": numpy.__version__,
