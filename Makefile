@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run    creates .venv, installs gradpick, starts the Streamlit explorer
-#   make test   the same set-up plus Debian's chromium, then lint, types and the test suite
+#   make test   the same set-up plus Debian's chromium, then lint, types, the docs build and the
+#               test suite
 # For development, `make quick` runs the suite without the browser and load tests (marker e2e).
 VENV ?= .venv
 PYTHON ?= python3
@@ -22,7 +23,7 @@ CPU_TORCH ?= torch==2.13.0
 PACKAGE_FILES := pyproject.toml README.md $(shell find src -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*')
 export GRADPICK_SERVER_PYTHON ?= $(abspath $(CPU_VENV))/bin/python
 
-.PHONY: run test quick lint browser bench clean
+.PHONY: run test quick lint docs browser bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,10 +52,18 @@ browser:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
 
+# The docs site (mkdocs.yml): built with warnings as errors, offline, into the ignored site/.
+DOCS_SITE ?= site
+export NO_MKDOCS_2_WARNING := 1
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy src/
+	$(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
+
+docs: $(BIN)/.installed
+	$(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 test: $(BIN)/.installed $(CPU_VENV)/.installed browser lint
 	$(BIN)/python -m pytest
@@ -66,4 +75,4 @@ bench: $(BIN)/.installed
 	$(BIN)/gradpick bench --quick
 
 clean:
-	rm -rf $(VENV) $(CPU_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CPU_VENV) .pytest_cache .mypy_cache .ruff_cache $(DOCS_SITE)

@@ -1,4 +1,4 @@
-"""One export schema: its arrays (the pixels among them), its JSON, its files, and the README's
+"""One export schema: its arrays (the pixels among them), its JSON, its files, and the docs'
 table of them. That ``gradpick grads`` and the explorer write the same is in test_cli."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from gradpick import attribution, export
 from gradpick.errors import InputError
 from gradpick.request import GradientRequest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+EXPORT_PAGE = Path(__file__).resolve().parents[1] / "docs" / "export.md"
 
 
 def test_images_are_the_pixels_the_gradients_are_taken_with_respect_to(
@@ -66,10 +66,10 @@ def test_write_leaves_the_arrays_and_their_json_and_nothing_partial(
         export.write(tmp_path / "x.csv", written)
 
 
-def test_the_readme_documents_every_array_and_field() -> None:
-    text = README.read_text().split("## Export schema", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_document_every_array_and_field() -> None:
+    text = EXPORT_PAGE.read_text()
     for name in (*export.ARRAYS, *export.FIELDS):
-        assert f"| `{name}` |" in text, f"README's export table lacks {name}"
+        assert f"| `{name}` |" in text, f"docs/export.md's tables lack {name}"
 
 
 def test_an_interrupted_write_leaves_no_file_that_looks_whole(

@@ -1,4 +1,4 @@
-"""``import gradpick`` is light, and every name the README documents resolves from it.
+"""``import gradpick`` is light, and every name the README and the docs name resolves from it.
 
 Each check runs in a fresh interpreter: in this process the test suite has imported most of
 gradpick already, and an imported submodule is an attribute of its package whatever
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import gradpick
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _fresh(code: str) -> str:
@@ -31,8 +32,9 @@ def _fresh(code: str) -> str:
 
 
 def documented_names() -> list[str]:
-    """Every dotted ``gradpick.<name>...`` the README names."""
-    return sorted(set(re.findall(r"\bgradpick(?:\.[A-Za-z_]\w*)+", README.read_text())))
+    """Every dotted ``gradpick.<name>...`` the README and the docs name."""
+    text = "\n".join(page.read_text() for page in PAGES)
+    return sorted(set(re.findall(r"\bgradpick(?:\.[A-Za-z_]\w*)+", text)))
 
 
 def test_a_bare_import_loads_neither_torch_nor_streamlit() -> None:
