@@ -31,6 +31,7 @@ __all__ = [
     "infer_bench",
     "measure",
     "models",
+    "process",
     "render",
     "request",
     "selection",
@@ -43,6 +44,7 @@ __all__ = [
     "ui",
     "units",
     "versions",
+    "weights",
     "zoo",
 ]
 _FROM_GRADIENTS = ("GradientResult", "input_gradients")
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
         infer_bench,
         measure,
         models,
+        process,
         render,
         request,
         selection,
@@ -78,6 +81,7 @@ if TYPE_CHECKING:
         ui,
         units,
         versions,
+        weights,
         zoo,
     )
     from gradpick.gradients import GradientResult, input_gradients

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from gradpick import store
+from gradpick import process, store
 from gradpick.data import ImageBatch
 from gradpick.infer import InferenceResult
 from gradpick.ui import (
@@ -23,7 +23,6 @@ from gradpick.ui import (
     checks_panel,
     gradients_panel,
     outputs,
-    process,
     service,
     sidebar,
     state,
