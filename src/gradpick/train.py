@@ -281,8 +281,8 @@ def train(
         warmed = "" if warm_start is None else f" (warm-started from {warm_start})"
         log(f"resuming {config.model} after epoch {first_epoch} of {config.epochs}{warmed}")
     elif resume or warm_start is not None:
-        begin = f"warm-starting from {warm_start}" if warm_start else "starting from scratch"
-        log(f"no checkpoint in {run_dir}; {begin}" if resume else begin)
+        start = f"warm-starting from {warm_start}" if warm_start else "starting from scratch"
+        log(f"no checkpoint in {run_dir}; {start}" if resume else start)
     targets = data.labels
     if teachers and first_epoch < config.epochs:  # a finished run resumed only exports
         log(f"the {len(teachers)} teachers' probabilities on every training image...")
