@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gradpick import data, export, models, store
+from gradpick import data, export, models, store, zoo
 from gradpick.cli import main
 from gradpick.gradients import input_gradients
 from gradpick.infer import embedding_layer
@@ -434,9 +434,9 @@ def test_infer_out_writes_a_store_of_every_image(capsys, ten_classes, weights, t
     assert torch.allclose(torch.tensor(np.stack(frame["logits"])), logits, atol=1e-5)
     assert len(frame["embedding"][0]) == embedding_layer(model).in_features
     meta = opened.metadata
-    assert meta["model"]["identity"] == models.load_model("tutorial", weights).store_identity
+    assert meta["model"]["identity"] == zoo.load_model("tutorial", weights).store_identity
     assert meta["model"]["weights_sha256"] == models.sha256_file(weights)
-    assert meta["input_spec"] == models.load_model("tutorial", weights).spec.to_json()
+    assert meta["input_spec"] == zoo.load_model("tutorial", weights).spec.to_json()
     assert meta["source"]["root"] == str(ten_classes)
     assert meta["source"]["fingerprint"] == source.fingerprint()
     assert meta["gradpick_version"] and meta["skipped"] == []

@@ -54,7 +54,7 @@ def test_the_readme_documents_the_main_modules() -> None:
 
 def test_every_documented_name_resolves_after_a_bare_import() -> None:
     """Attribute access from ``gradpick`` down, as a user types it; a module inside a
-    subpackage (``gradpick.ui.process``) is imported, as Python requires for any package."""
+    subpackage (``gradpick.ui.media``) is imported, as Python requires for any package."""
     code = f"""
 import importlib, json
 import gradpick

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -177,3 +181,24 @@ def test_vmap_says_its_saved_bytes_are_not_observable(
     assert result.memory is not None
     assert result.memory.saved_for_backward.bytes is None
     assert "vmap" in result.memory.saved_for_backward.counts
+
+
+def test_a_cpu_memory_measurement_prints_nothing() -> None:
+    """The CPU peak comes from the profiler, whose GPU probe otherwise writes errors such as
+    'gpuGetDeviceCount failed with code 35' to stderr on a machine without a GPU."""
+    code = (
+        "import torch\n"
+        "from gradpick.measure import measure_memory\n"
+        "with measure_memory(torch.device('cpu')) as reports:\n"
+        "    (torch.ones(1000, requires_grad=True) * 2).sum().backward()\n"
+        "assert reports[0].peak.bytes is not None\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "KINETO_LOG_LEVEL"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(measure.__file__).parents[1]), env.get("PYTHONPATH", "")]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "" and done.stdout == ""

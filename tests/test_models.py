@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from gradpick import models
+from gradpick import models, zoo
+from gradpick import weights as weights_io
 from gradpick.errors import ModelError
 
 
@@ -138,9 +139,9 @@ def test_a_missing_file_is_a_model_error(tmp_path: Path) -> None:
 
 def test_a_dict_that_is_not_a_state_dict_is_refused() -> None:
     with pytest.raises(ModelError, match="expected a state_dict"):
-        models.read_state_dict(saved({"weights": [1, 2, 3]}))
+        weights_io.read_state_dict(saved({"weights": [1, 2, 3]}))
     with pytest.raises(ModelError, match="expected a state_dict"):
-        models.read_state_dict(saved(torch.ones(3)))
+        weights_io.read_state_dict(saved(torch.ones(3)))
 
 
 class Payload:
@@ -191,7 +192,7 @@ def test_a_pickle_that_would_run_code_is_refused_unrun(
     with pytest.raises(ModelError, match=f"evil.pt: {message}"):
         models.load("tutorial", weights=path)
     with pytest.raises(ModelError, match=f"uploaded weights: {message}"):
-        models.read_state_dict(data)
+        weights_io.read_state_dict(data)
     assert not marker.exists()
 
 
@@ -221,11 +222,11 @@ def test_sha256_file_matches_hashlib(tmp_path: Path) -> None:
 
     path = tmp_path / "blob"
     path.write_bytes(os.urandom(3 << 20))
-    assert models.sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert weights_io.sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_freeze_puts_a_model_in_eval_with_frozen_parameters() -> None:
-    model = models.freeze(models.build("resnet20"))
+    model = weights_io.freeze(models.build("resnet20"))
     assert not any(module.training for module in model.modules())
     assert not any(parameter.requires_grad for parameter in model.parameters())
 
@@ -258,14 +259,14 @@ def user_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_a_user_factory_model_is_served_frozen(user_package: str, tmp_path: Path) -> None:
-    model = models.from_factory(f"{user_package}:small")
+    model = zoo.from_factory(f"{user_package}:small")
     assert not model.training
     assert not any(parameter.requires_grad for parameter in model.parameters())
     assert model(torch.rand(2, 3, 32, 32)).shape == (2, 4)
     state = {key: torch.full_like(value, 0.5) for key, value in model.state_dict().items()}
     weights = tmp_path / "small.pt"
     torch.save(state, weights)
-    reloaded = models.from_factory(f"{user_package}:small", weights=weights)
+    reloaded = zoo.from_factory(f"{user_package}:small", weights=weights)
     assert torch.equal(reloaded.state_dict()["1.weight"], state["1.weight"])
 
 
@@ -281,11 +282,11 @@ def test_a_user_factory_model_is_served_frozen(user_package: str, tmp_path: Path
 )
 def test_a_bad_user_factory_is_explained(user_package: str, spec: str, message: str) -> None:
     with pytest.raises(ModelError, match=re.escape(message)):
-        models.from_factory(spec.format(package=user_package))
+        zoo.from_factory(spec.format(package=user_package))
 
 
 def test_user_weights_for_another_model_are_refused(user_package: str, tmp_path: Path) -> None:
     weights = tmp_path / "resnet.pt"
     torch.save(models.build("resnet20").state_dict(), weights)
     with pytest.raises(ModelError, match="not for the"):
-        models.from_factory(f"{user_package}:small", weights=weights)
+        zoo.from_factory(f"{user_package}:small", weights=weights)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from gradpick import models, train
+from gradpick import weights as weights_io
 from gradpick.data import CIFAR10_CLASSES, ArraySource, image_folder, load_batch
 from gradpick.errors import DataError, ModelError
 from gradpick.infer import infer
@@ -175,6 +179,24 @@ def test_resume_without_a_checkpoint_starts_from_scratch(ten_classes: Any, tmp_p
     _, messages = run(TINY, ten_classes, tmp_path / "fresh", resume=True)
     assert any("no checkpoint" in message for message in messages)
     assert len(json.loads((tmp_path / "fresh" / "history.json").read_text())) == 2
+
+
+def test_a_resumed_warm_start_says_what_it_starts_from(ten_classes: Any, tmp_path: Path) -> None:
+    first, _ = run(TINY, ten_classes, tmp_path / "first")
+    weights = tmp_path / "first.pt"
+    torch.save(first.state_dict(), weights)
+    config = replace(TINY, warm_start_sha256=weights_io.sha256_file(weights))
+
+    def resumed(run_dir: Path) -> list[str]:
+        messages: list[str] = []
+        train.train(config, ten_classes, run_dir, True, "cpu", messages.append, warm_start=weights)
+        return messages
+
+    begun = resumed(tmp_path / "second")
+    assert f"no checkpoint in {tmp_path / 'second'}; warm-starting from {weights}" in begun
+    again = resumed(tmp_path / "second")
+    assert f"resuming tutorial after epoch 2 of 2 (warm-started from {weights})" in again
+    assert not any("scratch" in message for message in begun + again)
 
 
 def test_resuming_with_other_settings_is_refused(ten_classes: Any, tmp_path: Path) -> None:
@@ -342,3 +364,24 @@ def test_distillation_targets_mix_the_labels_with_the_teachers(
     )
     for key, value in model.state_dict().items():
         assert torch.equal(exported.state_dict()[key], value), key
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the warning is for machines without a GPU")
+def test_compiling_on_a_machine_without_a_gpu_prints_no_cuda_warning(tmp_path: Path) -> None:
+    """A CUDA toolkit on disk (``CUDA_HOME``) but no GPU: the compiler's import otherwise warns
+    "No CUDA runtime is found", though a CPU run never needs CUDA."""
+    code = (
+        "import torch\n"
+        "from gradpick import train\n"
+        "step = train.compiled(torch.nn.Linear(2, 2))\n"
+        "assert step(torch.ones(1, 2)).shape == (1, 2)\n"
+    )
+    env = {**os.environ, "CUDA_HOME": str(tmp_path)}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(train.__file__).parents[1]), env.get("PYTHONPATH", "")]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert "CUDA" not in done.stderr, done.stderr

@@ -23,7 +23,9 @@ from test_gradients import assert_exact, assert_float32_close, per_sample_refere
 from torch import nn
 
 from gradpick import models, zoo
+from gradpick import weights as weights_io
 from gradpick.cli import main
+from gradpick.data import CIFAR10_CLASSES
 from gradpick.errors import InputError, ModelError
 from gradpick.gradients import STRATEGIES, input_gradients
 from gradpick.spec import InputSpec
@@ -46,7 +48,7 @@ def seeded(build, seed: int = 3):
 def resnet18_case(request: pytest.FixtureRequest):
     """torchvision's ResNet-18 (random weights) at ``size``, float64, with its reference."""
     size = request.param
-    loaded = models.load_model("torchvision:resnet18", input_size=size, device="cpu")
+    loaded = zoo.load_model("torchvision:resnet18", input_size=size, device="cpu")
     assert loaded.spec.size == (size, size) and loaded.classes == 1000
     model = copy.deepcopy(loaded.module).double()
     generator = torch.Generator().manual_seed(size)
@@ -70,7 +72,7 @@ def test_every_strategy_equals_per_sample_autograd_for_torchvision_resnet18(
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_every_strategy_is_per_sample_autograd_within_rounding_in_float32(strategy: str) -> None:
-    model = models.load_model("torchvision:resnet18", input_size="48x64").module
+    model = zoo.load_model("torchvision:resnet18", input_size="48x64").module
     images = torch.rand(3, 3, 48, 64, generator=torch.Generator().manual_seed(1))
     labels = torch.tensor([5, 500, 999])
     expected, _, _ = per_sample_reference(model, images, [1, 2], labels, "loss")
@@ -81,7 +83,7 @@ def test_every_strategy_is_per_sample_autograd_within_rounding_in_float32(strate
 
 def test_without_a_weights_enum_the_models_own_recipe_sizes_it() -> None:
     recipe = torchvision.models.get_model_weights("efficientnet_b0").IMAGENET1K_V1.transforms()
-    loaded = models.load_model("torchvision:efficientnet_b0")
+    loaded = zoo.load_model("torchvision:efficientnet_b0")
     assert loaded.spec.size == (recipe.crop_size[0],) * 2 and loaded.spec.resize == 256
     assert loaded.spec.interpolation == recipe.interpolation.value == "bicubic"
     assert loaded.spec.class_names == ()  # random weights: their outputs name nothing yet
@@ -89,7 +91,7 @@ def test_without_a_weights_enum_the_models_own_recipe_sizes_it() -> None:
 
 def test_the_normalising_wrapper_is_the_explicit_formula_with_pixel_gradients() -> None:
     inner = seeded(lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(144, 5)))
-    inner = models.freeze(inner).double()
+    inner = weights_io.freeze(inner).double()
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     wrapped = zoo.Normalized(inner, mean, std)
     images = torch.rand(2, 3, 8, 8, dtype=torch.float64, requires_grad=True)
@@ -104,7 +106,7 @@ def test_the_normalising_wrapper_is_the_explicit_formula_with_pixel_gradients() 
 
 
 def test_served_models_are_frozen_and_normalise_inside() -> None:
-    loaded = models.load_model("torchvision:resnet18", input_size=32)
+    loaded = zoo.load_model("torchvision:resnet18", input_size=32)
     assert isinstance(loaded.module, zoo.Normalized) and not loaded.module.training
     assert not any(parameter.requires_grad for parameter in loaded.module.parameters())
     assert loaded.weights is None and "random weights" in loaded.describe()
@@ -116,13 +118,39 @@ def test_served_models_are_frozen_and_normalise_inside() -> None:
 def test_built_ins_keep_32_pixels_their_cards_and_inner_normalisation() -> None:
     if "resnet20" not in models.shipped_models():
         pytest.skip("no shipped resnet20 weights")
-    loaded = models.load_model("resnet20")
+    loaded = zoo.load_model("resnet20")
     assert loaded.spec.size == (32, 32) and loaded.spec.mean is None
     assert isinstance(loaded.module, models.ResNet20) and loaded.classes == 10
     assert loaded.card is not None and loaded.weights_sha256 == loaded.card.get("sha256")
     assert "test accuracy" in loaded.describe()
     with pytest.raises(InputError, match="standardises its input itself"):
-        models.load_model("resnet20", mean=(0.5, 0.5, 0.5), std=(0.2, 0.2, 0.2))
+        zoo.load_model("resnet20", mean=(0.5, 0.5, 0.5), std=(0.2, 0.2, 0.2))
+
+
+def test_a_built_in_stand_in_has_seed_0_weights_even_when_weights_ship(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The explorer's stand-in for an untrained built-in: the same network every run (seed 0),
+    named by its seed, never the shipped file; without ``stand_in`` an unshipped one is
+    refused, as the command line needs."""
+    monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path))
+    with pytest.raises(ModelError, match="No shipped weights for 'tutorial'"):
+        zoo.load_model("tutorial")
+    torch.save(seeded(lambda: models.build("tutorial")).state_dict(), tmp_path / "tutorial.pt")
+    loaded = zoo.load_model("tutorial", stand_in=True)
+    reference = seeded(lambda: models.build("tutorial"), seed=0).state_dict()
+    for key, value in loaded.module.state_dict().items():
+        assert torch.equal(value, reference[key]), key
+    assert not loaded.module.training and loaded.classes == 10
+    assert not any(parameter.requires_grad for parameter in loaded.module.parameters())
+    assert loaded.spec == InputSpec(size=(32, 32), class_names=CIFAR10_CLASSES)
+    assert loaded.weights is None and loaded.weights_sha256 is None and loaded.card is None
+    assert loaded.store_identity.startswith("tutorial:random-seed0:")
+    assert "random weights, seed 0, untrained" in loaded.describe()
+    with pytest.raises(InputError, match="stand-in"):
+        zoo.load_model("tutorial", tmp_path / "tutorial.pt", stand_in=True)
+    with pytest.raises(InputError, match="stand-in"):
+        zoo.load_model(f"torchvision:{TINY_TORCHVISION}", stand_in=True)
 
 
 # ----------------------------------------------------------------------------- weights enums
@@ -150,10 +178,10 @@ def test_a_weights_enum_is_read_from_the_hub_cache_with_its_own_spec(torch_home:
     enum = tiny_weights_enum()
     cached = write_state(torch_home / "hub" / "checkpoints" / Path(enum.url).name)
 
-    loaded = models.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
+    loaded = zoo.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
 
     assert loaded.weights == str(cached)
-    assert loaded.weights_sha256 == models.sha256_file(cached)
+    assert loaded.weights_sha256 == weights_io.sha256_file(cached)
     transform = enum.transforms()
     assert loaded.spec.size == (transform.crop_size[0], transform.crop_size[0]) == (224, 224)
     assert loaded.spec.resize == transform.resize_size[0] == 256
@@ -162,7 +190,7 @@ def test_a_weights_enum_is_read_from_the_hub_cache_with_its_own_spec(torch_home:
     assert "IMAGENET1K_V1 from the torch hub cache" in loaded.describe()
     reference = torchvision.models.get_model(TINY_TORCHVISION)
     reference.load_state_dict(torch.load(cached, weights_only=True))
-    reference = zoo.Normalized(models.freeze(reference), transform.mean, transform.std)
+    reference = zoo.Normalized(weights_io.freeze(reference), transform.mean, transform.std)
     images = torch.rand(2, 3, 224, 224)
     torch.testing.assert_close(loaded.module(images), reference(images), rtol=0, atol=0)
 
@@ -174,13 +202,14 @@ def test_weights_enums_build_the_network_as_torchvision_does(torch_home: Path) -
     path.parent.mkdir(parents=True)
     torch.save(network.state_dict(), path)
 
-    loaded = models.load_model("torchvision:googlenet:IMAGENET1K_V1")
+    loaded = zoo.load_model("torchvision:googlenet:IMAGENET1K_V1")
 
     inner = loaded.module.model
     assert inner.transform_input, "its published weights expect the input re-standardised"
     network.transform_input = True
     images = torch.rand(1, 3, 224, 224)
-    expected = zoo.Normalized(models.freeze(network), zoo.IMAGENET_MEAN, zoo.IMAGENET_STD)(images)
+    served = weights_io.freeze(network)
+    expected = zoo.Normalized(served, zoo.IMAGENET_MEAN, zoo.IMAGENET_STD)(images)
     torch.testing.assert_close(loaded.module(images), expected, rtol=0, atol=0)
 
 
@@ -202,7 +231,7 @@ def test_an_absent_file_that_cannot_be_downloaded_says_where_to_put_it(
     checkpoints = torch_home / "hub" / "checkpoints"
 
     with pytest.raises(ModelError) as error:
-        models.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
+        zoo.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
 
     message = str(error.value)
     assert "Could not download" in message and name in message and str(checkpoints) in message
@@ -214,11 +243,11 @@ def test_a_missing_file_is_downloaded_into_the_hub_cache_and_hash_checked(
 ) -> None:
     enum = tiny_weights_enum()
     served = write_state(tmp_path / "server" / "generated.pth")
-    digest = models.sha256_file(served)
+    digest = weights_io.sha256_file(served)
     good = served.rename(served.with_name(f"{TINY_TORCHVISION}-{digest[:8]}.pth"))
     monkeypatch.setattr(enum.value, "url", good.as_uri())
 
-    loaded = models.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
+    loaded = zoo.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
 
     cached = torch_home / "hub" / "checkpoints" / good.name
     assert loaded.weights == str(cached) and loaded.weights_sha256 == digest
@@ -226,15 +255,15 @@ def test_a_missing_file_is_downloaded_into_the_hub_cache_and_hash_checked(
     wrong = good.rename(good.with_name(f"{TINY_TORCHVISION}-00000000.pth"))
     monkeypatch.setattr(enum.value, "url", wrong.as_uri())
     with pytest.raises(ModelError, match="Could not download.*hash"):
-        models.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
+        zoo.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
     assert not (cached.parent / wrong.name).exists()
 
 
 def test_unknown_weights_and_a_second_weights_file_are_explained(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="no weights 'IMAGENET9K'.*IMAGENET1K_V1"):
-        models.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET9K")
+        zoo.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET9K")
     with pytest.raises(InputError, match="names its weights already"):
-        models.load_model(
+        zoo.load_model(
             f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1", write_state(tmp_path / "w.pt")
         )
 
@@ -248,14 +277,14 @@ def test_a_torchvision_weights_file_is_used_and_a_fine_tuned_head_rebuilt(tmp_pa
     torch.save(tuned.state_dict(), path)
     names = tuple(f"kind {index}" for index in range(7))
 
-    loaded = models.load_model(f"torchvision:{TINY_TORCHVISION}", path, input_size=96)
-    named = models.load_model(f"torchvision:{TINY_TORCHVISION}", path, class_names=names)
+    loaded = zoo.load_model(f"torchvision:{TINY_TORCHVISION}", path, input_size=96)
+    named = zoo.load_model(f"torchvision:{TINY_TORCHVISION}", path, class_names=names)
 
-    assert loaded.classes == 7 and loaded.weights_sha256 == models.sha256_file(path)
+    assert loaded.classes == 7 and loaded.weights_sha256 == weights_io.sha256_file(path)
     assert loaded.spec.class_names == () and named.spec.class_names == names
     images = torch.rand(1, 3, 96, 96)
     mean, std = zoo.IMAGENET_MEAN, zoo.IMAGENET_STD
-    expected = zoo.Normalized(models.freeze(tuned), mean, std)(images)
+    expected = zoo.Normalized(weights_io.freeze(tuned), mean, std)(images)
     torch.testing.assert_close(loaded.module(images), expected, rtol=0, atol=0)
 
 
@@ -276,7 +305,7 @@ def test_densenet_files_as_torchvision_publishes_them_load(tmp_path: Path) -> No
     assert "features.denseblock1.denselayer1.norm.1.weight" in published
     path = tmp_path / "densenet121-legacy.pth"
     torch.save(published, path)
-    loaded = models.load_model("torchvision:densenet121", path, input_size=32)
+    loaded = zoo.load_model("torchvision:densenet121", path, input_size=32)
     inner = loaded.module.model
     assert all(torch.equal(value, state[key]) for key, value in inner.state_dict().items())
 
@@ -286,12 +315,12 @@ def test_safetensors_weights_round_trip_from_a_file_and_bytes(tmp_path: Path) ->
     path = tmp_path / "tutorial.safetensors"
     save_file(state, path)
 
-    loaded = models.load_model("tutorial", path)
+    loaded = zoo.load_model("tutorial", path)
 
     for key, value in loaded.module.state_dict().items():
         assert torch.equal(value, state[key]), key
-    assert loaded.weights_sha256 == models.sha256_file(path)
-    from_bytes = models.read_state_dict(path.read_bytes())
+    assert loaded.weights_sha256 == weights_io.sha256_file(path)
+    from_bytes = weights_io.read_state_dict(path.read_bytes())
     assert from_bytes.keys() == state.keys()
     assert all(torch.equal(from_bytes[key], state[key]) for key in state)
 
@@ -301,9 +330,9 @@ def test_a_corrupt_safetensors_file_is_a_model_error(tmp_path: Path) -> None:
     save_file({"weight": torch.ones(4, 4)}, path)
     path.write_bytes(path.read_bytes()[:-20])
     with pytest.raises(ModelError, match="not a readable safetensors file"):
-        models.read_state_dict(path)
+        weights_io.read_state_dict(path)
     with pytest.raises(ModelError, match="not a readable safetensors file"):
-        models.read_state_dict(path.read_bytes())
+        weights_io.read_state_dict(path.read_bytes())
 
 
 # ----------------------------------------------------------------------------- timm
@@ -318,22 +347,22 @@ def test_a_timm_model_takes_its_spec_from_timm_and_weights_from_a_file(tmp_path:
     save_file(model.state_dict(), path)
     config = resolve_data_config({}, model=model)
 
-    loaded = models.load_model(f"timm:{TINY_TIMM}", path)
+    loaded = zoo.load_model(f"timm:{TINY_TIMM}", path)
 
     _, height, width = config["input_size"]
     assert loaded.spec.size == (height, width)
     assert loaded.spec.resize == int(height / config["crop_pct"])
     assert loaded.spec.mean == tuple(config["mean"]) and loaded.spec.std == tuple(config["std"])
-    assert loaded.weights_sha256 == models.sha256_file(path) and loaded.kind == "timm"
+    assert loaded.weights_sha256 == weights_io.sha256_file(path) and loaded.kind == "timm"
     images = torch.rand(1, 3, height, width)
-    expected = zoo.Normalized(models.freeze(model), config["mean"], config["std"])(images)
+    expected = zoo.Normalized(weights_io.freeze(model), config["mean"], config["std"])(images)
     torch.testing.assert_close(loaded.module(images), expected, rtol=0, atol=0)
 
 
 def test_timm_missing_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "timm", None)
     with pytest.raises(ModelError, match=r"pip install 'gradpick\[timm\]'"):
-        models.load_model(f"timm:{TINY_TIMM}")
+        zoo.load_model(f"timm:{TINY_TIMM}")
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -350,7 +379,7 @@ def test_timm_missing_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_unknown_names_list_close_matches(name: str, message: str) -> None:
     with pytest.raises(ModelError, match=message):
-        models.load_model(name)
+        zoo.load_model(name)
 
 
 FACTORIES = """
@@ -377,12 +406,12 @@ def factories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_a_factory_model_gets_the_spec_it_is_given(factories: str) -> None:
-    loaded = models.load_model(
+    loaded = zoo.load_model(
         f"{factories}:five", input_size="40x48", mean=(0.5,) * 3, std=(0.25,) * 3
     )
     assert loaded.kind == "factory" and loaded.classes == 5
     assert loaded.spec.size == (40, 48) and isinstance(loaded.module, zoo.Normalized)
-    plain = models.load_model(f"{factories}:five")
+    plain = zoo.load_model(f"{factories}:five")
     assert plain.spec.size == (32, 32) and not isinstance(plain.module, zoo.Normalized)
     assert "(its own weights)" in plain.describe() and plain.weights is None
     with pytest.raises(InputError, match="are 32x32 pixels but .* takes 40x48"):
@@ -391,17 +420,17 @@ def test_a_factory_model_gets_the_spec_it_is_given(factories: str) -> None:
 
 def test_a_model_for_other_channels_is_refused_at_load(factories: str) -> None:
     with pytest.raises(ModelError, match="cannot take 3-channel 32x32 images.*channels"):
-        models.load_model(f"{factories}:gray")
+        zoo.load_model(f"{factories}:gray")
 
 
 def test_a_model_whose_outputs_are_not_logits_is_refused_at_load(factories: str) -> None:
     with pytest.raises(ModelError, match=r"returns \[1, 4, 30, 30\].*\[1, classes\]"):
-        models.load_model(f"{factories}:maps")
+        zoo.load_model(f"{factories}:maps")
 
 
 def test_class_names_must_match_the_outputs(factories: str) -> None:
     with pytest.raises(ModelError, match="predicts 5 classes but 3 class names"):
-        models.load_model(f"{factories}:five", class_names=("a", "b", "c"))
+        zoo.load_model(f"{factories}:five", class_names=("a", "b", "c"))
 
 
 @pytest.mark.parametrize(
@@ -416,7 +445,7 @@ def test_class_names_must_match_the_outputs(factories: str) -> None:
 )
 def test_an_impossible_spec_is_an_input_error(overrides: dict, message: str) -> None:
     with pytest.raises(InputError, match=message):
-        models.load_model(f"torchvision:{TINY_TORCHVISION}", **overrides)
+        zoo.load_model(f"torchvision:{TINY_TORCHVISION}", **overrides)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -442,9 +471,7 @@ def test_the_cli_serves_a_torchvision_model_with_spec_flags(
     assert sidecar["model"]["name"] == "torchvision:resnet18"
     assert sidecar["model"]["input_spec"]["mean"] == [0.5, 0.5, 0.5]
     assert sidecar["model"]["input_spec"]["std"] == [0.25, 0.25, 0.25]
-    loaded = models.load_model(
-        "torchvision:resnet18", input_size=32, mean=(0.5,) * 3, std=(0.25,) * 3
-    )
+    loaded = zoo.load_model("torchvision:resnet18", input_size=32, mean=(0.5,) * 3, std=(0.25,) * 3)
     pixels = [InputSpec(size=32).prepare(Image.open(path))[0] for path in sample_paths(folder)]
     images = torch.stack([pixels[0], pixels[3]]).float() / 255
     labels = torch.tensor([0, 1])

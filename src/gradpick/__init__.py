@@ -29,6 +29,7 @@ __all__ = [
     "infer",
     "measure",
     "models",
+    "process",
     "render",
     "request",
     "selection",
@@ -39,6 +40,7 @@ __all__ = [
     "trust",
     "units",
     "versions",
+    "weights",
     "zoo",
 ]
 _FROM_GRADIENTS = ("GradientResult", "input_gradients")
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
         infer,
         measure,
         models,
+        process,
         render,
         request,
         selection,
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
         trust,
         units,
         versions,
+        weights,
         zoo,
     )
     from gradpick.gradients import GradientResult, input_gradients

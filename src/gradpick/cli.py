@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from gradpick import attribution, data, export, models, store, strategies, units
+from gradpick import attribution, data, export, models, store, strategies, units, zoo
 from gradpick.devices import DEVICE_CHOICES, model_device
 from gradpick.errors import GradpickError, InputError, ModelError
 from gradpick.gradients import REDUCTIONS, TARGETS, GradientResult
@@ -269,7 +269,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser, positional: bool = Fal
 
 def _load_model(args: argparse.Namespace) -> LoadedModel:
     name = args.model or (models.shipped_models() or list(models.ARCHITECTURES))[0]
-    return models.load_model(name, args.weights, args.device, **_spec_overrides(args))
+    return zoo.load_model(name, args.weights, args.device, **_spec_overrides(args))
 
 
 def _spec_overrides(args: argparse.Namespace) -> SpecOverrides:

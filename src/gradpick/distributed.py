@@ -3,7 +3,7 @@
 The driver turns the list of (position, relative name, label) rows into a dataset;
 ``map_batches`` hands batches to a fixed pool of stateful actors, each of which rebuilds the
 model once from a picklable *recipe* (``model_recipe(name, weights, overrides)`` for any name
-``models.load_model`` takes, or any zero-argument callable returning an ``nn.Module``), reads
+``zoo.load_model`` takes, or any zero-argument callable returning an ``nn.Module``), reads
 its images from the source root, prepares them with the model's ``InputSpec``, runs
 ``gradpick.infer.infer`` on them and returns ``store.output_table`` rows, the function every
 writer uses. Ray's Parquet writer puts the parts into the store's hidden partial folder; the
@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradpick import data, models
+from gradpick import data, models, zoo
 from gradpick.devices import resolve_device
 from gradpick.errors import ClusterError, DataError, GradpickError, InputError
 from gradpick.infer import as_model_input, infer, logits_and_embeddings
@@ -85,13 +85,13 @@ unfinished batches are retried on the new one; a worker that keeps dying fails t
 
 
 def _served_module(name: str, weights: str | None, overrides: SpecOverrides) -> nn.Module:
-    return models.load_model(name, weights, "cpu", **overrides).module
+    return zoo.load_model(name, weights, "cpu", **overrides).module
 
 
 def model_recipe(
     name: str, weights: str | Path | None = None, overrides: SpecOverrides | None = None
 ) -> ModelRecipe:
-    """A recipe for any model ``models.load_model`` names, with an absolute weights path.
+    """A recipe for any model ``zoo.load_model`` names, with an absolute weights path.
 
     The path is resolved here, on the driver; it must be readable on every node (a shared file
     system). Without one, each worker finds the model's own weights as the driver did (the

@@ -14,6 +14,7 @@ things on different devices:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,9 @@ import torch
 from gradpick import units
 from gradpick.devices import synchronize
 
+KINETO_LOG_LEVEL_ENV = "KINETO_LOG_LEVEL"
+KINETO_QUIET = "6"
+"""Above kineto's highest message level (5, its start/stop trace lines): it logs nothing."""
 MEASUREMENT_LOCK = threading.Lock()
 """Serialises steps that read process-wide memory counters (profiler, CUDA peak stats)."""
 
@@ -154,6 +158,10 @@ class PeakMemory:
             peak = torch.cuda.max_memory_allocated(self.device) - baseline
             self.figure = MemoryFigure(peak, CUDA_PEAK_LABEL.format(device=self.device))
         elif self.device.type == "cpu":
+            # The profiler's library (kineto) probes for GPUs even when asked for CPU events only,
+            # and logs the failed probe ("gpuGetDeviceCount failed") and every start and stop to
+            # stderr; it reads its log level when first used. A level set by the user is kept.
+            os.environ.setdefault(KINETO_LOG_LEVEL_ENV, KINETO_QUIET)
             activities = [torch.profiler.ProfilerActivity.CPU]
             with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
                 yield self

@@ -2,22 +2,19 @@
 
 Both models take float images in [0, 1] and normalise inside, so input gradients are with
 respect to pixels. ``load`` returns a model in ``eval()`` with every parameter frozen: a request
-never trains or mutates it.
+never trains or mutates it. Weights are read and checked by ``gradpick.weights``; every model
+name, these two included, is resolved with its input spec by ``gradpick.zoo.load_model``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import importlib.resources
-import io
 import json
 import os
-import pickle
 from collections.abc import Callable
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -25,14 +22,41 @@ from torch import nn
 
 from gradpick.devices import resolve_device
 from gradpick.errors import ModelError
+from gradpick.weights import (
+    apply_state_dict,
+    freeze,
+    read_state_dict,
+    sha256_bytes,
+    sha256_file,
+)
 
-if TYPE_CHECKING:
-    from gradpick.zoo import LoadedModel, SpecOverrides
+__all__ = [
+    "ARCHITECTURES",
+    "ASSETS_DIR_ENV",
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
+    "BasicBlock",
+    "Normalize",
+    "ResNet20",
+    "TutorialNet",
+    "apply_state_dict",
+    "assets_dir",
+    "build",
+    "freeze",
+    "load",
+    "model_card",
+    "read_state_dict",
+    "sha256_bytes",
+    "sha256_file",
+    "shipped_models",
+    "shipped_weights_path",
+]
+"""The weights helpers are ``gradpick.weights``'s, named here too: ``models.freeze`` and
+``models.sha256_file`` are how the library has always offered them."""
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 ASSETS_DIR_ENV = "GRADPICK_ASSETS_DIR"
-BN_COUNTER = "num_batches_tracked"
 
 
 class Normalize(nn.Module):
@@ -171,136 +195,6 @@ def shipped_models() -> list[str]:
     return [name for name in ARCHITECTURES if shipped_weights_path(name).is_file()]
 
 
-def sha256_file(path: str | Traversable) -> str:
-    digest = hashlib.sha256()
-    with (Path(path) if isinstance(path, str) else path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sha256_bytes(content: bytes) -> str:
-    return hashlib.sha256(content).hexdigest()
-
-
-def _refused_global(error: pickle.UnpicklingError) -> str | None:
-    """The weights-only unpickler's line naming a refused Python global, if that was the cause."""
-    for line in str(error).splitlines():
-        if "GLOBAL" in line:
-            return line.strip()[:200]
-    return None
-
-
-def _unreadable(label: str, error: Exception) -> ModelError:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
-    detail = next((line for line in lines if "Unsupported" in line), lines[0])
-    return ModelError(
-        f"{label}: not a readable PyTorch weights file; it is corrupt, truncated or not made by "
-        f"torch.save ({type(error).__name__}: {detail[:160]})."
-    )
-
-
-def _is_safetensors(source: str | Path | bytes) -> bool:
-    """A ``.safetensors`` path, or bytes that open like one: an 8-byte header size, then JSON."""
-    if not isinstance(source, bytes):
-        return Path(source).suffix.lower() == ".safetensors"
-    if len(source) < 10 or source[8:9] != b"{":
-        return False
-    return int.from_bytes(source[:8], "little") <= len(source) - 8
-
-
-def _read_safetensors(source: str | Path | bytes, label: str) -> dict[str, torch.Tensor]:
-    """A safetensors file holds tensors only, so reading it can never run code."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load, load_file
-
-    try:
-        return load(source) if isinstance(source, bytes) else load_file(source, device="cpu")
-    except (SafetensorError, OSError, ValueError) as error:
-        raise ModelError(
-            f"{label}: not a readable safetensors file; it is corrupt or truncated ({error})."
-        ) from None
-
-
-def read_state_dict(source: str | Traversable | bytes) -> dict[str, torch.Tensor]:
-    """Read a weights file: ``.safetensors``, or a torch.save file with ``weights_only=True``
-    (a file that carries code is refused unrun).
-
-    ``source`` is a path, a package resource (which may live inside a zip) or the file's bytes.
-    """
-    label = "uploaded weights" if isinstance(source, bytes) else str(source)
-    if not isinstance(source, bytes | str | Path):
-        # A package resource, perhaps inside a zip: read it whole, like an upload.
-        if not source.is_file():
-            raise ModelError(f"{label}: no such weights file.")
-        source = source.read_bytes()
-    elif not isinstance(source, bytes) and not Path(source).is_file():
-        raise ModelError(f"{label}: no such weights file.")
-    if _is_safetensors(source):
-        return _read_safetensors(source, label)
-    handle: Any = io.BytesIO(source) if isinstance(source, bytes) else source
-    try:
-        state = torch.load(handle, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        refused = _refused_global(error)
-        if refused is not None:
-            raise ModelError(
-                f"{label}: refused, the file holds Python objects other than tensors (it could "
-                f"run code when loaded). Save a plain state_dict instead. Detail: {refused}"
-            ) from None
-        raise _unreadable(label, error) from None
-    except Exception as error:  # arbitrary bytes make torch.load raise almost any type
-        raise _unreadable(label, error) from None
-    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
-        state = state["model"]
-    if not isinstance(state, dict) or not all(
-        isinstance(value, torch.Tensor) for value in state.values()
-    ):
-        raise ModelError(f"{label}: expected a state_dict (a dict of tensors).")
-    return state
-
-
-def apply_state_dict(model: nn.Module, state: dict[str, torch.Tensor], name: str) -> None:
-    """Load weights, explaining an architecture mismatch and refusing non-finite weights."""
-    expected = model.state_dict()
-    # BatchNorm's step counter is not used in eval and absent from files older than PyTorch
-    # 0.4.1 (torchvision's published weights among them); load_state_dict fills it in.
-    missing = sorted(key for key in set(expected) - set(state) if not key.endswith(BN_COUNTER))
-    unexpected = sorted(set(state) - set(expected))
-    mismatched = [
-        key
-        for key in set(expected) & set(state)
-        if tuple(expected[key].shape) != tuple(state[key].shape)
-    ]
-    if missing or unexpected or mismatched:
-        details = []
-        if missing:
-            details.append(f"missing {len(missing)} (e.g. {missing[0]})")
-        if unexpected:
-            details.append(f"unexpected {len(unexpected)} (e.g. {unexpected[0]})")
-        if mismatched:
-            details.append(f"wrong shape for {sorted(mismatched)[0]}")
-        raise ModelError(
-            f"These weights are not for the '{name}' architecture: {'; '.join(details)}."
-        )
-    bad = [
-        key
-        for key, value in state.items()
-        if value.is_floating_point() and not value.isfinite().all()
-    ]
-    if bad:
-        raise ModelError(f"These weights contain NaN or infinite values (first in '{bad[0]}').")
-    model.load_state_dict(state)
-
-
-def freeze(model: nn.Module) -> nn.Module:
-    """Put a model in eval mode with every parameter frozen, as gradpick serves models."""
-    model.eval()
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    return model
-
-
 def load(
     name: str,
     weights: str | Traversable | bytes | None = None,
@@ -317,49 +211,4 @@ def load(
             )
         weights = path
     apply_state_dict(model, read_state_dict(weights), name)
-    return freeze(model).to(resolve_device(device))
-
-
-def load_model(
-    name: str,
-    weights: str | Path | bytes | None = None,
-    device: str | torch.device | None = None,
-    **overrides: Unpack[SpecOverrides],
-) -> LoadedModel:
-    """Any classifier by name with its input spec; ``gradpick.zoo.load_model`` documents it.
-
-    ``load`` stays the plain module of a built-in; this is the one resolver for every name.
-    """
-    from gradpick import zoo  # zoo builds on this module, so it is imported when first used
-
-    return zoo.load_model(name, weights, device, **overrides)
-
-
-def from_factory(
-    spec: str,
-    weights: str | Path | bytes | None = None,
-    device: str | torch.device | None = None,
-) -> nn.Module:
-    """A user's own model from ``package.module:factory`` (a callable returning an nn.Module).
-
-    The factory's code runs with the user's rights, so only local, non-hosted runs offer this.
-    Weights, when given, are read with ``weights_only=True`` like every other weights file.
-    """
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ModelError(f"'{spec}' is not of the form package.module:factory.")
-    try:
-        factory = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise ModelError(
-            f"Cannot import '{spec}': {error}. Is its package on PYTHONPATH?"
-        ) from None
-    try:
-        model = factory()
-    except Exception as error:  # the user's code: report whatever it raised, in one line
-        raise ModelError(f"'{spec}' raised {type(error).__name__}: {error}") from None
-    if not isinstance(model, nn.Module):
-        raise ModelError(f"'{spec}' returned {type(model).__name__}, not a torch.nn.Module.")
-    if weights is not None:
-        apply_state_dict(model, read_state_dict(weights), spec)
     return freeze(model).to(resolve_device(device))

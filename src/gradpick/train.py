@@ -13,7 +13,9 @@ atomic checkpoint, so an interrupted run loses at most the current epoch.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+import logging
 import platform
 import sys
 import time
@@ -28,6 +30,7 @@ from PIL import Image
 from torch import nn
 
 from gradpick import models
+from gradpick import weights as weights_io
 from gradpick.data import (
     IMAGE_SIZE,
     FolderSource,
@@ -185,6 +188,26 @@ def _load_checkpoint(path: Path, config: TrainConfig) -> dict[str, Any]:
     return checkpoint
 
 
+def compiled(model: nn.Module) -> Callable[..., torch.Tensor]:
+    """``torch.compile(model)``, quiet on a machine with CUDA's toolkit but no GPU.
+
+    The compiler imports ``torch.utils.cpp_extension``, which looks for CUDA when imported and,
+    finding a toolkit without a GPU, warns "No CUDA runtime is found": alarming on a CPU run,
+    which never needs CUDA. Imported here first with that warning held back; a machine with a
+    GPU keeps every message.
+    """
+    if not torch.cuda.is_available():
+        logger = logging.getLogger("torch.utils.cpp_extension")
+        level = logger.level
+        logger.setLevel(logging.ERROR)
+        try:
+            importlib.import_module("torch.utils.cpp_extension")
+        finally:
+            logger.setLevel(level)
+    step: Callable[..., torch.Tensor] = torch.compile(model)
+    return step
+
+
 def train(
     config: TrainConfig,
     source: ImageSource,
@@ -203,20 +226,19 @@ def train(
     ``run_dir/history.json``.
     """
     check_training_source(source)
-    if [models.sha256_file(path) for path in teachers] != list(config.teachers):
+    if [weights_io.sha256_file(path) for path in teachers] != list(config.teachers):
         raise ModelError("The teachers' sha256s differ from the run's: give the same files.")
     run_device = resolve_device(device)
     torch.manual_seed(config.seed)
     model = models.build(config.model)
     if warm_start is not None:
-        if models.sha256_file(warm_start) != config.warm_start_sha256:
+        if weights_io.sha256_file(warm_start) != config.warm_start_sha256:
             raise ModelError(f"{warm_start}: its sha256 differs from the run's warm start.")
-        models.apply_state_dict(model, models.read_state_dict(warm_start), config.model)
-        log(f"starting from {warm_start}")
+        weights_io.apply_state_dict(model, weights_io.read_state_dict(warm_start), config.model)
     model = model.to(run_device)
     # torch.compile fuses the backward pass (about 25% faster for ResNet-20 on CPU); the
     # checkpoint keeps the plain module's state_dict so weights load without the wrapper.
-    step_model = torch.compile(model) if config.compile else model
+    step_model = compiled(model) if config.compile else model
     log(f"decoding {source.description} into the tensor cache (once)...")
     data = decoded_cache(source)
     assert data.labels is not None
@@ -256,9 +278,11 @@ def train(
         first_epoch = int(checkpoint["epoch"])
         history = json.loads(checkpoint["history"])
         average = checkpoint.get("average", {})
-        log(f"resuming {config.model} after epoch {first_epoch} of {config.epochs}")
-    elif resume:
-        log(f"no checkpoint in {run_dir}; starting from scratch")
+        warmed = "" if warm_start is None else f" (warm-started from {warm_start})"
+        log(f"resuming {config.model} after epoch {first_epoch} of {config.epochs}{warmed}")
+    elif resume or warm_start is not None:
+        start = f"warm-starting from {warm_start}" if warm_start else "starting from scratch"
+        log(f"no checkpoint in {run_dir}; {start}" if resume else start)
     targets = data.labels
     if teachers and first_epoch < config.epochs:  # a finished run resumed only exports
         log(f"the {len(teachers)} teachers' probabilities on every training image...")
@@ -292,7 +316,7 @@ def train(
         model.load_state_dict(average, strict=False)
         _recompute_batchnorm(model, data, config, run_device)
     (run_dir / "history.json").write_text(json.dumps(history, indent=2))
-    return models.freeze(model)
+    return weights_io.freeze(model)
 
 
 def _fold_into_average(average: dict[str, torch.Tensor], model: nn.Module, averaged: int) -> None:
@@ -352,7 +376,7 @@ def teacher_probabilities(
     must line up with images (a folder and torchvision's download order them differently).
     """
     images_sha256 = hashlib.sha256(data.images.numpy().tobytes()).hexdigest()
-    key = {"teachers": [models.sha256_file(path) for path in teachers], "images": images_sha256}
+    key = {"teachers": [weights_io.sha256_file(path) for path in teachers], "images": images_sha256}
     cached = run_dir / "teacher_probabilities.pt"
     if cached.is_file():
         stored = torch.load(cached, map_location="cpu", weights_only=True)
@@ -507,7 +531,7 @@ def write_model_card(
         f"{torch.get_num_threads()} threads; torch {torch.__version__}",
         "final_train_loss": round(history[-1]["loss"], 4) if history else None,
         "weights_file": weights_path.name,
-        "sha256": models.sha256_file(weights_path),
+        "sha256": weights_io.sha256_file(weights_path),
     }
     if config.warm_start_sha256:
         earlier = warm_start_card or {}

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from gradpick import models
+from gradpick import weights as weights_io
 from gradpick.data import CIFAR10_CLASSES
 from gradpick.devices import resolve_device
 from gradpick.errors import InputError, ModelError
@@ -51,7 +52,10 @@ __all__ = [
     "IMAGENET_STD",
     "LoadedModel",
     "Normalized",
+    "RANDOM_WEIGHTS_SEED",
     "SpecOverrides",
+    "from_factory",
+    "given_overrides",
     "load_model",
 ]
 
@@ -60,7 +64,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGENET_SPEC = InputSpec(size=(224, 224), resize=256, mean=IMAGENET_MEAN, std=IMAGENET_STD)
 """The usual ImageNet evaluation recipe, for a torchvision model without a weights enum."""
 RANDOM_WEIGHTS_SEED = 0
-"""Seed of a torchvision or timm model served without weights: the same network every run."""
+"""Seed of a model served without weights (torchvision, timm, a built-in's stand-in): the same
+network every run."""
 WeightsSource = str | Path | bytes
 
 
@@ -205,8 +210,8 @@ def _weights_label(weights: WeightsSource) -> str:
 
 def _sha256(weights: WeightsSource) -> str:
     if isinstance(weights, bytes):
-        return models.sha256_bytes(weights)
-    return models.sha256_file(weights)
+        return weights_io.sha256_bytes(weights)
+    return weights_io.sha256_file(weights)
 
 
 def _close_matches(kind: str, name: str, known: Sequence[str]) -> ModelError:
@@ -256,31 +261,36 @@ def _with_weights(
     module = _seeded(lambda: build(num_classes))
     if weights is None:
         return module, None, None
-    state = models.read_state_dict(weights)
+    state = weights_io.read_state_dict(weights)
     if adapt is not None:
         state = adapt(state)
     outputs = _final_layer_outputs(module, state)
     if outputs is not None and num_classes is None:
         module = build(outputs)
-    models.apply_state_dict(module, state, label)
+    weights_io.apply_state_dict(module, state, label)
     return module, _weights_label(weights), _sha256(weights)
 
 
 # ----------------------------------------------------------------------------- built-ins
 
 
-def _built_in(name: str, weights: WeightsSource | None, class_names: Sequence[str]) -> _Built:
-    module = models.load(name, weights, device="cpu")
+def _built_in(
+    name: str, weights: WeightsSource | None, class_names: Sequence[str], stand_in: bool = False
+) -> _Built:
     spec = InputSpec(size=(32, 32), class_names=tuple(class_names) or CIFAR10_CLASSES)
     if weights is not None:
+        module = models.load(name, weights, device="cpu")
         label, digest = _weights_label(weights), _sha256(weights)
         return _Built(module, spec, label, digest, normalizes_inside=True)
+    if stand_in:
+        module = weights_io.freeze(_seeded(lambda: models.build(name)))
+        return _Built(module, spec, None, None, normalizes_inside=True)
     path = models.shipped_weights_path(name)
     return _Built(
-        module,
+        models.load(name, device="cpu"),
         spec,
         str(path),
-        models.sha256_file(path),
+        weights_io.sha256_file(path),
         weights_origin="shipped weights",
         card=models.model_card(name),
         normalizes_inside=True,
@@ -446,8 +456,38 @@ def _timm(name: str, weights: WeightsSource | None, class_names: Sequence[str]) 
 # ----------------------------------------------------------------------------- factories
 
 
+def from_factory(
+    spec: str,
+    weights: WeightsSource | None = None,
+    device: str | torch.device | None = None,
+) -> nn.Module:
+    """A user's own model from ``package.module:factory`` (a callable returning an nn.Module).
+
+    The factory's code runs with the user's rights, so only local, non-hosted runs offer this.
+    Weights, when given, are read with ``weights_only=True`` like every other weights file.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ModelError(f"'{spec}' is not of the form package.module:factory.")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ModelError(
+            f"Cannot import '{spec}': {error}. Is its package on PYTHONPATH?"
+        ) from None
+    try:
+        model = factory()
+    except Exception as error:  # the user's code: report whatever it raised, in one line
+        raise ModelError(f"'{spec}' raised {type(error).__name__}: {error}") from None
+    if not isinstance(model, nn.Module):
+        raise ModelError(f"'{spec}' returned {type(model).__name__}, not a torch.nn.Module.")
+    if weights is not None:
+        weights_io.apply_state_dict(model, weights_io.read_state_dict(weights), spec)
+    return weights_io.freeze(model).to(resolve_device(device))
+
+
 def _factory(name: str, weights: WeightsSource | None, class_names: Sequence[str]) -> _Built:
-    module = models.from_factory(name, weights, "cpu")
+    module = from_factory(name, weights, "cpu")
     spec = InputSpec(size=(32, 32), class_names=tuple(class_names))
     if weights is None:
         return _Built(module, spec, None, None, "its own weights")
@@ -530,6 +570,8 @@ def load_model(
     name: str,
     weights: WeightsSource | None = None,
     device: str | torch.device | None = None,
+    *,
+    stand_in: bool = False,
     **overrides: Unpack[SpecOverrides],
 ) -> LoadedModel:
     """The classifier ``name`` ready to serve: frozen, normalising inside, probed once.
@@ -537,6 +579,10 @@ def load_model(
     ``weights`` is a state_dict file (``.pt``/``.pth`` read with ``weights_only=True``, or
     ``.safetensors``) or its bytes. ``overrides`` (``SpecOverrides``: ``input_size``,
     ``resize``, ``mean``, ``std``, ``class_names``) replace what the model's metadata says.
+    A built-in without ``weights`` gets its shipped weights, or with ``stand_in`` seeded random
+    ones (seed ``RANDOM_WEIGHTS_SEED``, as torchvision and timm models without weights): the
+    explorer offers that stand-in while no trained weights ship, where the command line refuses
+    an unshipped built-in, so nothing is measured on an untrained model by accident.
     Raises ``ModelError`` for an unknown name or a model that does not fit its spec (channels,
     output shape, number of class names) and ``InputError`` for an impossible spec.
     """
@@ -545,13 +591,19 @@ def load_model(
         raise InputError(f"Unknown spec setting(s): {', '.join(sorted(unknown))}.")
     kind = _kind(name)
     rest = name.partition(":")[2] if kind in ("torchvision", "timm") else name
-    built = RESOLVERS[kind](rest, weights, tuple(overrides.get("class_names", ())))
+    if stand_in and (kind != "built-in" or weights is not None):
+        raise InputError(f"{name}: a stand-in is a built-in model without a weights file.")
+    class_names = tuple(overrides.get("class_names", ()))
+    if kind == "built-in":
+        built = _built_in(rest, weights, class_names, stand_in)
+    else:
+        built = RESOLVERS[kind](rest, weights, class_names)
     spec = _override(built, name, overrides)
     module = built.module
     if spec.mean is not None and spec.std is not None:
         module = Normalized(module, spec.mean, spec.std)
     target = resolve_device(device)
-    module = models.freeze(module).to(target)
+    module = weights_io.freeze(module).to(target)
     classes = _probe(module, spec, name, target)
     return LoadedModel(
         module=module,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from gradpick import store
+from gradpick import process, store
 from gradpick.data import ImageBatch
 from gradpick.infer import InferenceResult
 from gradpick.ui import (
@@ -24,7 +24,6 @@ from gradpick.ui import (
     gradients_panel,
     keys,
     outputs,
-    process,
     service,
     sidebar,
     state,

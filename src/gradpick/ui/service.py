@@ -19,13 +19,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gradpick import data, devices, export, models, units
+from gradpick import data, devices, export, models, units, zoo
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
 from gradpick.errors import DataError, DownloadError, InputError, ModelError
 from gradpick.infer import InferenceResult
 from gradpick.spec import InputSpec
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
-from gradpick.zoo import LoadedModel, SpecOverrides, given_overrides
+from gradpick.zoo import RANDOM_WEIGHTS_SEED, LoadedModel, SpecOverrides, given_overrides
 
 DEFAULT_BATCH_SIZE = 1000
 SOURCE_KINDS = ("cifar10", "folder", "upload", "stored")
@@ -37,8 +37,6 @@ SOURCE_LABELS = {
 }
 LOCAL_KINDS = ("folder", "stored")
 """Sources that read the server's file system: off in hosted mode."""
-RANDOM_WEIGHTS_SEED = 0
-"""Seed of the stand-in model offered while no trained weights ship: same model every run."""
 LOG = logging.getLogger("gradpick.ui")
 
 
@@ -228,7 +226,7 @@ class ModelOption:
     upload: Upload | None = None
     """Weights uploaded for the built-in architecture ``name``; its identity is their digest."""
     factory: str = ""
-    """The user's own model (local runs only): any name ``gradpick.models.load_model`` takes,
+    """The user's own model (local runs only): any name ``gradpick.zoo.load_model`` takes,
     torchvision:NAME[:WEIGHTS], timm:NAME or package.module:factory; ``name`` is it."""
     weights_path: str = ""
     weights_stamp: float = 0.0
@@ -367,18 +365,10 @@ def load_model(option: ModelOption, device: torch.device) -> LoadedModel:
     """
     if option.factory:
         weights = option.weights_path or None
-        return models.load_model(option.factory, weights, device, **option.spec_overrides)
+        return zoo.load_model(option.factory, weights, device, **option.spec_overrides)
     if option.upload is not None:
-        return models.load_model(option.name, option.upload.data, device)
-    if option.shipped:
-        return models.load_model(option.name, device=device)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(RANDOM_WEIGHTS_SEED)
-        model = models.build(option.name)
-    spec = InputSpec(size=(data.IMAGE_SIZE, data.IMAGE_SIZE), class_names=data.CIFAR10_CLASSES)
-    return LoadedModel(
-        models.freeze(model).to(device), spec, option.name, "built-in", len(spec.class_names)
-    )
+        return zoo.load_model(option.name, option.upload.data, device)
+    return zoo.load_model(option.name, device=device, stand_in=not option.shipped)
 
 
 def named_outputs(option: ModelOption, loaded: LoadedModel) -> ModelOption:

@@ -1,4 +1,5 @@
-"""Settings of the server process itself, applied once when the first page runs."""
+"""Settings of the process itself, applied once: the explorer's first page in hosted mode and
+the inference benchmark's memory runs ask for them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import ctypes
 import ctypes.util
 import sys
 import threading
+
+__all__ = ["MMAP_THRESHOLD", "return_freed_memory_promptly"]
 
 MMAP_THRESHOLD = 128 * 1024
 """glibc's own starting value: blocks at least this large are mmap-ed, and unmapped when freed."""

@@ -8,11 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gradpick.ui import process
+from gradpick import process
 
 GROWTH_SCRIPT = """
 import sys, torch
-from gradpick.ui import process
+from gradpick import process
 def rss():
     with open('/proc/self/status') as status:
         return next(int(l.split()[1]) for l in status if l.startswith('VmRSS')) // 1024
