@@ -66,7 +66,7 @@ class InferBenchConfig:
     memory_stand_in: tuple[int, ...] = ()
     """Sides whose memory rows use the pooling stand-in instead of the benchmark's model."""
     fixed_mmap_threshold: bool = False
-    """Memory runs with the explorer's allocator setting (``ui.process``): glibc otherwise keeps
+    """Memory runs with the explorer's allocator setting (``gradpick.process``): glibc otherwise keeps
     freed activation buffers of every batch on its heap, and resident memory creeps up."""
     device: str = "auto"
     threads: int | None = None
@@ -268,7 +268,7 @@ def measure_memory(
 ) -> dict[str, Any]:
     """Run in a fresh process: open the folder, stream ``count`` images through the model."""
     if fixed_mmap_threshold:
-        from gradpick.ui.process import return_freed_memory_promptly
+        from gradpick.process import return_freed_memory_promptly
 
         return_freed_memory_promptly()
     torch.set_num_threads(1)
