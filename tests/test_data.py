@@ -33,12 +33,14 @@ from gradpick.data import (
     cifar10_batches_folder,
     decode_image,
     decoded_cache,
+    decoding,
     default_cifar10,
     image_folder,
     images_from_files,
     images_from_paths,
     load_batch,
     open_source,
+    sources,
     stream,
 )
 from gradpick.errors import DataError, DownloadError, InputError
@@ -138,7 +140,7 @@ def test_unreadable_bytes_give_a_data_error_naming_the_file(payload: bytes, mess
 def test_an_image_over_the_pixel_limit_is_refused_before_decoding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(data, "MAX_IMAGE_PIXELS", 1000)
+    monkeypatch.setattr(decoding, "MAX_IMAGE_PIXELS", 1000)
     with pytest.raises(DataError, match="big.png: 40x40 pixels is too large.*downscale"):
         decode_image(encode(noise((40, 40)), "PNG"), "big.png")
 
@@ -567,7 +569,7 @@ def test_a_folder_source_holds_paths_not_pixels(
     image_folder_factory: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = image_folder_factory(classes=4, per_class=100, size=(48, 48))
-    monkeypatch.setattr(data, "decode", None)  # opening the folder must decode nothing
+    monkeypatch.setattr(sources, "decode", None)  # opening the folder must decode nothing
     source = image_folder(root, InputSpec(size=(224, 224)))
     decoded_bytes = len(source) * 3 * 224 * 224
     assert len(pickle.dumps(source)) < decoded_bytes / 100
