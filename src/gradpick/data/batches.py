@@ -86,6 +86,7 @@ def load_batch(
         positions=tuple(positions),
         source=source.description,
         notes=report.notes(),
+        split=source.origin().get("split"),
     )
 
 
@@ -113,6 +114,7 @@ def decoded_cache(source: ImageSource, progress: ProgressCallback | None = None)
                 names=tuple(source.names(positions)),
                 positions=positions,
                 source=source.description,
+                split=source.origin().get("split"),
             )
         except (RuntimeError, KeyError, EOFError, pickle.UnpicklingError):
             path.unlink(missing_ok=True)

@@ -140,16 +140,23 @@ def _fetch_cifar10(
     except (urllib.error.URLError, OSError, TimeoutError) as error:
         raise DownloadError(
             f"Could not download CIFAR-10 into {root} ({getattr(error, 'reason', error)}) and no "
-            f"cached copy is there. Offline? Point gradpick at a local copy instead: a folder in "
-            f"ImageFolder layout (e.g. .../cifar10-jpg/{split}) or an extracted "
-            f"cifar-10-batches-py folder, via the 'Local folder' source, --data, or "
-            f"${CIFAR10_DIR_ENV}."
+            f"cached copy is there. Offline? Then {_local_copy(split)}"
         ) from None
     except RuntimeError as error:  # torchvision: "Dataset not found or corrupted"
         raise DownloadError(
-            f"No CIFAR-10 copy in {root} ({error}). Enable the download, or point "
-            f"${CIFAR10_DIR_ENV} at a local folder."
+            f"No CIFAR-10 copy in {root} ({error}). Enable the download, or {_local_copy(split)}"
         ) from None
+
+
+def _local_copy(split: str) -> str:
+    """The two ways to an existing copy: nothing else finds one, such as a shared folder."""
+    return (
+        "point gradpick at a local copy: a folder in ImageFolder layout (e.g. "
+        f".../cifar10-jpg/{split}, or .../cifar10-jpg holding train/ and test/) or an extracted "
+        f"cifar-10-batches-py folder, named by ${CIFAR10_DIR_ENV}=FOLDER (read by the library, "
+        "every command and the explorer) or by a command's --data FOLDER (in the explorer: the "
+        "'Local folder' source)."
+    )
 
 
 def default_cifar10(
@@ -160,5 +167,10 @@ def default_cifar10(
     """CIFAR-10 from ``$GRADPICK_CIFAR10_DIR`` when set, else torchvision's cached download."""
     configured = os.environ.get(CIFAR10_DIR_ENV)
     if configured:
+        if not Path(configured).expanduser().is_dir():
+            raise DataError(
+                f"{configured}: no such folder, named by ${CIFAR10_DIR_ENV}. Point it at a "
+                "CIFAR-10 copy, or unset it to download one."
+            )
         return open_source(configured, split, spec)
     return cifar10(split, progress=progress, spec=spec)

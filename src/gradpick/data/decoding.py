@@ -48,8 +48,12 @@ def decode(data: bytes, name: str = "image", spec: InputSpec = DEFAULT_SPEC) -> 
     """Decode PNG/JPEG/WebP/... bytes into uint8 [3, H, W] RGB at ``spec``.
 
     Any size is accepted up to ``MAX_IMAGE_PIXELS``: ``spec.prepare`` resizes the shorter side
-    and crops the centre. Transparency is flattened onto white, grayscale is expanded to RGB,
-    16-bit and float images are scaled to 8 bits, and an animated image gives its first frame.
+    and crops the centre. Transparency is flattened onto white, grayscale is expanded to RGB
+    and an animated image gives its first frame. Deeper images are scaled to 8 bits, not
+    clipped: 16-bit ones by their type's full range (0 to 65,535), the same for every image, so
+    a dark photo stays dark and two exposures keep their difference (a scale per image would
+    stretch each one's contrast on its own); 32-bit integer and float ones, whose type says
+    nothing of their range, by their own minimum and maximum.
     """
     try:
         with warnings.catch_warnings():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +93,7 @@ def cifar10_batches_folder(
         class_names=class_names,
         description=f"CIFAR-10 {split} ({folder})",
         spec=spec,
+        split=split,
     )
 
 
@@ -107,7 +109,9 @@ def open_source(
     """Open a local path of any supported kind.
 
     Accepts an ImageFolder tree, a folder holding ``train``/``test`` ImageFolder trees, a
-    ``cifar-10-batches-py`` folder or the folder that contains one.
+    ``cifar-10-batches-py`` folder or the folder that contains one. ``split`` picks the tree or
+    batches of that split; a plain ImageFolder tree is read whole, and its ``split`` is None, so
+    nothing downstream records a split the images are not.
     """
     check_split(split)
     path = Path(location).expanduser()
@@ -117,5 +121,5 @@ def open_source(
         if (candidate / "test_batch").is_file():
             return cifar10_batches_folder(candidate, split, spec)
     if (path / split).is_dir():
-        return image_folder(path / split, spec)
+        return replace(image_folder(path / split, spec), split=split)
     return image_folder(path, spec)

@@ -32,6 +32,7 @@ __all__ = [
     "ProgressCallback",
     "UploadSource",
     "cache_dir",
+    "check_positions",
     "images_from_files",
     "images_from_paths",
     "read",
@@ -66,6 +67,8 @@ class ImageBatch:
     positions: tuple[int, ...]
     source: str
     notes: tuple[str, ...] = field(default=())
+    split: str | None = None
+    """The split the source was opened at ('train', 'test'); None when it has none."""
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -110,7 +113,8 @@ class ImageSource(Protocol):
         ...
 
     def origin(self) -> dict[str, Any]:
-        """Where the images come from, as JSON for stored outputs' metadata."""
+        """Where the images come from, as JSON for stored outputs' metadata: ``kind``,
+        ``root``, ``description`` and ``split`` (None unless the images are a known split)."""
         ...
 
 
@@ -121,9 +125,25 @@ def read(source: ImageSource, positions: Sequence[int]) -> torch.Tensor:
     uses ``stream``, which skips unreadable files instead.
     """
     positions = list(positions)
+    check_positions(source, positions)
     if not positions:
         return torch.empty(0, 3, *source.spec.size, dtype=torch.uint8)
     return torch.stack([source.read_one(position).pixels for position in positions])
+
+
+def check_positions(source: ImageSource, positions: Sequence[int]) -> None:
+    """Refuse a position the source does not have, naming it and the source's size.
+
+    Indexing would raise a bare IndexError, or quietly count a negative position from the end.
+    """
+    size = len(source)
+    outside = next((position for position in positions if not 0 <= position < size), None)
+    if outside is None:
+        return
+    held = f"positions 0 to {size - 1:,}" if size else "no positions"
+    raise DataError(
+        f"Position {outside:,} is not in {source.description}: it holds {size:,} images ({held})."
+    )
 
 
 class _Reads:
@@ -147,6 +167,8 @@ class ArraySource(_Reads):
     description: str
     image_names: tuple[str, ...] | None = None
     spec: InputSpec = DEFAULT_SPEC
+    split: str | None = None
+    """The CIFAR-10 split the arrays are, when they are one."""
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -187,7 +209,12 @@ class ArraySource(_Reads):
         return self._digest
 
     def origin(self) -> dict[str, Any]:
-        return {"kind": "arrays", "root": None, "description": self.description}
+        return {
+            "kind": "arrays",
+            "root": None,
+            "description": self.description,
+            "split": self.split,
+        }
 
 
 @dataclass(frozen=True)
@@ -204,6 +231,9 @@ class FolderSource(_Reads):
     class_names: tuple[str, ...]
     description: str
     spec: InputSpec = DEFAULT_SPEC
+    split: str | None = None
+    """The split's tree of a folder holding train/ and test/; None for a plain tree, whose
+    images are no split that gradpick knows of."""
 
     def __len__(self) -> int:
         return len(self.relative_names)
@@ -238,7 +268,12 @@ class FolderSource(_Reads):
         return source_fingerprint(self.root, self.relative_names)
 
     def origin(self) -> dict[str, Any]:
-        return {"kind": "folder", "root": str(self.root), "description": self.description}
+        return {
+            "kind": "folder",
+            "root": str(self.root),
+            "description": self.description,
+            "split": self.split,
+        }
 
 
 @dataclass(frozen=True)
@@ -273,7 +308,7 @@ class UploadSource(_Reads):
         return digest.hexdigest()
 
     def origin(self) -> dict[str, Any]:
-        return {"kind": "upload", "root": None, "description": self.description}
+        return {"kind": "upload", "root": None, "description": self.description, "split": None}
 
 
 def cache_dir() -> Path:

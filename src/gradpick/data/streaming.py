@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from gradpick.data.sources import ArraySource, ImageSource
+from gradpick.data.sources import ArraySource, ImageSource, check_positions
 from gradpick.errors import DataError, InputError
 from gradpick.spec import InputSpec
 
@@ -113,6 +113,8 @@ def stream(
     """
     if chunk_size < 1:
         raise InputError(f"chunk_size must be at least 1; got {chunk_size}.")
+    if positions is not None:
+        check_positions(source, positions)
     chunks = _Chunks(source, range(len(source)) if positions is None else positions, chunk_size)
     if workers is None:
         in_memory = isinstance(source, ArraySource) and source.native
