@@ -38,7 +38,13 @@ from gradpick.data.decoding import (
     decode,
     decode_image,
 )
-from gradpick.data.folders import IMAGE_SUFFIXES, cifar10_batches_folder, image_folder, open_source
+from gradpick.data.folders import (
+    IMAGE_SUFFIXES,
+    check_split,
+    cifar10_batches_folder,
+    image_folder,
+    open_source,
+)
 from gradpick.data.sources import (
     CACHE_DIR_ENV,
     CIFAR10_CLASSES,
@@ -49,6 +55,7 @@ from gradpick.data.sources import (
     ProgressCallback,
     UploadSource,
     cache_dir,
+    check_positions,
     images_from_files,
     images_from_paths,
     read,
@@ -85,6 +92,8 @@ __all__ = [
     "UploadSource",
     "batch_positions",
     "cache_dir",
+    "check_positions",
+    "check_split",
     "cifar10",
     "cifar10_batches_folder",
     "decode",
