@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -138,6 +139,16 @@ def test_grads_pt_equals_input_gradients_and_has_a_sidecar(capsys, folder, weigh
     assert sidecar["model"]["card_sha256"] is None  # a custom file has no shipped card
     assert {"gradpick", "torch", "torchvision", "python"} <= set(sidecar["versions"])
     assert "wrote" in out and "saved for backward" in out
+
+
+def test_the_sidecar_records_a_split_only_for_a_folder_of_splits(capsys, folder, weights, tmp_path):
+    shutil.copytree(folder, tmp_path / "splits" / "train")
+    for data_folder, split in ((tmp_path / "splits", "train"), (folder, None)):
+        out_file = tmp_path / "grads.npz"
+        arguments = [*model_arguments(data_folder, weights), "--split", "train", "--indices", "0"]
+        status, out, _ = run(capsys, "grads", *arguments, "--out", str(out_file))
+        assert status == 0, out
+        assert json.loads(out_file.with_suffix(".json").read_text())["source"]["split"] == split
 
 
 def test_grads_npz_with_a_logit_class_by_name(capsys, folder, weights, tmp_path):
@@ -413,6 +424,7 @@ def test_the_cli_and_the_explorer_export_the_same_arrays_and_fields(
     assert sidecar["target_values"] == pytest.approx(report["target_values"], rel=1e-6)
     assert list(sidecar["model"]) == list(report["model"])
     assert list(sidecar["source"]) == list(report["source"]) and sidecar["source"]["N"] == 12
+    assert sidecar["source"]["split"] is None and report["source"]["split"] is None  # plain
 
 
 def test_infer_out_writes_a_store_of_every_image(capsys, ten_classes, weights, tmp_path):

@@ -27,18 +27,21 @@ from gradpick.data import (
     ArraySource,
     Cifar10Mirror,
     FolderSource,
+    ImageSource,
     UploadSource,
     batch_positions,
     cifar10,
     cifar10_batches_folder,
     decode_image,
     decoded_cache,
+    decoding,
     default_cifar10,
     image_folder,
     images_from_files,
     images_from_paths,
     load_batch,
     open_source,
+    sources,
     stream,
 )
 from gradpick.errors import DataError, DownloadError, InputError
@@ -138,7 +141,7 @@ def test_unreadable_bytes_give_a_data_error_naming_the_file(payload: bytes, mess
 def test_an_image_over_the_pixel_limit_is_refused_before_decoding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(data, "MAX_IMAGE_PIXELS", 1000)
+    monkeypatch.setattr(decoding, "MAX_IMAGE_PIXELS", 1000)
     with pytest.raises(DataError, match="big.png: 40x40 pixels is too large.*downscale"):
         decode_image(encode(noise((40, 40)), "PNG"), "big.png")
 
@@ -202,6 +205,25 @@ def test_a_text_file_named_png_fails_when_read(
         source.read([1])
 
 
+@pytest.mark.parametrize("kind", ["folder", "arrays", "uploads"])
+def test_reading_a_position_past_the_end_names_it_and_the_size(
+    image_folder_factory: Callable[..., Path], kind: str
+) -> None:
+    folder = image_folder(image_folder_factory(classes=1, per_class=5))
+    source: ImageSource = {
+        "folder": folder,
+        "arrays": ArraySource(folder.read(range(5)), None, CIFAR10_CLASSES, "arrays"),
+        "uploads": images_from_paths(folder.files),
+    }[kind]
+    with pytest.raises(DataError, match=r"[Pp]osition 7 .* 5 images \(positions 0 to 4\)"):
+        source.read([3, 7])
+    with pytest.raises(DataError, match="[Pp]osition -1 "):
+        source.read([-1])  # not the last image
+    with pytest.raises(DataError, match="[Pp]osition 5 "):
+        list(stream(source, [0, 5], workers=0))
+    assert source.read([4, 0]).shape == (2, 3, 32, 32)
+
+
 def test_open_source_picks_the_split_of_a_train_test_folder(
     image_folder_factory: Callable[..., Path],
 ) -> None:
@@ -247,6 +269,29 @@ def test_a_cifar_batches_folder_is_read_without_download(tmp_path: Path) -> None
     # open_source recognises the folder and the folder that holds it
     assert len(open_source(folder, "test")) == 3
     assert len(open_source(tmp_path, "train")) == 15
+
+
+def test_a_source_records_the_split_it_was_opened_at_and_none_for_a_plain_folder(
+    image_folder_factory: Callable[..., Path], tmp_path: Path
+) -> None:
+    image_folder_factory(classes=2, per_class=1, name="both/train")
+    both = image_folder_factory(classes=3, per_class=1, name="both/test").parent
+    plain = image_folder_factory(classes=2, per_class=2, name="plain")
+    write_cifar_batches(tmp_path / "cifar-10-batches-py")
+    cases = [
+        (open_source(both, "train"), "train"),
+        (open_source(both, "test"), "test"),
+        (open_source(plain, "test"), None),  # the split asked for is not in a plain folder
+        (open_source(plain, "train"), None),
+        (image_folder(plain), None),
+        (open_source(tmp_path, "train"), "train"),
+        (cifar10_batches_folder(tmp_path / "cifar-10-batches-py", "test"), "test"),
+        (images_from_paths(image_folder(plain).files), None),
+    ]
+    for source, split in cases:
+        assert source.origin()["split"] == split, source.description
+        assert load_batch(source).split == split, source.description
+        assert source.at_spec(InputSpec(size=(40, 40))).origin()["split"] == split
 
 
 def test_a_broken_cifar_batches_folder_is_explained(tmp_path: Path) -> None:
@@ -351,6 +396,28 @@ def test_no_download_and_no_cache_is_explained(
 ) -> None:
     with pytest.raises(DownloadError, match="No CIFAR-10 copy.*GRADPICK_CIFAR10_DIR"):
         cifar10("test", root=tmp_path / "cache", download=False, mirror=cifar_stand_in["mirror"])
+
+
+@pytest.mark.parametrize("download", [True, False])
+def test_cifar10_missing_offline_names_both_ways_to_an_existing_copy(
+    cifar_stand_in: dict[str, Any], tmp_path: Path, download: bool
+) -> None:
+    good = cifar_stand_in["mirror"]
+    mirror = Cifar10Mirror(
+        f"http://127.0.0.1:{closed_port()}/cifar-10-python.tar.gz", good.archive_md5, good.file_md5
+    )
+    with pytest.raises(DownloadError) as raised:
+        cifar10("test", root=tmp_path / "cache", download=download, mirror=mirror)
+    message = str(raised.value)
+    assert "GRADPICK_CIFAR10_DIR" in message and "--data" in message, message
+
+
+def test_a_missing_configured_cifar10_folder_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GRADPICK_CIFAR10_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(DataError, match=r"nowhere: no such folder.*\$GRADPICK_CIFAR10_DIR"):
+        default_cifar10("test")
 
 
 def test_default_cifar10_honours_the_environment_variable(
@@ -567,7 +634,7 @@ def test_a_folder_source_holds_paths_not_pixels(
     image_folder_factory: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = image_folder_factory(classes=4, per_class=100, size=(48, 48))
-    monkeypatch.setattr(data, "decode", None)  # opening the folder must decode nothing
+    monkeypatch.setattr(sources, "decode", None)  # opening the folder must decode nothing
     source = image_folder(root, InputSpec(size=(224, 224)))
     decoded_bytes = len(source) * 3 * 224 * 224
     assert len(pickle.dumps(source)) < decoded_bytes / 100
@@ -587,6 +654,23 @@ def test_a_16_bit_png_is_scaled_not_clipped(tmp_path: Path) -> None:
     expected = values.mean() / 65_535 * 255
     assert abs(float(pixels.mean()) - expected) < 0.5
     assert 120 < float(pixels.mean()) < 130  # not 254.7, PIL's clipped conversion
+
+
+def test_16_bit_images_are_scaled_by_the_types_range_not_their_own(tmp_path: Path) -> None:
+    """A dark 16-bit photo stays dark and two exposures keep their difference: one fixed
+    scale (0 to 65,535) for every image, where a scale per image would stretch each."""
+    rng = np.random.default_rng(1)
+    dark = rng.integers(1_000, 3_000, (40, 40)).astype(np.uint16)
+    brighter = dark * 4
+    folder = tmp_path / "exposures" / "only"
+    folder.mkdir(parents=True)
+    for name, values in (("a_dark.png", dark), ("b_brighter.png", brighter)):
+        Image.fromarray(values).save(folder / name)
+    pixels = image_folder(tmp_path / "exposures").read([0, 1]).double()
+    for read, values in zip(pixels, (dark, brighter), strict=True):
+        expected = np.rint(values.astype(np.float64) / 65_535 * 255).mean()
+        assert abs(float(read.mean()) - expected) < 0.5
+    assert float(pixels[0].mean()) < 12 and float(pixels[1].max()) < 48
 
 
 def test_a_corrupt_file_in_a_folder_is_skipped_and_named(

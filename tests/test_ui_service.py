@@ -367,10 +367,11 @@ def test_export_records_name_the_weights_and_the_batch() -> None:
     assert shipped["weights_sha256"] == shipped["card_sha256"] == option.card["sha256"]
     assert shipped["card_test_accuracy"] == option.card["test_accuracy"]
     assert shipped["input_spec"]["size"] == [32, 32]
-    batch = data.ImageBatch(
-        torch.zeros(3, 3, 32, 32, dtype=torch.uint8), None, ("a",), ("x", "y", "z"), (4, 5, 6), "s"
-    )
+    pixels = torch.zeros(3, 3, 32, 32, dtype=torch.uint8)
+    batch = data.ImageBatch(pixels, None, ("a",), ("x", "y", "z"), (4, 5, 6), "s", split="train")
     sliced = service.source_record(DataChoice(split="train", start=4, size=3), batch)
     assert (sliced["split"], sliced["start"], sliced["size"], sliced["N"]) == ("train", 4, 3, 3)
     uploaded = service.source_record(DataChoice(kind="upload", size=None), batch)
     assert uploaded["split"] is None and uploaded["N"] == 3
+    plain = replace(batch, split=None)  # read from a folder without train/ and test/
+    assert service.source_record(DataChoice(kind="folder", split="test"), plain)["split"] is None

@@ -561,7 +561,12 @@ def _cmd_grads(args: argparse.Namespace) -> int:
             quantity=export.quantity(args.target, classes, source.class_names),
             model=loaded.identity(),
             source=export.source_record(
-                source.description, len(positions), args.split, args.start, args.size, args.seed
+                source.description,
+                len(positions),
+                source.origin().get("split"),
+                args.start,
+                args.size,
+                args.seed,
             ),
             memory=result.memory,
         )
@@ -672,7 +677,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     images = as_model_input(source.read(positions[: max(indices) + 1]))
     context = {
         "model": loaded.identity(),
-        "source": {"description": source.description, "split": args.split, "start": args.start},
+        "source": {
+            "description": source.description,
+            "split": source.origin().get("split"),
+            "start": args.start,
+        },
         "image_names": source.names([positions[i] for i in indices]),
         **export.stamp(),
     }

@@ -487,7 +487,7 @@ def source_record(choice: DataChoice, batch: ImageBatch) -> dict[str, Any]:
     if choice.kind == "upload":
         return export.source_record(batch.source, len(batch))
     return export.source_record(
-        batch.source, len(batch), choice.split, choice.start, choice.size, choice.seed
+        batch.source, len(batch), batch.split, choice.start, choice.size, choice.seed
     )
 
 

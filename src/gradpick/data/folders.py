@@ -1,0 +1,125 @@
+"""Opening local folders: ImageFolder trees, train/test trees and ``cifar-10-batches-py``.
+
+Opening a folder lists and sorts its files (ImageFolder order) and decodes nothing; a
+``cifar-10-batches-py`` folder is small enough to be read into memory at once.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gradpick.data.decoding import DEFAULT_SPEC
+from gradpick.data.sources import CIFAR10_CLASSES, ArraySource, FolderSource, ImageSource
+from gradpick.errors import DataError, InputError
+from gradpick.spec import InputSpec
+
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "check_split",
+    "cifar10_batches_folder",
+    "image_folder",
+    "open_source",
+]
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+
+
+def image_folder(root: str | Path, spec: InputSpec = DEFAULT_SPEC) -> FolderSource:
+    """An ImageFolder tree: one sub-folder per class (sorted names give the class order), its
+    files sorted within each class, as ``torchvision.datasets.ImageFolder`` orders them."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise DataError(f"{root}: no such folder. Give a folder with one sub-folder per class.")
+    class_names = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+    names: list[str] = []
+    labels: list[int] = []
+    for label, class_name in enumerate(class_names):
+        class_files = sorted(
+            entry.name
+            for entry in os.scandir(root / class_name)
+            if os.path.splitext(entry.name)[1].lower() in IMAGE_SUFFIXES
+        )
+        names.extend(f"{class_name}/{name}" for name in class_files)
+        labels.extend([label] * len(class_files))
+    if not names:
+        raise DataError(
+            f"{root}: no images found. Expected the ImageFolder layout "
+            "root/<class>/<image>.png|jpg|webp, for example .../cifar10-jpg/test."
+        )
+    return FolderSource(
+        root=root,
+        relative_names=tuple(names),
+        label_tensor=torch.tensor(labels, dtype=torch.long),
+        class_names=tuple(class_names),
+        description=f"folder {root}",
+        spec=spec,
+    )
+
+
+def cifar10_batches_folder(
+    folder: str | Path, split: str = "test", spec: InputSpec = DEFAULT_SPEC
+) -> ArraySource:
+    """torchvision's extracted ``cifar-10-batches-py`` folder, read without any download."""
+    folder = Path(folder).expanduser()
+    names = ["test_batch"] if split == "test" else [f"data_batch_{i}" for i in range(1, 6)]
+    check_split(split)
+    images: list[np.ndarray] = []
+    labels: list[int] = []
+    for name in names:
+        path = folder / name
+        if not path.is_file():
+            raise DataError(f"{folder}: missing {name}; is this a cifar-10-batches-py folder?")
+        try:
+            with path.open("rb") as handle:
+                entry = pickle.load(handle, encoding="latin1")
+            images.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            labels.extend(entry["labels"] if "labels" in entry else entry["fine_labels"])
+        except (pickle.UnpicklingError, KeyError, ValueError, EOFError) as error:
+            raise DataError(f"{path}: not a CIFAR-10 batch file ({error}).") from None
+    class_names = CIFAR10_CLASSES
+    meta = folder / "batches.meta"
+    if meta.is_file():
+        with meta.open("rb") as handle:
+            class_names = tuple(pickle.load(handle, encoding="latin1")["label_names"])
+    return ArraySource(
+        images=torch.from_numpy(np.concatenate(images)),
+        label_tensor=torch.tensor(labels, dtype=torch.long),
+        class_names=class_names,
+        description=f"CIFAR-10 {split} ({folder})",
+        spec=spec,
+        split=split,
+    )
+
+
+def check_split(split: str) -> None:
+    """Refuse a split name CIFAR-10 and train/test folders do not have."""
+    if split not in ("train", "test"):
+        raise InputError(f"Unknown split '{split}'; use 'train' or 'test'.")
+
+
+def open_source(
+    location: str | Path, split: str = "test", spec: InputSpec = DEFAULT_SPEC
+) -> ImageSource:
+    """Open a local path of any supported kind.
+
+    Accepts an ImageFolder tree, a folder holding ``train``/``test`` ImageFolder trees, a
+    ``cifar-10-batches-py`` folder or the folder that contains one. ``split`` picks the tree or
+    batches of that split; a plain ImageFolder tree is read whole, and its ``split`` is None, so
+    nothing downstream records a split the images are not.
+    """
+    check_split(split)
+    path = Path(location).expanduser()
+    if not path.is_dir():
+        raise DataError(f"{path}: no such folder.")
+    for candidate in (path, path / "cifar-10-batches-py"):
+        if (candidate / "test_batch").is_file():
+            return cifar10_batches_folder(candidate, split, spec)
+    if (path / split).is_dir():
+        return replace(image_folder(path / split, spec), split=split)
+    return image_folder(path, spec)
