@@ -19,7 +19,7 @@ import pytest
 
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SOURCE / "gradpick"
-FRONT_ENDS = ("gradpick.cli", "gradpick.bench", "gradpick.ui")
+FRONT_ENDS = ("gradpick.cli", "gradpick.bench", "gradpick.ui", "gradpick.__main__")
 MOST_LINES = 700
 """A module longer than this does more than one job."""
 
