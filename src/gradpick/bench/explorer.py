@@ -36,100 +36,37 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gradpick.bench.pages import (
+    CELLS_JS,
+    CONFUSION,
+    LARGE_TIMEOUT_MS,
+    PAGE_SIZE,
+    SCATTER,
+    browser_work,
+    click_until_changed,
+    click_until_heatmaps,
+    idle,
+    isolated_points,
+    metric,
+    number,
+    open_session,
+    settled_points,
+    switch_tab,
+    thumbnail,
+    wait,
+)
 from gradpick.bench.rows import markdown_table
 from gradpick.bench.serving import (
-    APP_IDLE,
     CHROMIUM_ARGS,
-    HEATMAP_INDICES_JS,
-    HEATMAPS_SHOW_JS,
-    LOAD_TIMEOUT_MS,
-    SCATTER_POINTS_JS,
-    VIEWPORT,
     streamlit_server,
 )
 from gradpick.data import CACHE_DIR_ENV, CIFAR10_DIR_ENV
 from gradpick.errors import InputError
-from gradpick.ui import keys
-
-OBSERVE_JS = """
-([condition, arg, timeout]) => new Promise((resolve, reject) => {
-  const holds = new Function('return (' + condition + ')')();
-  let observer = null;
-  const timer = setTimeout(() => {
-    if (observer) observer.disconnect();
-    reject(new Error('not true within ' + timeout + ' ms: ' + condition.trim().slice(0, 200)));
-  }, timeout);
-  const check = () => {
-    if (!holds(arg)) return false;
-    if (observer) observer.disconnect();
-    clearTimeout(timer);
-    requestAnimationFrame(() => resolve(performance.timeOrigin + performance.now()));
-    return true;
-  };
-  if (!check()) {
-    observer = new MutationObserver(check);
-    observer.observe(document, {childList: true, subtree: true, attributes: true,
-                                characterData: true});
-  }
-})
-"""
-"""Resolves with the time (epoch ms, the page's clock) of the first frame after ``condition(arg)``
-became true, checked on every change of the page rather than polled: polling eight pages every
-few milliseconds would load the very browser whose drawing is being timed."""
-IDLE_JS = f"() => Boolean(document.querySelector('{APP_IDLE}'))"
-GRID = keys.selector(keys.GRID_CHART)
-SCATTER = keys.selector(keys.SCATTER_CHART)
-CONFUSION = keys.selector(keys.CONFUSION_CHART)
-PAGE_SIZE = 100
-CLICK_TIMEOUT_MS = 60_000
-"""A click whose heatmaps take longer counts as failed (its phase is reported and skipped)."""
-LARGE_TIMEOUT_MS = 900_000
-"""Reading and inferring the whole split on two busy cores takes minutes."""
-"""Thumbnails on the grid's first page, the ones clicked."""
-
-DRAWN_JS = """
-(selector) => {
-  const gd = document.querySelector(selector + ' .js-plotly-plot');
-  return Boolean(gd && gd._fullLayout && gd.getBoundingClientRect().width > 0
-    && gd.querySelector('.main-svg'));
-}
-"""
-"""True once the plotly chart in ``selector`` is laid out and visible."""
-
-THUMBNAILS_JS = f"""
-() => {{
-  const gd = document.querySelector('{GRID} .js-plotly-plot');
-  const sheet = gd && gd.querySelector('.layer-below image, image');
-  return Boolean(sheet && sheet.getBoundingClientRect().width > 0);
-}}
-"""
-"""True once the thumbnail sheet of the grid's page is in the page."""
-
-CELLS_JS = f"""
-() => {{
-  const gd = document.querySelector('{CONFUSION} .js-plotly-plot');
-  const box = gd.getBoundingClientRect();
-  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, trace = gd._fullData[0];
-  return trace.x.map((x, i) => ({{
-    x: box.left + xa._offset + xa.d2p(x), y: box.top + ya._offset + ya.d2p(trace.y[i]),
-    count: Number(trace.text[i]), cell: trace.customdata[i]}}));
-}}
-"""
-"""Page coordinates, image count and [true, predicted] of every confusion-matrix cell."""
-
-HEATMAPS_CHANGED_JS = f"""
-(before) => {{
-  const shown = ({HEATMAP_INDICES_JS})();
-  return shown.length > 0 && JSON.stringify(shown) !== JSON.stringify(before);
-}}
-"""
-"""True once the heatmaps show images other than ``before`` (a click on crowded markers may
-pick a neighbour of the aimed one: what is timed is the click's own heatmaps)."""
 
 
 def default_app() -> Path:
@@ -344,105 +281,17 @@ def _run_plain_reference(
 # ----------------------------------------------------------------------------- the browser
 
 
-async def _wait(
-    page: Any, script: str, arg: Any = None, timeout_ms: float = LOAD_TIMEOUT_MS
-) -> float:
-    """Wait until ``script(arg)`` is truthy in the page (``OBSERVE_JS``); returns when, on this
-    process's time.monotonic clock, the page drew its first frame after that."""
-    held_at = await page.evaluate(OBSERVE_JS, [script, arg, timeout_ms]) / 1000
-    return time.monotonic() - (time.time() - held_at)
-
-
-async def _idle(page: Any, timeout_ms: float = LOAD_TIMEOUT_MS) -> float:
-    return await _wait(page, IDLE_JS, timeout_ms=timeout_ms)
-
-
-async def _metric(page: Any, label: str) -> str:
-    metric = page.locator('[data-testid="stMetric"]').filter(has_text=label)
-    return str(await metric.locator('[data-testid="stMetricValue"]').inner_text())
-
-
-def _number(text: str) -> float:
-    """The number at the start of a readout such as "1,234 ms" or "991 img/s"."""
-    return float(text.split()[0].replace(",", ""))
-
-
-@dataclass
-class Opened:
-    """A new session's page and when (time.monotonic) it was asked for, its websocket opened
-    (Streamlit's page loaded in the browser, the session begun) and its thumbnails showed."""
-
-    page: Any
-    asked: float
-    connected: float
-    shown: float
-
-
-async def _open(browser: Any, url: str) -> Opened:
-    """A new session on the explorer, once its first page is idle."""
-    context = await browser.new_context(viewport=VIEWPORT)
-    page = await context.new_page()
-    page.set_default_timeout(LOAD_TIMEOUT_MS)
-    connected: list[float] = []
-    page.on("websocket", lambda _: connected.append(time.monotonic()))
-    asked = time.monotonic()
-    await page.goto(url)
-    shown = await _wait(page, THUMBNAILS_JS)
-    await _idle(page)
-    return Opened(page, asked, connected[0] if connected else float("nan"), shown)
-
-
-async def _browser_work(page: Any) -> Callable[[], Awaitable[float]]:
-    """A reader of the page's main-thread work so far, in milliseconds (Chrome's own
-    ``TaskDuration``, CPU time the renderer spent on tasks, read through the DevTools protocol)."""
-    session = await page.context.new_cdp_session(page)
-    await session.send("Performance.enable")
-
-    async def read() -> float:
-        metrics = (await session.send("Performance.getMetrics"))["metrics"]
-        return 1000 * next(m["value"] for m in metrics if m["name"] == "TaskDuration")
-
-    return read
-
-
-async def _settled_points(page: Any, selector: str) -> dict[str, Any]:
-    """``SCATTER_POINTS_JS`` once two readings 100 ms apart agree: a chart that was just drawn
-    may still be resized to its column (the grid keeps its cells square, so its rows move)."""
-    layout = await page.evaluate(SCATTER_POINTS_JS, selector)
-    while True:
-        await asyncio.sleep(0.1)
-        again = await page.evaluate(SCATTER_POINTS_JS, selector)
-        if again == layout:
-            return dict(layout)
-        layout = again
-
-
-async def _thumbnail(page: Any, index: int) -> dict[str, float]:
-    layout = await _settled_points(page, GRID)
-    point = next(p for p in layout["points"] if p["index"] == index)
-    return {"x": float(point["x"]), "y": float(point["y"])}
-
-
-async def _click_until_heatmaps(page: Any, point: dict[str, float], expected: list[int]) -> float:
-    """Click ``point``; milliseconds until the heatmaps of ``expected`` are visible."""
-    await page.mouse.move(point["x"], point["y"])
-    clicked = time.monotonic()
-    await page.mouse.click(point["x"], point["y"])
-    shown = await _wait(page, HEATMAPS_SHOW_JS, [expected, False], CLICK_TIMEOUT_MS)
-    return (shown - clicked) * 1000
-
-
 async def _thumbnail_clicks(page: Any, picks: list[int], steps: dict[str, Step]) -> None:
-    work = await _browser_work(page)
+    work = await browser_work(page)
     for index in picks:
-        point = await _thumbnail(page, index)
+        point = await thumbnail(page, index)
         before = await work()
         clicked = time.monotonic()
-        steps["click"].samples.append(await _click_until_heatmaps(page, point, [index]))
-        steps["click_idle"].samples.append((await _idle(page) - clicked) * 1000)
+        steps["click"].samples.append(await click_until_heatmaps(page, point, [index]))
+        steps["click_idle"].samples.append((await idle(page) - clicked) * 1000)
         steps["click_browser"].samples.append(await work() - before)
-        server = _number(await _metric(page, "Server time for this update"))
-        step = _number(await _metric(page, "Gradient step"))
+        server = number(await metric(page, "Server time for this update"))
+        step = number(await metric(page, "Gradient step"))
         steps["server"].samples.append(server)
         steps["step"].samples.append(step)
         steps["beyond"].samples.append(server - step)
@@ -463,51 +312,28 @@ async def _sessions_at_once(
     on a warm server."""
     pages = []
     for _ in range(sessions):
-        opened = await _open(browser, url)
+        opened = await open_session(browser, url)
         steps["warm_first"].samples.append((opened.shown - opened.asked) * 1000)
         pages.append(opened.page)
-    readers = [await _browser_work(page) for page in pages]
+    readers = [await browser_work(page) for page in pages]
     for round_number in range(rounds):
         chosen = picks[round_number * sessions : (round_number + 1) * sessions]
-        points = [await _thumbnail(page, index) for page, index in zip(pages, chosen, strict=True)]
+        points = [await thumbnail(page, index) for page, index in zip(pages, chosen, strict=True)]
         before = [await read() for read in readers]
         times = await asyncio.gather(
             *(
-                _click_until_heatmaps(page, point, [index])
+                click_until_heatmaps(page, point, [index])
                 for page, point, index in zip(pages, points, chosen, strict=True)
             )
         )
         steps["sessions"].samples.extend(times)
-        await asyncio.gather(*(_idle(page) for page in pages))
+        await asyncio.gather(*(idle(page) for page in pages))
         for page, read, work_before in zip(pages, readers, before, strict=True):
             steps["sessions_browser"].samples.append(await read() - work_before)
-            server = _number(await _metric(page, "Server time for this update"))
+            server = number(await metric(page, "Server time for this update"))
             steps["sessions_server"].samples.append(server)
     for page in pages:
         await page.context.close()
-
-
-async def _switch_tab(page: Any, name: str, chart: str) -> float:
-    clicked = time.monotonic()
-    await page.get_by_role("tab", name=name, exact=True).click()
-    return (await _wait(page, DRAWN_JS, chart) - clicked) * 1000
-
-
-def _isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dict[str, Any]]:
-    """Markers with no other marker within ``distance`` pixels, left to right."""
-    points = layout["points"]
-    found = []
-    for point in sorted(points, key=lambda p: p["x"]):
-        near = [
-            p
-            for p in points
-            if p is not point
-            and abs(p["x"] - point["x"]) < distance
-            and abs(p["y"] - point["y"]) < distance
-        ]
-        if not near:
-            found.append(point)
-    return found
 
 
 async def _large_batch(
@@ -519,43 +345,30 @@ async def _large_batch(
     await size_box.fill(str(config.large_size))
     pressed = time.monotonic()
     await size_box.press("Enter")
-    await _wait(
+    await wait(
         page,
         "(size) => Array.from(document.querySelectorAll('[data-testid=\"stMetricValue\"]'))"
         ".some((el) => el.textContent.trim() === size)",
         f"{config.large_size:,}",
         LARGE_TIMEOUT_MS,
     )
-    ready = await _idle(page, LARGE_TIMEOUT_MS)
+    ready = await idle(page, LARGE_TIMEOUT_MS)
     steps["large_ready"].samples.append((ready - pressed) * 1000)
-    readouts["large_inference"] = await _metric(page, "Throughput")
+    readouts["large_inference"] = await metric(page, "Throughput")
     for _ in range(config.clicks):
-        steps["scatter_tab"].samples.append(await _switch_tab(page, "Confidence vs loss", SCATTER))
-        steps["confusion_tab"].samples.append(
-            await _switch_tab(page, "Confusion matrix", CONFUSION)
-        )
+        steps["scatter_tab"].samples.append(await switch_tab(page, "Confidence vs loss", SCATTER))
+        steps["confusion_tab"].samples.append(await switch_tab(page, "Confusion matrix", CONFUSION))
     cells = [
         cell
         for cell in await page.evaluate(CELLS_JS)
         if cell["cell"][0] != cell["cell"][1] and 1 <= cell["count"] <= 16
     ]
     for cell in cells[: config.clicks]:
-        steps["confusion_click"].samples.append(await _click_until_changed(page, cell))
-    await _switch_tab(page, "Confidence vs loss", SCATTER)
-    isolated = _isolated_points(await _settled_points(page, SCATTER))
+        steps["confusion_click"].samples.append(await click_until_changed(page, cell))
+    await switch_tab(page, "Confidence vs loss", SCATTER)
+    isolated = isolated_points(await settled_points(page, SCATTER))
     for point in isolated[: config.clicks]:
-        steps["scatter_click"].samples.append(await _click_until_changed(page, point))
-
-
-async def _click_until_changed(page: Any, point: dict[str, Any]) -> float:
-    """Click ``point``; milliseconds until the heatmaps show another pick (then wait for idle)."""
-    before = await page.evaluate(HEATMAP_INDICES_JS)
-    await page.mouse.move(point["x"], point["y"])
-    clicked = time.monotonic()
-    await page.mouse.click(point["x"], point["y"])
-    shown = await _wait(page, HEATMAPS_CHANGED_JS, before, CLICK_TIMEOUT_MS)
-    await _idle(page)
-    return (shown - clicked) * 1000
+        steps["scatter_click"].samples.append(await click_until_changed(page, point))
 
 
 def _steps(large_size: int) -> dict[str, Step]:
@@ -616,11 +429,11 @@ async def _drive(
         browser = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         prefix = _prefix(config.server_cpus)
         with streamlit_server(config.app, env, config.log, config.python, prefix) as server:
-            opened = await _open(browser, server.url)
+            opened = await open_session(browser, server.url)
             page = opened.page
             steps["first"].samples.append((opened.shown - server.healthy_at) * 1000)
             steps["first_connected"].samples.append((opened.connected - server.healthy_at) * 1000)
-            readouts["first_inference"] = await _metric(page, "Throughput")
+            readouts["first_inference"] = await metric(page, "Throughput")
             await phase("clicks", _thumbnail_clicks(page, picks[: config.clicks], steps))
             await phase(
                 "sessions",
@@ -673,7 +486,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         plain[key] = statistics.mean([plain[key], after[key]])
     ratios = {
         "inference in the app / plain process, N = 1,000 (the server's first, cold)": (
-            _number(readouts["first_inference"]) / plain["infer_1000_img_s"]
+            number(readouts["first_inference"]) / plain["infer_1000_img_s"]
         ),
         "gradient step, page readout / plain process (medians)": (
             steps["step"].median / steps["plain_step"].median
@@ -681,7 +494,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     }
     if "large_inference" in readouts:
         name = f"inference in the app / plain process, N = {config.large_size:,} (target ≥ 0.9)"
-        large = _number(readouts["large_inference"])
+        large = number(readouts["large_inference"])
         ratios[name] = large / plain[f"infer_{config.large_size}_img_s"]
     context = {
         "cpus": os.cpu_count(),

@@ -66,8 +66,8 @@ class InferBenchConfig:
     memory_stand_in: tuple[int, ...] = ()
     """Sides whose memory rows use the pooling stand-in instead of the benchmark's model."""
     fixed_mmap_threshold: bool = False
-    """Memory runs with the explorer's allocator setting (``gradpick.process``): glibc otherwise keeps
-    freed activation buffers of every batch on its heap, and resident memory creeps up."""
+    """Memory runs with the explorer's allocator setting (``gradpick.process``): glibc otherwise
+    keeps freed activation buffers of every batch on its heap, and resident memory creeps up."""
     device: str = "auto"
     threads: int | None = None
 

@@ -1,0 +1,249 @@
+"""The page side of the explorer benchmark: scripts that run in the browser, and the actions
+(open a session, click, switch a tab) that time themselves by them.
+
+Every wait is ``OBSERVE_JS``: a ``MutationObserver`` that resolves on the first frame after its
+condition holds, on the page's clock, so nothing polls the pages being measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gradpick.bench.serving import (
+    APP_IDLE,
+    HEATMAP_INDICES_JS,
+    HEATMAPS_SHOW_JS,
+    LOAD_TIMEOUT_MS,
+    SCATTER_POINTS_JS,
+    VIEWPORT,
+)
+from gradpick.ui import keys
+
+__all__ = [
+    "CELLS_JS",
+    "CLICK_TIMEOUT_MS",
+    "CONFUSION",
+    "DRAWN_JS",
+    "GRID",
+    "HEATMAPS_CHANGED_JS",
+    "IDLE_JS",
+    "LARGE_TIMEOUT_MS",
+    "OBSERVE_JS",
+    "Opened",
+    "PAGE_SIZE",
+    "SCATTER",
+    "THUMBNAILS_JS",
+    "browser_work",
+    "click_until_changed",
+    "click_until_heatmaps",
+    "idle",
+    "isolated_points",
+    "metric",
+    "number",
+    "open_session",
+    "settled_points",
+    "switch_tab",
+    "thumbnail",
+    "wait",
+]
+
+OBSERVE_JS = """
+([condition, arg, timeout]) => new Promise((resolve, reject) => {
+  const holds = new Function('return (' + condition + ')')();
+  let observer = null;
+  const timer = setTimeout(() => {
+    if (observer) observer.disconnect();
+    reject(new Error('not true within ' + timeout + ' ms: ' + condition.trim().slice(0, 200)));
+  }, timeout);
+  const check = () => {
+    if (!holds(arg)) return false;
+    if (observer) observer.disconnect();
+    clearTimeout(timer);
+    requestAnimationFrame(() => resolve(performance.timeOrigin + performance.now()));
+    return true;
+  };
+  if (!check()) {
+    observer = new MutationObserver(check);
+    observer.observe(document, {childList: true, subtree: true, attributes: true,
+                                characterData: true});
+  }
+})
+"""
+"""Resolves with the time (epoch ms, the page's clock) of the first frame after ``condition(arg)``
+became true, checked on every change of the page rather than polled: polling eight pages every
+few milliseconds would load the very browser whose drawing is being timed."""
+IDLE_JS = f"() => Boolean(document.querySelector('{APP_IDLE}'))"
+GRID = keys.selector(keys.GRID_CHART)
+SCATTER = keys.selector(keys.SCATTER_CHART)
+CONFUSION = keys.selector(keys.CONFUSION_CHART)
+PAGE_SIZE = 100
+CLICK_TIMEOUT_MS = 60_000
+"""A click whose heatmaps take longer counts as failed (its phase is reported and skipped)."""
+LARGE_TIMEOUT_MS = 900_000
+"""Reading and inferring the whole split on two busy cores takes minutes."""
+"""Thumbnails on the grid's first page, the ones clicked."""
+
+DRAWN_JS = """
+(selector) => {
+  const gd = document.querySelector(selector + ' .js-plotly-plot');
+  return Boolean(gd && gd._fullLayout && gd.getBoundingClientRect().width > 0
+    && gd.querySelector('.main-svg'));
+}
+"""
+"""True once the plotly chart in ``selector`` is laid out and visible."""
+
+THUMBNAILS_JS = f"""
+() => {{
+  const gd = document.querySelector('{GRID} .js-plotly-plot');
+  const sheet = gd && gd.querySelector('.layer-below image, image');
+  return Boolean(sheet && sheet.getBoundingClientRect().width > 0);
+}}
+"""
+"""True once the thumbnail sheet of the grid's page is in the page."""
+
+CELLS_JS = f"""
+() => {{
+  const gd = document.querySelector('{CONFUSION} .js-plotly-plot');
+  const box = gd.getBoundingClientRect();
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, trace = gd._fullData[0];
+  return trace.x.map((x, i) => ({{
+    x: box.left + xa._offset + xa.d2p(x), y: box.top + ya._offset + ya.d2p(trace.y[i]),
+    count: Number(trace.text[i]), cell: trace.customdata[i]}}));
+}}
+"""
+"""Page coordinates, image count and [true, predicted] of every confusion-matrix cell."""
+
+HEATMAPS_CHANGED_JS = f"""
+(before) => {{
+  const shown = ({HEATMAP_INDICES_JS})();
+  return shown.length > 0 && JSON.stringify(shown) !== JSON.stringify(before);
+}}
+"""
+"""True once the heatmaps show images other than ``before`` (a click on crowded markers may
+pick a neighbour of the aimed one: what is timed is the click's own heatmaps)."""
+
+
+async def wait(
+    page: Any, script: str, arg: Any = None, timeout_ms: float = LOAD_TIMEOUT_MS
+) -> float:
+    """Wait until ``script(arg)`` is truthy in the page (``OBSERVE_JS``); returns when, on this
+    process's time.monotonic clock, the page drew its first frame after that."""
+    held_at = await page.evaluate(OBSERVE_JS, [script, arg, timeout_ms]) / 1000
+    return time.monotonic() - (time.time() - held_at)
+
+
+async def idle(page: Any, timeout_ms: float = LOAD_TIMEOUT_MS) -> float:
+    return await wait(page, IDLE_JS, timeout_ms=timeout_ms)
+
+
+async def metric(page: Any, label: str) -> str:
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text=label)
+    return str(await metric.locator('[data-testid="stMetricValue"]').inner_text())
+
+
+def number(text: str) -> float:
+    """The number at the start of a readout such as "1,234 ms" or "991 img/s"."""
+    return float(text.split()[0].replace(",", ""))
+
+
+@dataclass
+class Opened:
+    """A new session's page and when (time.monotonic) it was asked for, its websocket opened
+    (Streamlit's page loaded in the browser, the session begun) and its thumbnails showed."""
+
+    page: Any
+    asked: float
+    connected: float
+    shown: float
+
+
+async def open_session(browser: Any, url: str) -> Opened:
+    """A new session on the explorer, once its first page is idle."""
+    context = await browser.new_context(viewport=VIEWPORT)
+    page = await context.new_page()
+    page.set_default_timeout(LOAD_TIMEOUT_MS)
+    connected: list[float] = []
+    page.on("websocket", lambda _: connected.append(time.monotonic()))
+    asked = time.monotonic()
+    await page.goto(url)
+    shown = await wait(page, THUMBNAILS_JS)
+    await idle(page)
+    return Opened(page, asked, connected[0] if connected else float("nan"), shown)
+
+
+async def browser_work(page: Any) -> Callable[[], Awaitable[float]]:
+    """A reader of the page's main-thread work so far, in milliseconds (Chrome's own
+    ``TaskDuration``, CPU time the renderer spent on tasks, read through the DevTools protocol)."""
+    session = await page.context.new_cdp_session(page)
+    await session.send("Performance.enable")
+
+    async def read() -> float:
+        metrics = (await session.send("Performance.getMetrics"))["metrics"]
+        return 1000 * next(m["value"] for m in metrics if m["name"] == "TaskDuration")
+
+    return read
+
+
+async def settled_points(page: Any, selector: str) -> dict[str, Any]:
+    """``SCATTER_POINTS_JS`` once two readings 100 ms apart agree: a chart that was just drawn
+    may still be resized to its column (the grid keeps its cells square, so its rows move)."""
+    layout = await page.evaluate(SCATTER_POINTS_JS, selector)
+    while True:
+        await asyncio.sleep(0.1)
+        again = await page.evaluate(SCATTER_POINTS_JS, selector)
+        if again == layout:
+            return dict(layout)
+        layout = again
+
+
+async def thumbnail(page: Any, index: int) -> dict[str, float]:
+    layout = await settled_points(page, GRID)
+    point = next(p for p in layout["points"] if p["index"] == index)
+    return {"x": float(point["x"]), "y": float(point["y"])}
+
+
+async def click_until_heatmaps(page: Any, point: dict[str, float], expected: list[int]) -> float:
+    """Click ``point``; milliseconds until the heatmaps of ``expected`` are visible."""
+    await page.mouse.move(point["x"], point["y"])
+    clicked = time.monotonic()
+    await page.mouse.click(point["x"], point["y"])
+    shown = await wait(page, HEATMAPS_SHOW_JS, [expected, False], CLICK_TIMEOUT_MS)
+    return (shown - clicked) * 1000
+
+
+async def switch_tab(page: Any, name: str, chart: str) -> float:
+    clicked = time.monotonic()
+    await page.get_by_role("tab", name=name, exact=True).click()
+    return (await wait(page, DRAWN_JS, chart) - clicked) * 1000
+
+
+def isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dict[str, Any]]:
+    """Markers with no other marker within ``distance`` pixels, left to right."""
+    points = layout["points"]
+    found = []
+    for point in sorted(points, key=lambda p: p["x"]):
+        near = [
+            p
+            for p in points
+            if p is not point
+            and abs(p["x"] - point["x"]) < distance
+            and abs(p["y"] - point["y"]) < distance
+        ]
+        if not near:
+            found.append(point)
+    return found
+
+
+async def click_until_changed(page: Any, point: dict[str, Any]) -> float:
+    """Click ``point``; milliseconds until the heatmaps show another pick (then wait for idle)."""
+    before = await page.evaluate(HEATMAP_INDICES_JS)
+    await page.mouse.move(point["x"], point["y"])
+    clicked = time.monotonic()
+    await page.mouse.click(point["x"], point["y"])
+    shown = await wait(page, HEATMAPS_CHANGED_JS, before, CLICK_TIMEOUT_MS)
+    await idle(page)
+    return (shown - clicked) * 1000
