@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import test_cli
 
 from gradpick import data, models
 from gradpick.cli import main
+from gradpick.cli.arguments import step_progress
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.report import CheckOptions, report_dict, run_checks
 
@@ -96,3 +98,34 @@ def test_a_class_by_name_is_explained_for_every_pick(capsys, folder, weights, tm
     assert record["classes"] == [2, 2] and record["class_names"] == [names[2]] * 2
     assert [row["class"] for row in record["completeness"]] == [2, 2]
     assert list(record["randomisation"]) == ["gradient"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_one_line_per_step_unless_on_a_terminal():
+    log = io.StringIO()
+    progress = step_progress("randomising layers", log)
+    for done in (1, 2, 3):
+        progress(done, 3)
+    assert log.getvalue().splitlines() == [f"randomising layers: {n} of 3" for n in (1, 2, 3)]
+    terminal = _Terminal()
+    progress = step_progress("randomising layers", terminal)
+    for done in (1, 2, 3):
+        progress(done, 3)
+    text = terminal.getvalue()
+    assert text.count("\r") == 3 and text.endswith("randomising layers: 3 of 3\n")
+    assert text.count("\n") == 1  # every step overwrites the last on the same line
+
+
+def test_check_progress_in_a_log_is_one_line_per_layer(capsys, folder, weights, tmp_path):
+    out = tmp_path / "checks.json"
+    status, _, err = check(capsys, folder, weights, "--indices", "0", *QUICK, "--json", str(out))
+    assert status == 0
+    steps = [line for line in err.splitlines() if "randomising layers" in line]
+    assert steps and all(line.startswith("randomising layers: ") for line in steps)
+    assert all(line.count(" of ") == 1 for line in steps) and "\r" not in err
+    total = steps[-1].rsplit(" of ", 1)[1]
+    assert steps[-1] == f"randomising layers: {total} of {total}"
