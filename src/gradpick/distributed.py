@@ -452,6 +452,8 @@ def _check_rows(rows: Sequence[Row]) -> None:
 def _written_positions(partial: Path) -> np.ndarray:
     import pyarrow.dataset as ds
 
+    if not list(partial.glob("*.parquet")):  # every image unreadable: Ray wrote no part
+        return np.empty(0, dtype=np.int64)
     written = ds.dataset(str(partial), format="parquet").to_table(columns=["position"])
     return np.sort(written.column("position").to_numpy())
 
