@@ -15,8 +15,9 @@ from gradpick.cli.arguments import step_progress
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.report import CheckOptions, report_dict, run_checks
 
-folder, weights = test_cli.folder, test_cli.weights
-"""The command line tests' fixtures: a 12-image folder (3 classes) and tiny tutorial weights."""
+folder, fitting, weights = test_cli.folder, test_cli.fitting, test_cli.weights
+"""The command line tests' fixtures: a 12-image folder (3 classes), a 40-image one (10 classes)
+and tiny tutorial weights."""
 QUICK = ["--samples", "3", "--steps", "4", "--layers", "2", "--ig-steps", "6"]
 
 
@@ -86,7 +87,8 @@ def test_check_has_help(capsys):
     assert "--ig-steps" in capsys.readouterr().out
 
 
-def test_a_class_by_name_is_explained_for_every_pick(capsys, folder, weights, tmp_path):
+def test_a_class_by_name_is_explained_for_every_pick(capsys, fitting, weights, tmp_path):
+    folder = fitting  # classes the ten-output model's own: their names name its outputs
     out = tmp_path / "checks.json"
     names = data.image_folder(folder).class_names
     extra = ["--methods", "gradient", "--baselines", "black", "--class", names[2]]
@@ -129,3 +131,19 @@ def test_check_progress_in_a_log_is_one_line_per_layer(capsys, folder, weights, 
     assert all(line.count(" of ") == 1 for line in steps) and "\r" not in err
     total = steps[-1].rsplit(" of ", 1)[1]
     assert steps[-1] == f"randomising layers: {total} of {total}"
+
+
+def test_classes_are_named_as_the_model_names_them_when_the_folder_does_not_fit(
+    capsys, folder, weights, tmp_path
+):
+    """Three class folders for a ten-output model: class 2 is CIFAR-10's 'bird', not the
+    folder's third class, and --class takes the model's names."""
+    out = tmp_path / "checks.json"
+    extra = ["--methods", "gradient", "--baselines", "black", "--class", "bird"]
+    status, _, err = check(
+        capsys, folder, weights, "--indices", "0", *QUICK, *extra, "--json", str(out)
+    )
+    assert status == 0, err
+    record = json.loads(out.read_text())
+    assert record["classes"] == [data.CIFAR10_CLASSES.index("bird")]
+    assert record["class_names"] == ["bird"]

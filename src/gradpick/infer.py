@@ -437,11 +437,7 @@ def fit_classes(
     ignored = "their labels are ignored" + (
         "" if names else " and the model's class names are used"
     )
-    names = names or (
-        CIFAR10_CLASSES
-        if classes == len(CIFAR10_CLASSES)
-        else tuple(f"class {index}" for index in range(classes))
-    )
+    names = output_names(classes, names)
     fitted = replace(batch, labels=None, class_names=names)
     if batch.labels is None:  # uploads: no labels to ignore, only the model's names to use
         return fitted, None
@@ -456,3 +452,13 @@ def labels_fit(class_names: Sequence[str], classes: int) -> bool:
     """Whether images labelled in ``class_names`` keep their labels for a model of ``classes``
     outputs (``fit_classes`` drops them otherwise, and with them the loss target)."""
     return len(class_names) == classes
+
+
+def output_names(classes: int, names: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Names of a model's ``classes`` outputs when the images' own do not fit: ``names`` when
+    given, CIFAR-10's for ten outputs, else 'class 0', 'class 1', ..."""
+    return names or (
+        CIFAR10_CLASSES
+        if classes == len(CIFAR10_CLASSES)
+        else tuple(f"class {index}" for index in range(classes))
+    )

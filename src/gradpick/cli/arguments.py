@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from gradpick import data, models, units
 from gradpick.devices import DEVICE_CHOICES
 from gradpick.errors import InputError
+from gradpick.infer import labels_fit, output_names
 from gradpick.spec import InputSpec
 from gradpick.zoo import LoadedModel, SpecOverrides, given_overrides
 
@@ -26,6 +27,8 @@ __all__ = [
     "class_argument",
     "fraction",
     "load_model",
+    "output_class_names",
+    "own_names",
     "positive_int",
     "reading_progress",
     "data_source",
@@ -155,6 +158,21 @@ def load_model(args: argparse.Namespace) -> LoadedModel:
 def spec_overrides(args: argparse.Namespace) -> SpecOverrides:
     """The input-spec flags that were given."""
     return given_overrides(args.input_size, args.resize, args.mean, args.std)
+
+
+def own_names(loaded: LoadedModel) -> tuple[str, ...]:
+    """The model's own names of its outputs (a built-in's CIFAR-10 classes, torchvision's
+    categories), or none when its metadata has none for every output."""
+    names = tuple(loaded.spec.class_names)
+    return names if len(names) == loaded.classes else ()
+
+
+def output_class_names(source: data.ImageSource, loaded: LoadedModel) -> tuple[str, ...]:
+    """What the model's outputs are called for these images: the source's classes when they
+    are the model's (``labels_fit``), else the model's own names, as the explorer shows them."""
+    if labels_fit(source.class_names, loaded.classes):
+        return tuple(source.class_names)
+    return output_names(loaded.classes, own_names(loaded))
 
 
 def batch_description(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:

@@ -13,6 +13,7 @@ from gradpick.cli.arguments import (
     class_argument,
     data_source,
     load_model,
+    output_class_names,
     step_progress,
 )
 from gradpick.errors import InputError
@@ -70,8 +71,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     source = data_source(args.data, args.split)
     positions = data.batch_positions(len(source), args.start, args.size, args.seed)
     indices = parse_indices(args.indices, len(positions))
-    classes = class_argument(args.class_, source.class_names, "logit")
     loaded = load_model(args)
+    class_names = output_class_names(source, loaded)
+    classes = class_argument(args.class_, class_names, "logit")
     # A batch index seeds SmoothGrad's noise and the random orders, so the batch is read up to
     # the largest picked index: the numbers match the explorer's for the same batch.
     images = as_model_input(source.read(positions[: max(indices) + 1]))
@@ -89,7 +91,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         images,
         indices,
         classes,
-        source.class_names,
+        class_names,
         context,
         progress=step_progress("randomising layers"),
     )

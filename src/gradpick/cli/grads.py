@@ -14,6 +14,7 @@ from gradpick.cli.arguments import (
     class_argument,
     data_source,
     load_model,
+    own_names,
     reading_progress,
 )
 from gradpick.errors import InputError
@@ -109,11 +110,8 @@ def _read_picked(
             source=source.description,
         )
         rows = list(range(len(indices)))
-    own = loaded.spec.class_names
-    names = (
-        own if len(own) == loaded.classes and not labels_fit(batch.class_names, len(own)) else ()
-    )
-    fitted, _ = fit_classes(batch, loaded.classes, tuple(names))
+    fits = labels_fit(batch.class_names, loaded.classes)
+    fitted, _ = fit_classes(batch, loaded.classes, () if fits else own_names(loaded))
     if fitted.labels is None and batch.labels is not None and args.target == "loss":
         raise InputError(
             f"{source.description} has {len(batch.class_names)} classes but {loaded.name} "
