@@ -6,10 +6,11 @@ model once from a picklable *recipe* (``model_recipe(name, weights, overrides)``
 ``models.load_model`` takes, or any zero-argument callable returning an ``nn.Module``), reads
 its images from the source root, prepares them with the model's ``InputSpec``, runs
 ``gradpick.infer.infer`` on them and returns ``store.output_table`` rows, the function every
-writer uses. Ray's Parquet writer puts the parts into the store's hidden partial folder; the
-driver checks that every position arrived exactly once and only then publishes the store
-(``store.StoreWriter``), so an interrupted or failed run never leaves a store that looks
-finished.
+writer uses. An image a worker cannot read has no row: the driver reads each missing one
+again to say why, and skips and lists it as in-process inference does. Ray's Parquet writer
+puts the parts into the store's hidden partial folder; the driver checks that every other
+position arrived exactly once and only then publishes the store (``store.StoreWriter``), so an
+interrupted or failed run never leaves a store that looks finished.
 
 Ray is optional (``pip install 'gradpick[distributed]'``): this module imports it only inside
 the functions that run a pipeline, and nothing else in gradpick imports this module eagerly.
