@@ -20,10 +20,10 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gradpick import attribution, data, models, selection, store, strategies
+from gradpick import attribution, data, models, selection, store, stored, strategies
 from gradpick.gradients import STRATEGIES
 from gradpick.infer import infer_chunks
-from gradpick.ui import gradients_panel, keys, service, state, stored
+from gradpick.ui import gradients_panel, keys, service, state
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 TIMEOUT = 180

@@ -38,6 +38,13 @@ def folder(image_folder_factory) -> Path:
 
 
 @pytest.fixture
+def fitting(image_folder_factory) -> Path:
+    """Ten classes of four images, class_00 to class_09: labels the ten-output tutorial net's
+    loss can use (the three classes of ``folder`` are ignored by a ten-class model)."""
+    return image_folder_factory(classes=10, per_class=4, name="fitting")
+
+
+@pytest.fixture
 def ten_classes(image_folder_factory) -> Path:
     """A folder in CIFAR-10's classes: its labels are the built-in models' outputs."""
     return image_folder_factory(classes=list(data.CIFAR10_CLASSES), per_class=2, name="ten")
@@ -97,7 +104,8 @@ def test_infer_ignores_labels_of_other_classes_and_says_so(capsys, folder, weigh
     assert "accuracy" not in out
 
 
-def test_grads_pt_equals_input_gradients_and_has_a_sidecar(capsys, folder, weights, tmp_path):
+def test_grads_pt_equals_input_gradients_and_has_a_sidecar(capsys, fitting, weights, tmp_path):
+    folder = fitting
     out_file = tmp_path / "grads.pt"
     status, out, _ = run(
         capsys,
@@ -141,9 +149,11 @@ def test_grads_pt_equals_input_gradients_and_has_a_sidecar(capsys, folder, weigh
     assert "wrote" in out and "saved for backward" in out
 
 
-def test_the_sidecar_records_a_split_only_for_a_folder_of_splits(capsys, folder, weights, tmp_path):
-    shutil.copytree(folder, tmp_path / "splits" / "train")
-    for data_folder, split in ((tmp_path / "splits", "train"), (folder, None)):
+def test_the_sidecar_records_a_split_only_for_a_folder_of_splits(
+    capsys, fitting, weights, tmp_path
+):
+    shutil.copytree(fitting, tmp_path / "splits" / "train")
+    for data_folder, split in ((tmp_path / "splits", "train"), (fitting, None)):
         out_file = tmp_path / "grads.npz"
         arguments = [*model_arguments(data_folder, weights), "--split", "train", "--indices", "0"]
         status, out, _ = run(capsys, "grads", *arguments, "--out", str(out_file))
@@ -151,7 +161,8 @@ def test_the_sidecar_records_a_split_only_for_a_folder_of_splits(capsys, folder,
         assert json.loads(out_file.with_suffix(".json").read_text())["source"]["split"] == split
 
 
-def test_grads_npz_with_a_logit_class_by_name(capsys, folder, weights, tmp_path):
+def test_grads_npz_with_a_logit_class_by_name(capsys, fitting, weights, tmp_path):
+    folder = fitting
     out_file = tmp_path / "grads.npz"
     status, _, _ = run(
         capsys,
@@ -195,7 +206,7 @@ def test_grads_npz_with_a_logit_class_by_name(capsys, folder, weights, tmp_path)
         (["--indices", "0", "--size", "13"], "between 1 and 12"),
         (["--indices", "0", "--out", "grads.csv"], ".pt or .npz"),
         (["--indices", "0", "--class", "2"], "--target logit"),
-        (["--indices", "0", "--target", "logit", "--class", "dog"], "Unknown class 'dog'"),
+        (["--indices", "0", "--target", "logit", "--class", "unicorn"], "Unknown class 'unicorn'"),
     ],
 )
 def test_grads_bad_input_is_one_clear_line(capsys, folder, weights, extra, message):
@@ -389,8 +400,9 @@ def _explorer_export(folder: Path, weights: Path, request: HeatmapRequest) -> ex
 )
 @pytest.mark.parametrize("suffix", export.SUFFIXES)
 def test_the_cli_and_the_explorer_export_the_same_arrays_and_fields(
-    capsys, folder: Path, weights: Path, tmp_path: Path, arguments, request_, suffix: str
+    capsys, fitting: Path, weights: Path, tmp_path: Path, arguments, request_, suffix: str
 ) -> None:
+    folder = fitting
     out = tmp_path / f"grads{suffix}"
     indices = ", ".join(str(index) for index in EXPORTED)
     status = main(
@@ -423,7 +435,7 @@ def test_the_cli_and_the_explorer_export_the_same_arrays_and_fields(
     }
     assert sidecar["target_values"] == pytest.approx(report["target_values"], rel=1e-6)
     assert list(sidecar["model"]) == list(report["model"])
-    assert list(sidecar["source"]) == list(report["source"]) and sidecar["source"]["N"] == 12
+    assert list(sidecar["source"]) == list(report["source"]) and sidecar["source"]["N"] == 40
     assert sidecar["source"]["split"] is None and report["source"]["split"] is None  # plain
 
 
@@ -482,3 +494,56 @@ def test_infer_out_skips_and_records_a_corrupt_file(capsys, ten_classes, weights
 def test_infer_out_refuses_bad_arguments(capsys, folder, weights, extra, message):
     status, _, err = run(capsys, "infer", *model_arguments(folder, weights), *extra)
     assert status == 2 and message in err
+
+
+def test_grads_ignores_labels_that_do_not_fit_the_model(capsys, folder, weights, tmp_path):
+    """Three class folders for a ten-class model: their labels are not the model's classes, so
+    no loss against 'class 0 of the model' is taken and shown under the folder's name."""
+    status, out, err = run(capsys, "grads", *model_arguments(folder, weights), "--indices", "4")
+    assert status == 2 and out == ""
+    assert "3 classes but tutorial predicts 10" in err and "--target logit" in err
+    out_file = tmp_path / "grads.npz"
+    arguments = ["--indices", "4", "--target", "logit", "--class", "cat", "--out", str(out_file)]
+    status, out, _ = run(capsys, "grads", *model_arguments(folder, weights), *arguments)
+    assert status == 0
+    row = next(line for line in out.splitlines() if line.lstrip().startswith("4 "))
+    assert " cat " in row and "class_01" not in row.split()[2:]
+    sidecar = json.loads(out_file.with_suffix(".json").read_text())
+    assert sidecar["labels"] is None and sidecar["class_names"] == ["cat"]
+    assert sidecar["classes"] == [data.CIFAR10_CLASSES.index("cat")]
+    expected = direct_gradients(folder, weights, [4], target="logit", classes=3)
+    np.testing.assert_allclose(np.load(out_file)["gradients"], expected.gradients.numpy())
+
+
+def test_grads_positions_are_source_positions(capsys, fitting, weights, tmp_path):
+    """``--positions`` name images as a store's position column does, whatever batch
+    --size/--seed cut; ``--indices`` count within that batch."""
+    sample = ["--size", "6", "--seed", "3"]
+    batch = data.batch_positions(40, 0, 6, 3)
+    position = batch[4]
+    out_file = tmp_path / "by-position.npz"
+    status, _, err = run(
+        capsys,
+        "grads",
+        *model_arguments(fitting, weights),
+        *sample,
+        *("--positions", str(position), "--out", str(out_file)),
+    )
+    assert status == 0, err
+    sidecar = json.loads(out_file.with_suffix(".json").read_text())
+    assert sidecar["source_positions"] == [position] and sidecar["indices"] == [4]
+    expected = direct_gradients(fitting, weights, [position])
+    np.testing.assert_allclose(np.load(out_file)["gradients"], expected.gradients.numpy())
+    outside = next(p for p in range(40) if p not in batch)
+    status, _, err = run(
+        capsys, "grads", *model_arguments(fitting, weights), *sample, "--positions", str(outside)
+    )
+    assert status == 2 and f"Source position {outside} is not in" in err
+    status, _, err = run(capsys, "grads", *model_arguments(fitting, weights), "--positions", "40")
+    assert status == 2 and "the source holds 40 images" in err
+
+
+def test_grads_refuses_a_repeated_index(capsys, fitting, weights):
+    status, out, err = run(capsys, "grads", *model_arguments(fitting, weights), "--indices", "0, 0")
+    assert status == 2 and out == ""
+    assert "Index 0 is given more than once" in err

@@ -319,14 +319,41 @@ def test_a_source_the_workers_cannot_read_fails_in_seconds_and_publishes_nothing
     assert not out.exists() and not list(tmp_path.glob(".out.*"))
 
 
-def test_a_corrupt_image_mid_run_fails_clearly_and_publishes_nothing(
-    image_folder_factory, tmp_path
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_a_corrupt_image_is_skipped_and_listed_on_both_engines(
+    capsys, image_folder_factory, tmp_path, engine
 ):
+    """In this process and on Ray: the unreadable file has no row, the store's metadata and
+    the printed notes name it, and every other image is stored."""
     root = image_folder_factory(classes=2, per_class=3)
     (root / "class_01" / "0002.png").write_bytes(b"not an image")
+    out = tmp_path / "out"
+    arguments = ["infer", "--data", str(root), "--model", "tutorial", "--out", str(out)]
+    ray_options = ["--engine", "ray", "--workers", "1", "--batch-size", "2"]
+    status = main([*arguments, *(ray_options if engine == "ray" else [])])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "1 file(s) could not be read and were skipped: class_01/0002.png: not a readable" in (
+        printed
+    )
+    opened = store.open_store(out)
+    assert opened.table.column("position").to_pylist() == [0, 1, 2, 3, 4]
+    (skipped,) = opened.metadata["skipped"]
+    assert skipped.startswith("class_01/0002.png: not a readable image")
+    assert opened.metadata["notes"] == [
+        line.removeprefix("note: ") for line in printed.splitlines() if line.startswith("note: ")
+    ]
+
+
+def test_a_run_of_only_unreadable_images_fails_clearly_and_publishes_nothing(
+    image_folder_factory, tmp_path
+):
+    root = image_folder_factory(classes=1, per_class=2)
+    for path in (root / "class_00").iterdir():
+        path.write_bytes(b"not an image")
     source = data.image_folder(root)
     out = tmp_path / "out"
-    with pytest.raises(DataError, match="0002.png: not a readable image"):
+    with pytest.raises(InputError, match="None of the images could be read"):
         distributed.infer_on_ray(
             distributed.model_recipe("tutorial"),
             rows_of(source),

@@ -262,8 +262,8 @@ def test_dark_theme_is_readable(chromium: str, server: str) -> None:
 def _reference_projection() -> dict[int, tuple[float, float]]:
     """The default batch's PCA projection computed here, without the app: the sidebar's
     default model, batch and inference settings, then ``gradpick.embedding.project``."""
-    from gradpick import embedding, infer
-    from gradpick.ui import service, stored
+    from gradpick import embedding, infer, stored
+    from gradpick.ui import service
 
     option = service.model_options()[0]
     model = service.load_model(option, devices.resolve_device("cpu")).module

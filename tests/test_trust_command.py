@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -10,11 +11,13 @@ import test_cli
 
 from gradpick import data, models
 from gradpick.cli import main
+from gradpick.cli.arguments import step_progress
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.report import CheckOptions, report_dict, run_checks
 
-folder, weights = test_cli.folder, test_cli.weights
-"""The command line tests' fixtures: a 12-image folder (3 classes) and tiny tutorial weights."""
+folder, fitting, weights = test_cli.folder, test_cli.fitting, test_cli.weights
+"""The command line tests' fixtures: a 12-image folder (3 classes), a 40-image one (10 classes)
+and tiny tutorial weights."""
 QUICK = ["--samples", "3", "--steps", "4", "--layers", "2", "--ig-steps", "6"]
 
 
@@ -84,7 +87,8 @@ def test_check_has_help(capsys):
     assert "--ig-steps" in capsys.readouterr().out
 
 
-def test_a_class_by_name_is_explained_for_every_pick(capsys, folder, weights, tmp_path):
+def test_a_class_by_name_is_explained_for_every_pick(capsys, fitting, weights, tmp_path):
+    folder = fitting  # classes the ten-output model's own: their names name its outputs
     out = tmp_path / "checks.json"
     names = data.image_folder(folder).class_names
     extra = ["--methods", "gradient", "--baselines", "black", "--class", names[2]]
@@ -96,3 +100,50 @@ def test_a_class_by_name_is_explained_for_every_pick(capsys, folder, weights, tm
     assert record["classes"] == [2, 2] and record["class_names"] == [names[2]] * 2
     assert [row["class"] for row in record["completeness"]] == [2, 2]
     assert list(record["randomisation"]) == ["gradient"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_one_line_per_step_unless_on_a_terminal():
+    log = io.StringIO()
+    progress = step_progress("randomising layers", log)
+    for done in (1, 2, 3):
+        progress(done, 3)
+    assert log.getvalue().splitlines() == [f"randomising layers: {n} of 3" for n in (1, 2, 3)]
+    terminal = _Terminal()
+    progress = step_progress("randomising layers", terminal)
+    for done in (1, 2, 3):
+        progress(done, 3)
+    text = terminal.getvalue()
+    assert text.count("\r") == 3 and text.endswith("randomising layers: 3 of 3\n")
+    assert text.count("\n") == 1  # every step overwrites the last on the same line
+
+
+def test_check_progress_in_a_log_is_one_line_per_layer(capsys, folder, weights, tmp_path):
+    out = tmp_path / "checks.json"
+    status, _, err = check(capsys, folder, weights, "--indices", "0", *QUICK, "--json", str(out))
+    assert status == 0
+    steps = [line for line in err.splitlines() if "randomising layers" in line]
+    assert steps and all(line.startswith("randomising layers: ") for line in steps)
+    assert all(line.count(" of ") == 1 for line in steps) and "\r" not in err
+    total = steps[-1].rsplit(" of ", 1)[1]
+    assert steps[-1] == f"randomising layers: {total} of {total}"
+
+
+def test_classes_are_named_as_the_model_names_them_when_the_folder_does_not_fit(
+    capsys, folder, weights, tmp_path
+):
+    """Three class folders for a ten-output model: class 2 is CIFAR-10's 'bird', not the
+    folder's third class, and --class takes the model's names."""
+    out = tmp_path / "checks.json"
+    extra = ["--methods", "gradient", "--baselines", "black", "--class", "bird"]
+    status, _, err = check(
+        capsys, folder, weights, "--indices", "0", *QUICK, *extra, "--json", str(out)
+    )
+    assert status == 0, err
+    record = json.loads(out.read_text())
+    assert record["classes"] == [data.CIFAR10_CLASSES.index("bird")]
+    assert record["class_names"] == ["bird"]

@@ -6,10 +6,11 @@ model once from a picklable *recipe* (``model_recipe(name, weights, overrides)``
 ``zoo.load_model`` takes, or any zero-argument callable returning an ``nn.Module``), reads
 its images from the source root, prepares them with the model's ``InputSpec``, runs
 ``gradpick.infer.infer`` on them and returns ``store.output_table`` rows, the function every
-writer uses. Ray's Parquet writer puts the parts into the store's hidden partial folder; the
-driver checks that every position arrived exactly once and only then publishes the store
-(``store.StoreWriter``), so an interrupted or failed run never leaves a store that looks
-finished.
+writer uses. An image a worker cannot read has no row: the driver reads each missing one
+again to say why, and skips and lists it as in-process inference does. Ray's Parquet writer
+puts the parts into the store's hidden partial folder; the driver checks that every other
+position arrived exactly once and only then publishes the store (``store.StoreWriter``), so an
+interrupted or failed run never leaves a store that looks finished.
 
 Ray is optional (``pip install 'gradpick[distributed]'``): this module imports it only inside
 the functions that run a pipeline, and nothing else in gradpick imports this module eagerly.
@@ -44,9 +45,9 @@ from torch import nn
 from gradpick import data, models, zoo
 from gradpick.devices import resolve_device
 from gradpick.errors import ClusterError, DataError, GradpickError, InputError
-from gradpick.infer import as_model_input, infer, logits_and_embeddings
+from gradpick.infer import as_model_input, infer, logits_and_embeddings, source_labels
 from gradpick.spec import InputSpec
-from gradpick.store import PART_ROWS, StoreWriter, output_table
+from gradpick.store import PART_ROWS, StoreWriter, output_schema, output_table
 from gradpick.zoo import SpecOverrides
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "infer_on_ray",
     "local_object_store_bytes",
     "model_recipe",
+    "source_rows",
 ]
 
 ModelRecipe = Callable[[], nn.Module]
@@ -100,6 +102,23 @@ def model_recipe(
     path = None if weights is None else str(Path(weights).expanduser().resolve())
     chosen: SpecOverrides = {**(overrides or {})}
     return functools.partial(_served_module, name, path, chosen)
+
+
+def source_rows(
+    source: data.ImageSource, positions: Sequence[int], classes: int
+) -> tuple[Path, list[Row]]:
+    """The source's root and its (position, relative name, label) rows, which Ray workers read
+    by themselves; only a folder of image files has them. Labels as in-process inference keeps
+    them (``source_labels``: none unless the folder's classes are the model's ``classes``)."""
+    root = getattr(source, "root", None)
+    if root is None:
+        raise InputError(
+            f"Ray workers read image files; {source.description} is not a folder of images. "
+            "Give --data an ImageFolder tree (root/<class>/<image>)."
+        )
+    labels = source_labels(source, positions, classes)
+    label_list = [None] * len(positions) if labels is None else labels.tolist()
+    return Path(root), list(zip(positions, source.names(positions), label_list, strict=True))
 
 
 def local_object_store_bytes(total_memory: int | None = None) -> int:
@@ -154,6 +173,15 @@ class ImageReader:
         return data.decode(self.read(name), name, spec).pixels
 
 
+def _prepared(reader: ImageReader, spec: InputSpec, name: str) -> torch.Tensor | None:
+    """The image's pixels, or None when it cannot be read: it is skipped, as in-process
+    inference skips it, and the driver finds out why (``_skipped``)."""
+    try:
+        return reader.prepare(name, spec)
+    except DataError:
+        return None
+
+
 def infer_batch(
     model: nn.Module,
     spec: InputSpec,
@@ -163,19 +191,25 @@ def infer_batch(
     threads: ThreadPoolExecutor | None = None,
     embeddings: bool = False,
 ) -> Any:
-    """Store rows (``output_table``) for one pyarrow batch of (position, name, label) rows.
+    """Store rows (``output_table``) for one pyarrow batch of (position, name, label) rows;
+    an image that cannot be read has no row.
 
     The same function runs in every Ray worker and in the single-process baseline, so the two
     differ only in who schedules the batches.
     """
+    prepare = functools.partial(_prepared, reader, spec)
     names = [str(name) for name in rows.column("name").to_pylist()]
-    prepare = functools.partial(reader.prepare, spec=spec)
     pixels = list(threads.map(prepare, names) if threads is not None else map(prepare, names))
+    kept = [row for row, image in enumerate(pixels) if image is not None]
+    if not kept:
+        return output_schema(embeddings=embeddings).empty_table()
+    rows = rows.take(kept)
+    names = [names[row] for row in kept]
     label_values = rows.column("label")
     labels = None
     if label_values.null_count == 0:
         labels = torch.from_numpy(label_values.to_numpy().astype(np.int64))
-    images = torch.stack(pixels)
+    images = torch.stack([image for image in pixels if image is not None])
     positions = rows.column("position").to_pylist()
     if not embeddings:
         result = infer(model, images, labels, batch_size=len(names), device=device)
@@ -361,12 +395,13 @@ def _check_resources(connection: Connection, options: ClusterOptions) -> None:
             )
 
 
-def _preflight(ray: Any, root: str, first_name: str, spec: InputSpec) -> None:
-    """Read and prepare one image on the cluster, so a source the workers cannot read fails in
-    seconds with the reason, before any worker loads a model."""
+def _preflight(ray: Any, root: str) -> None:
+    """Open the source's root on the cluster, so a source the workers cannot reach fails in
+    seconds with the reason, before any worker loads a model (an unreadable image is skipped,
+    not fatal)."""
 
     def check() -> None:
-        ImageReader(root).prepare(first_name, spec)
+        ImageReader(root)
 
     task = ray.remote(num_cpus=0, max_retries=0)(check)
     try:
@@ -411,12 +446,38 @@ def _check_rows(rows: Sequence[Row]) -> None:
         raise InputError("The image list holds a position more than once.")
 
 
-def _check_every_row_once(partial: Path, expected: Sequence[int]) -> None:
-    """Refuse to publish unless the written parts hold each expected position exactly once."""
+def _written_positions(partial: Path) -> np.ndarray:
     import pyarrow.dataset as ds
 
+    if not list(partial.glob("*.parquet")):  # every image unreadable: Ray wrote no part
+        return np.empty(0, dtype=np.int64)
     written = ds.dataset(str(partial), format="parquet").to_table(columns=["position"])
-    got = np.sort(written.column("position").to_numpy())
+    return np.sort(written.column("position").to_numpy())
+
+
+def _skipped(
+    rows: Sequence[Row], written: np.ndarray, root: str, spec: InputSpec, report: data.ReadReport
+) -> set[int]:
+    """The positions without a row whose image cannot be read here either: skipped, with why
+    (in ``report``), as in-process inference skips them. A missing row whose image reads fine
+    was lost by the cluster and stays missing."""
+    absent = set(np.setdiff1d([row[0] for row in rows], written).tolist())
+    reader = ImageReader(root)
+    skipped: set[int] = set()
+    for position, name, _ in rows:
+        if position not in absent:
+            continue
+        try:
+            reader.prepare(name, spec)
+        except DataError as error:
+            report.skipped.append(str(error))
+            skipped.add(position)
+    return skipped
+
+
+def _check_every_row_once(written: np.ndarray, expected: Sequence[int]) -> None:
+    """Refuse to publish unless the written parts hold each expected position exactly once."""
+    got = written
     want = np.sort(np.asarray(expected, dtype=np.int64))
     if got.shape != want.shape or not np.array_equal(got, want):
         missing = np.setdiff1d(want, got).size
@@ -439,6 +500,8 @@ class RayRun:
     """Unfinished earlier runs for the same output whose leftovers were removed."""
     cluster: str
     out: Path
+    notes: tuple[str, ...] = ()
+    """What was skipped (unreadable files), by name, as in-process inference says it."""
 
     @property
     def images_per_second(self) -> float:
@@ -484,7 +547,7 @@ def infer_on_ray(
     try:
         say(f"running on {connection.describe()}")
         _check_resources(connection, options)
-        _preflight(ray, root, rows[0][1], spec)
+        _preflight(ray, root)
         return _run_pipeline(
             ray, recipe, rows, root, spec, metadata, Path(out), options, connection, say, embeddings
         )
@@ -545,10 +608,18 @@ def _run_pipeline(
                 min_rows_per_file=PART_ROWS,
                 ray_remote_args={"num_cpus": 0},
             )
-            _check_every_row_once(writer.partial, [row[0] for row in rows])
-            # As the in-process writer records them: an unreadable image fails a Ray run
-            # instead of being skipped, so none were.
-            writer.annotate(skipped=[], notes=[], inference_seconds=time.perf_counter() - started)
+            written = _written_positions(writer.partial)
+            report = data.ReadReport(spec)
+            skipped = _skipped(rows, written, root, spec, report)
+            if len(skipped) == len(rows):
+                raise InputError("None of the images could be read:\n" + "\n".join(report.skipped))
+            _check_every_row_once(written, [row[0] for row in rows if row[0] not in skipped])
+            # As the in-process writer records them.
+            writer.annotate(
+                skipped=report.skipped,
+                notes=list(report.notes()),
+                inference_seconds=time.perf_counter() - started,
+            )
             writer.adopt_parts()
     except Exception as error:  # Ray and Ray Data wrap a worker's exception in their own types
         clear = _clear_error(error)
@@ -557,4 +628,6 @@ def _run_pipeline(
         raise clear from None
     seconds = time.perf_counter() - started
     parts = len(list(out.glob("*.parquet")))
-    return RayRun(writer.rows, parts, seconds, writer.discarded, connection.describe(), out)
+    return RayRun(
+        writer.rows, parts, seconds, writer.discarded, connection.describe(), out, report.notes()
+    )

@@ -1,8 +1,9 @@
 """One export schema for picked gradients: the same arrays and JSON fields from every front end.
 
 ``gradpick grads --out x.npz`` (or ``.pt``) and the explorer's downloads write the arrays of
-``ARRAYS`` and the JSON fields of ``FIELDS``, built here from one ``Export``; the README's
-table is this module's documentation for users.
+``ARRAYS`` and the JSON fields of ``FIELDS``, built here from one ``Export`` (``of_picks``
+makes it from the batch the picks come from, for both); the README's table is this module's
+documentation for users.
 
 * ``.npz``: the arrays, ``numpy.load(path, allow_pickle=False)``.
 * ``.pt``: the same arrays as tensors (``names`` a list of str) plus ``method`` and ``target``,
@@ -25,7 +26,9 @@ import torch
 
 from gradpick import attribution
 from gradpick.attribution import Attribution
+from gradpick.data import ImageBatch
 from gradpick.errors import InputError
+from gradpick.infer import as_model_input
 from gradpick.measure import MemoryReport
 from gradpick.versions import installed_version, library_versions
 
@@ -43,6 +46,7 @@ __all__ = [
     "quantity",
     "source_record",
     "npz_bytes",
+    "of_picks",
     "pt_bytes",
     "write",
 ]
@@ -116,6 +120,43 @@ class Export:
     """Packages whose versions ``versions`` records beside gradpick's own (the app's)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Fields a front end adds after the schema's own (the explorer's settings)."""
+
+
+def of_picks(
+    result: Attribution,
+    batch: ImageBatch,
+    rows: Sequence[int],
+    chosen: int | None,
+    model: Mapping[str, Any],
+    source: Mapping[str, Any],
+    indices: Sequence[int] | None = None,
+    memory: MemoryReport | None = None,
+    libraries: tuple[str, ...] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> Export:
+    """The export of the picked ``rows`` of ``batch`` (the explorer's whole batch, or the CLI's
+    picked images alone), numbered by their batch ``indices`` (default ``rows``).
+
+    ``chosen`` is the class asked for (None: each image's predicted one, or the loss); the
+    positions and names say where each picked image came from, so anyone can recompute its
+    gradient from the source itself.
+    """
+    picked = list(rows)
+    return Export(
+        result,
+        indices=picked if indices is None else list(indices),
+        images=as_model_input(batch.images[picked]),
+        positions=[batch.positions[row] for row in picked],
+        names=[batch.names[row] for row in picked],
+        labels=None if batch.labels is None else batch.labels[picked].tolist(),
+        class_names=batch.class_names,
+        quantity=quantity(result.gradients.target, chosen, batch.class_names),
+        model=model,
+        source=source,
+        memory=memory,
+        libraries=libraries,
+        extra=extra or {},
+    )
 
 
 def quantity(target: str, chosen: int | None, class_names: Sequence[str]) -> str:

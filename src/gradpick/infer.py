@@ -13,15 +13,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradpick.data import ImageSource, ReadReport, stream
+from gradpick.data import CIFAR10_CLASSES, ImageBatch, ImageSource, ReadReport, stream
 from gradpick.devices import device_for
-from gradpick.errors import InputError
+from gradpick.errors import InputError, ModelError
 from gradpick.measure import Stopwatch
 
 ProgressCallback = Callable[[int, int], None]
@@ -413,6 +413,52 @@ def source_labels(
     """The source's labels of ``positions``, or None when it has none or its classes are not
     the model's ``classes`` outputs (such labels would mean nothing to the model)."""
     labels = source.labels()
-    if labels is None or len(source.class_names) != classes:
+    if labels is None or not labels_fit(source.class_names, classes):
         return None
     return labels[torch.as_tensor(list(positions), dtype=torch.long)]
+
+
+def fit_classes(
+    batch: ImageBatch, classes: int, names: tuple[str, ...] = ()
+) -> tuple[ImageBatch, str | None]:
+    """The batch with class names for a model of ``classes`` outputs, and a note if adapted.
+
+    A folder whose class sub-folders do not match the model's outputs has labels that mean
+    nothing to the model: they are dropped (no loss, no accuracy) rather than misused.
+    ``names`` (the user's --classes file) name the model's outputs when given.
+    """
+    if names and len(names) != classes:
+        raise ModelError(
+            f"The class-names file lists {len(names)} names but the model predicts {classes} "
+            "classes; write one name per output."
+        )
+    if labels_fit(batch.class_names, classes):
+        return (replace(batch, class_names=names) if names else batch), None
+    ignored = "their labels are ignored" + (
+        "" if names else " and the model's class names are used"
+    )
+    names = output_names(classes, names)
+    fitted = replace(batch, labels=None, class_names=names)
+    if batch.labels is None:  # uploads: no labels to ignore, only the model's names to use
+        return fitted, None
+    note = (
+        f"The images come with {len(batch.class_names)} classes but the model predicts "
+        f"{classes}; {ignored}."
+    )
+    return fitted, note
+
+
+def labels_fit(class_names: Sequence[str], classes: int) -> bool:
+    """Whether images labelled in ``class_names`` keep their labels for a model of ``classes``
+    outputs (``fit_classes`` drops them otherwise, and with them the loss target)."""
+    return len(class_names) == classes
+
+
+def output_names(classes: int, names: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Names of a model's ``classes`` outputs when the images' own do not fit: ``names`` when
+    given, CIFAR-10's for ten outputs, else 'class 0', 'class 1', ..."""
+    return names or (
+        CIFAR10_CLASSES
+        if classes == len(CIFAR10_CLASSES)
+        else tuple(f"class {index}" for index in range(classes))
+    )

@@ -8,6 +8,7 @@ order, and raise ``SelectionError`` with a message a user can act on.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -140,14 +141,18 @@ def confusion_cell(result: InferenceResult, true_class: int, predicted_class: in
     return _where((labels == true_class) & (result.predictions == predicted_class))
 
 
-def parse_indices(text: str, size: int) -> list[int]:
-    """Indices typed as "3, 7, 10-12" (commas or spaces; a-b inclusive) in the order given, once.
+def parse_indices(text: str, size: int, holder: str = "the batch") -> list[int]:
+    """Indices typed as "3, 7, 10-12" (commas or spaces; a-b inclusive) in the order given.
 
-    Anything else, an index outside 0..size-1, or nothing at all is a ``SelectionError`` naming
-    the bad token and the valid range.
+    Anything else, an index outside 0..size-1 (``holder`` holds ``size`` images), an index
+    given twice, or nothing at all is a ``SelectionError`` naming the bad token and the valid
+    range: a repeated index is refused rather than dropped, since it is more likely a typo than
+    a wish for one gradient.
     """
     if size < 1:
-        raise SelectionError("The batch holds no images, so there is nothing to select.")
+        raise SelectionError(
+            f"{holder.capitalize()} holds no images, so there is nothing to select."
+        )
     tokens = [token for token in re.split(r"[\s,;]+", re.sub(r"\s*-\s*", "-", text)) if token]
     if not tokens:
         raise SelectionError(f"No indices given; type e.g. '3, 7, 10-12' ({_valid_range(size)}).")
@@ -164,10 +169,15 @@ def parse_indices(text: str, size: int) -> list[int]:
             raise SelectionError(f"The range '{token}' runs backwards; write it as {last}-{first}.")
         if last >= size:
             raise SelectionError(
-                f"'{token}' is out of range: the batch holds {size} images ({_valid_range(size)})."
+                f"'{token}' is out of range: {holder} holds {size} images ({_valid_range(size)})."
             )
         indices.extend(range(first, last + 1))
-    return _unique(indices)
+    repeated = next((index for index, count in Counter(indices).items() if count > 1), None)
+    if repeated is not None:
+        raise SelectionError(
+            f"Index {repeated} is given more than once in '{text.strip()}'; give each index once."
+        )
+    return indices
 
 
 def _span(first: int, last: int) -> str:

@@ -220,9 +220,9 @@ def plain_reference(sizes: Sequence[int], indices: Sequence[int]) -> dict[str, A
     from gradpick.devices import cpu_threads
     from gradpick.gradients import input_gradients
     from gradpick.infer import infer
+    from gradpick.stored import INFERENCE_BATCH_SIZE
     from gradpick.ui import service
     from gradpick.ui.heatmaps import STEP_CPU_THREADS
-    from gradpick.ui.stored import INFERENCE_BATCH_SIZE
 
     option = service.model_options()[0]
     model = service.load_model(option, torch.device("cpu")).module

@@ -201,7 +201,7 @@ def _throughput_pair(config: InferBenchConfig, side: int, device: torch.device) 
 def reopen_rows(config: InferBenchConfig) -> list[InferRow]:
     """Write a store of ``store_rows`` rows over the folder's first files, then time what the
     explorer does to reopen it (the images of the page's batch are decoded separately)."""
-    from gradpick.ui import stored
+    from gradpick import stored
 
     source = data.image_folder(config.folder)
     count = min(config.store_rows, len(source))

@@ -21,13 +21,13 @@ import torch
 from streamlit.delta_generator import DeltaGenerator
 from torch import nn
 
-from gradpick import embedding
+from gradpick import embedding, stored
 from gradpick.attribution import Attribution
 from gradpick.data import ImageBatch, ImageSource
 from gradpick.infer import InferenceResult
 from gradpick.measure import MemoryReport
 from gradpick.store import OpenedStore
-from gradpick.ui import figures, heatmaps, hover, service, stored
+from gradpick.ui import figures, heatmaps, hover, service
 from gradpick.ui.service import DataChoice, ModelOption
 from gradpick.zoo import LoadedModel
 

@@ -243,24 +243,15 @@ def export_of(
     source: dict[str, Any],
     explorer: dict[str, Any],
 ) -> export.Export:
-    """The export schema's content for one gradient step of the explorer.
-
-    Positions and names say where each picked image came from, so anyone can recompute its
-    gradient from the source itself; ``explorer`` adds what only the page knows (its settings).
-    """
-    picked = list(indices)
-    labels = None if batch.labels is None else batch.labels[picked].tolist()
-    return export.Export(
+    """The export schema's content for one gradient step of the explorer; ``explorer`` adds
+    what only the page knows (its settings)."""
+    return export.of_picks(
         result,
-        indices=picked,
-        images=as_model_input(batch.images[picked]),
-        positions=[batch.positions[i] for i in picked],
-        names=[batch.names[i] for i in picked],
-        labels=labels,
-        class_names=batch.class_names,
-        quantity=quantity(request, batch.class_names),
-        model=model,
-        source=source,
+        batch,
+        indices,
+        request.engine_target()[1],
+        model,
+        source,
         memory=memory,
         libraries=APP_LIBRARIES,
         extra={

@@ -23,6 +23,8 @@ from gradpick import data, devices, export, models, units, zoo
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
 from gradpick.errors import DataError, DownloadError, InputError, ModelError
 from gradpick.infer import InferenceResult
+from gradpick.infer import fit_classes as fit_classes
+from gradpick.infer import labels_fit as labels_fit
 from gradpick.spec import InputSpec
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
 from gradpick.zoo import RANDOM_WEIGHTS_SEED, LoadedModel, SpecOverrides, given_overrides
@@ -120,7 +122,7 @@ def open_source(
         files = [(upload.name, upload.data) for upload in choice.uploads]
         return data.images_from_files(files, spec=spec)
     if choice.kind == "stored":
-        from gradpick.ui import stored
+        from gradpick import stored
 
         return stored.stored_source(stored.open_stored(choice.outputs))
     raise InputError(f"Unknown data source '{choice.kind}'; use one of {', '.join(SOURCE_KINDS)}.")
@@ -402,46 +404,6 @@ def device_options() -> list[DeviceOption]:
 
 
 # ----------------------------------------------------------------------------- outputs
-
-
-def fit_classes(
-    batch: ImageBatch, classes: int, names: tuple[str, ...] = ()
-) -> tuple[ImageBatch, str | None]:
-    """The batch with class names for a model of ``classes`` outputs, and a note if adapted.
-
-    A folder whose class sub-folders do not match the model's outputs has labels that mean
-    nothing to the model: they are dropped (no loss, no accuracy) rather than misused.
-    ``names`` (the user's --classes file) name the model's outputs when given.
-    """
-    if names and len(names) != classes:
-        raise ModelError(
-            f"The class-names file lists {len(names)} names but the model predicts {classes} "
-            "classes; write one name per output."
-        )
-    if labels_fit(batch.class_names, classes):
-        return (replace(batch, class_names=names) if names else batch), None
-    ignored = "their labels are ignored" + (
-        "" if names else " and the model's class names are used"
-    )
-    names = names or (
-        data.CIFAR10_CLASSES
-        if classes == len(data.CIFAR10_CLASSES)
-        else tuple(f"class {index}" for index in range(classes))
-    )
-    fitted = replace(batch, labels=None, class_names=names)
-    if batch.labels is None:  # uploads: no labels to ignore, only the model's names to use
-        return fitted, None
-    note = (
-        f"The images come with {len(batch.class_names)} classes but the model predicts "
-        f"{classes}; {ignored}."
-    )
-    return fitted, note
-
-
-def labels_fit(class_names: Sequence[str], classes: int) -> bool:
-    """Whether images labelled in ``class_names`` keep their labels for a model of ``classes``
-    outputs (``fit_classes`` drops them otherwise, and with them the loss target)."""
-    return len(class_names) == classes
 
 
 def batch_table(batch: ImageBatch, result: InferenceResult) -> pd.DataFrame:

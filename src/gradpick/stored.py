@@ -1,12 +1,15 @@
-"""Inference outputs on disk for the explorer: stores the user opens, and the app's own.
+"""Inference outputs on disk: writing a source's outputs to a store, reopening a store, and
+the explorer's own stores.
 
 A store written by ``gradpick infer --out`` opens as a source of its own: its folder (read at
 the store's input spec) gives the images, its rows give the outputs, so nothing is inferred
 again. The app keeps each inference it runs as a store too, under
 ``data.cache_dir()/outputs/<key>``, the key naming the model's weights, the source's fingerprint,
 the input spec and the batch: reopening the same folder with the same model finds it and shows
-the batch at once, and a changed folder (another fingerprint) never finds a stale one. Plain
-functions without Streamlit; ``gradpick.ui.cache`` adds the caching.
+the batch at once, and a changed folder (another fingerprint) never finds a stale one.
+``infer_to_store`` is the one writer of a source's outputs: ``gradpick infer --out`` streams
+through it, and the explorer keeps its inferred batches with it. Plain functions without
+Streamlit; ``gradpick.ui.cache`` adds the caching.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import contextlib
 import hashlib
 import json
 import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +29,32 @@ import torch
 
 from gradpick import data, store
 from gradpick.data import ImageBatch, ImageSource
-from gradpick.errors import DataError
-from gradpick.infer import InferenceResult, infer, result_from_logits
+from gradpick.devices import model_device
+from gradpick.errors import DataError, InputError
+from gradpick.infer import (
+    InferenceResult,
+    OutputChunk,
+    infer,
+    infer_chunks,
+    result_from_logits,
+    source_labels,
+)
+from gradpick.measure import Stopwatch
 from gradpick.spec import InputSpec
 from gradpick.store import OpenedStore
 from gradpick.zoo import LoadedModel
+
+__all__ = [
+    "INFERENCE_BATCH_SIZE",
+    "StoreRun",
+    "infer_and_keep",
+    "infer_to_store",
+    "is_current",
+    "open_stored",
+    "own_store_path",
+    "stored_result",
+    "stored_source",
+]
 
 INFERENCE_BATCH_SIZE = 128
 _WRITING = threading.Lock()
@@ -151,13 +178,79 @@ def _keep(
     batch: ImageBatch,
     result: InferenceResult,
 ) -> None:
-    embeddings = result.features is not None
-    metadata = store.store_metadata(served.identity(), source.spec, source, embeddings)
-    metadata["inference_seconds"] = result.milliseconds / 1000
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _WRITING, store.StoreWriter(path, metadata, embeddings=embeddings) as writer:
-        writer.write(
-            store.output_table(
-                batch.positions, batch.names, result.labels, result.logits, result.features
-            )
+    with _WRITING:
+        infer_to_store(served, source, batch.positions, path, inferred=result)
+
+
+@dataclass(frozen=True)
+class StoreRun:
+    """What writing a store did."""
+
+    out: Path
+    rows: int
+    notes: tuple[str, ...]
+    """What the pass skipped (unreadable files) or adapted (upscaled images), by name."""
+    seconds: float
+    """Wall time of reading, inferring and writing, device synchronised."""
+
+    @property
+    def images_per_second(self) -> float:
+        return self.rows / max(self.seconds, 1e-9)
+
+
+def infer_to_store(
+    loaded: LoadedModel,
+    source: ImageSource,
+    positions: Sequence[int],
+    out: str | Path,
+    batch_size: int = 256,
+    embeddings: bool = False,
+    progress: data.ProgressCallback | None = None,
+    inferred: InferenceResult | None = None,
+) -> StoreRun:
+    """Stream the model's outputs for ``positions`` of ``source`` into the store at ``out``:
+    one row per readable image, published whole or not at all.
+
+    Unreadable files are skipped and listed in the store's metadata and the run's notes; labels
+    are kept only when the source's classes are the model's (``source_labels``). ``inferred``:
+    the outputs of exactly these positions, already computed (the explorer's batch, inferred
+    for its page), written instead of inferring again; its features become the embeddings.
+    """
+    report = data.ReadReport(source.spec)
+    chunks: Iterable[OutputChunk]
+    if inferred is None:
+        chunks = infer_chunks(
+            loaded.module,
+            source,
+            positions,
+            batch_size,
+            embeddings=embeddings,
+            report=report,
+            progress=progress,
         )
+    else:
+        embeddings = inferred.features is not None
+        chunks = [OutputChunk(tuple(positions), inferred.logits, inferred.features)]
+    metadata = store.store_metadata(loaded.identity(), source.spec, source, embeddings)
+    with (
+        Stopwatch(model_device(loaded.module)) as watch,
+        store.StoreWriter(out, metadata, embeddings=embeddings) as writer,
+    ):
+        started = time.perf_counter()
+        for chunk in chunks:
+            labels = source_labels(source, chunk.positions, int(chunk.logits.shape[1]))
+            names = source.names(chunk.positions)
+            writer.write(
+                store.output_table(chunk.positions, names, labels, chunk.logits, chunk.embeddings)
+            )
+        if writer.rows == 0:
+            raise InputError("None of the images could be read:\n" + "\n".join(report.skipped))
+        writer.annotate(
+            skipped=report.skipped,
+            notes=list(report.notes()),
+            inference_seconds=(
+                time.perf_counter() - started if inferred is None else inferred.milliseconds / 1000
+            ),
+        )
+    return StoreRun(Path(out), writer.rows, report.notes(), watch.milliseconds / 1000)

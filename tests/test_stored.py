@@ -1,4 +1,4 @@
-"""The explorer's stores: its own inference kept and found again, stores the user opens."""
+"""Stores: the explorer's own inference kept and found again, stores the user opens."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import torch
 
-from gradpick import data, models, store
+from gradpick import data, models, store, stored
 from gradpick.cli import main
 from gradpick.errors import DataError
 from gradpick.infer import infer
-from gradpick.ui import service, stored
+from gradpick.ui import service
 from gradpick.ui.service import ModelOption
 from gradpick.zoo import LoadedModel
 

@@ -1,0 +1,194 @@
+"""What the commands share: the data, batch and model arguments, the source they name, the
+argument types and the progress lines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from gradpick import data, models, units, zoo
+from gradpick.devices import DEVICE_CHOICES
+from gradpick.errors import InputError
+from gradpick.infer import labels_fit, output_names
+from gradpick.spec import InputSpec
+from gradpick.zoo import LoadedModel, SpecOverrides, given_overrides
+
+__all__ = [
+    "MODEL_HELP",
+    "Commands",
+    "Handler",
+    "add_batch_arguments",
+    "add_data_arguments",
+    "add_model_arguments",
+    "batch_description",
+    "bounded",
+    "class_argument",
+    "fraction",
+    "load_model",
+    "output_class_names",
+    "own_names",
+    "positive_int",
+    "reading_progress",
+    "data_source",
+    "spec_overrides",
+    "step_progress",
+]
+
+Handler = Callable[[argparse.Namespace], int]
+Commands = argparse._SubParsersAction
+"""What each command module's ``register`` adds its subparser to."""
+
+
+def data_source(
+    location: str | None, split: str, spec: InputSpec = data.DEFAULT_SPEC
+) -> data.ImageSource:
+    """A local path when given, else the default CIFAR-10 (configured folder or download)."""
+    if location:
+        return data.open_source(location, split, spec)
+    return data.default_cifar10(split, progress=_download_progress, spec=spec)
+
+
+def _download_progress(done: int, total: int) -> None:
+    share = f"{done / total:.0%}" if total else units.format_bytes(done, digits=0)
+    sys.stderr.write(f"\rdownloading CIFAR-10: {share}")
+    if total and done >= total:
+        sys.stderr.write("\n")
+
+
+def step_progress(label: str, stream: TextIO | None = None) -> Callable[[int, int], None]:
+    """A printer of "LABEL: done of total": on a terminal each step overwrites the last
+    (``\\r``); in a log or a pipe, where ``\\r`` would run the steps together, one line each."""
+
+    def progress(done: int, total: int) -> None:
+        out = stream or sys.stderr
+        if out.isatty():
+            out.write(f"\r{label}: {done:,} of {total:,}" + ("\n" if done >= total else ""))
+        else:
+            out.write(f"{label}: {done:,} of {total:,}\n")
+        out.flush()
+
+    return progress
+
+
+def reading_progress(done: int, total: int) -> None:
+    sys.stderr.write(f"\rreading images: {done:,} of {total:,}")
+    if done >= total:
+        sys.stderr.write("\n")
+
+
+def add_data_arguments(parser: argparse.ArgumentParser, split: str) -> None:
+    parser.add_argument(
+        "--data",
+        help="a local folder: ImageFolder layout, a folder with train/ and test/, or "
+        "cifar-10-batches-py (default: $GRADPICK_CIFAR10_DIR, else torchvision's download)",
+    )
+    parser.add_argument("--split", default=split, choices=("train", "test"))
+
+
+def bounded(
+    convert: Callable[[str], Any], low: float, high: float | None = None, unit: str = ""
+) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text (int or float), refusing values outside the bounds."""
+    kind = "a whole number" if convert is int else "a number"
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not {kind}") from None
+        if high is None and value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if high is not None and not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}{unit}, got {value}")
+        return value
+
+    return parse
+
+
+positive_int = bounded(int, 1)
+fraction = bounded(float, 0, 1)
+
+
+def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    add_data_arguments(parser, "test")
+    parser.add_argument("--start", type=int, default=0, help="first image of the batch")
+    parser.add_argument("--size", type=int, help="number of images (default: all)")
+    parser.add_argument(
+        "--seed", type=int, help="take a seeded random sample of --size images instead of a slice"
+    )
+
+
+MODEL_HELP = (
+    "resnet20 or tutorial (shipped), torchvision:NAME[:WEIGHTS] (e.g. torchvision:resnet18:"
+    "IMAGENET1K_V1), timm:NAME or package.module:factory (default: the best shipped model)"
+)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, positional: bool = False) -> None:
+    if positional:
+        parser.add_argument("model", help=MODEL_HELP)
+    else:
+        parser.add_argument("--model", help=MODEL_HELP)
+    parser.add_argument(
+        "--weights",
+        help="a state_dict file, .pt/.pth (read with weights_only) or .safetensors "
+        "(default: the shipped weights; random weights for torchvision and timm)",
+    )
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
+    spec = parser.add_argument_group("input spec (set or override what the model's metadata says)")
+    spec.add_argument("--input-size", metavar="S|HxW", help="model input size, e.g. 224 or 224x160")
+    spec.add_argument(
+        "--resize",
+        type=int,
+        metavar="R",
+        help="shorter side before the centre crop (default: the input height, or the weights' "
+        "own recipe)",
+    )
+    spec.add_argument("--mean", nargs="+", type=float, metavar="M", help="per-channel mean (3)")
+    spec.add_argument("--std", nargs="+", type=float, metavar="S", help="per-channel std (3)")
+
+
+def load_model(args: argparse.Namespace) -> LoadedModel:
+    name = args.model or (models.shipped_models() or list(models.ARCHITECTURES))[0]
+    return zoo.load_model(name, args.weights, args.device, **spec_overrides(args))
+
+
+def spec_overrides(args: argparse.Namespace) -> SpecOverrides:
+    """The input-spec flags that were given."""
+    return given_overrides(args.input_size, args.resize, args.mean, args.std)
+
+
+def own_names(loaded: LoadedModel) -> tuple[str, ...]:
+    """The model's own names of its outputs (a built-in's CIFAR-10 classes, torchvision's
+    categories), or none when its metadata has none for every output."""
+    names = tuple(loaded.spec.class_names)
+    return names if len(names) == loaded.classes else ()
+
+
+def output_class_names(source: data.ImageSource, loaded: LoadedModel) -> tuple[str, ...]:
+    """What the model's outputs are called for these images: the source's classes when they
+    are the model's (``labels_fit``), else the model's own names, as the explorer shows them."""
+    if labels_fit(source.class_names, loaded.classes):
+        return tuple(source.class_names)
+    return output_names(loaded.classes, own_names(loaded))
+
+
+def batch_description(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:
+    """E.g. 'a batch of 300 of the 10,000 images of folder x (from position 0)'."""
+    how = f"a seeded sample, seed {args.seed}" if args.seed is not None else f"from {args.start}"
+    return f"a batch of {count:,} of the {len(source):,} images of {source.description} ({how})"
+
+
+def class_argument(text: str | None, class_names: tuple[str, ...], target: str) -> int | None:
+    """``--class`` as an index or a class name of the source."""
+    if text is None:
+        return None
+    if target != "logit":
+        raise InputError("--class chooses a logit; use it with --target logit.")
+    if text.isdigit():
+        return int(text)
+    if text in class_names:
+        return class_names.index(text)
+    raise InputError(f"Unknown class '{text}'; give an index or one of: {', '.join(class_names)}.")

@@ -1,0 +1,234 @@
+"""``gradpick bench``, ``bench-infer`` and ``bench-distributed``: the benchmarks' commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gradpick import data, models
+from gradpick.cli.arguments import (
+    Commands,
+    add_data_arguments,
+    add_model_arguments,
+    data_source,
+    load_model,
+    positive_int,
+    spec_overrides,
+)
+from gradpick.devices import DEVICE_CHOICES
+from gradpick.errors import InputError
+
+__all__ = ["register"]
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.explorer:
+        return _bench_explorer(args)
+    from gradpick.bench import strategies as bench
+
+    given: dict[str, Any] = {
+        "models": args.models,
+        "sizes": args.n,
+        "picks": args.k,
+        "repeats": args.repeats,
+        "device": args.device,
+        "row_budget_seconds": args.budget,
+        "threads": args.threads,
+    }
+    overrides: dict[str, Any] = {
+        field: tuple(value) if isinstance(value, list) else value
+        for field, value in given.items()
+        if value is not None
+    }
+    config = replace(bench.QUICK if args.quick else bench.BenchConfig(), **overrides)
+    report = bench.run_benchmark(config, progress=lambda line: print(line, file=sys.stderr))
+    print(bench.report_text(report))
+    report.write_json(args.json or "bench.json")
+    print(f"\nwrote {args.json or 'bench.json'}")
+    return 0
+
+
+def _bench_explorer(args: argparse.Namespace) -> int:
+    import shutil
+
+    from gradpick.bench import explorer as explorer_bench
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        raise InputError(
+            "The explorer benchmark drives Debian's chromium: apt-get install chromium."
+        )
+    config = explorer_bench.QUICK if args.quick else explorer_bench.ExplorerBenchConfig()
+    if args.taskset:
+        server, browser = explorer_bench.parse_taskset(args.taskset)
+        config = replace(config, server_cpus=server, browser_cpus=browser)
+    if args.clicks is not None:
+        config = replace(config, clicks=args.clicks)
+    if args.threads is not None:
+        config = replace(config, threads=args.threads)
+    report = explorer_bench.run_explorer_benchmark(config, chromium)
+    print(explorer_bench.report_text(report))
+    path = args.json or "bench-explorer.json"
+    report.write_json(path)
+    print(f"\nwrote {path}")
+    return 0
+
+
+def _cmd_bench_infer(args: argparse.Namespace) -> int:
+    from gradpick.bench import inference as infer_bench
+
+    images = dict(zip(args.sides, args.images, strict=True)) if args.images else None
+    if args.images and len(args.images) != len(args.sides):
+        raise InputError("--images needs one count per --sides value.")
+    config = infer_bench.InferBenchConfig(
+        folder=args.data,
+        sides=tuple(args.sides),
+        images=images,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        repeats=args.repeats,
+        store_rows=args.store_rows,
+        memory_counts=tuple(args.memory or ()),
+        memory_stand_in=tuple(args.memory_stand_in or ()),
+        fixed_mmap_threshold=args.fixed_mmap_threshold,
+        device=args.device,
+        threads=args.threads,
+    )
+    rows, environment = infer_bench.run(config)
+    print(infer_bench.table(rows))
+    infer_bench.write_json(args.json, config, rows, environment)
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+def _bench_infer_parser(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "bench-infer",
+        help="inference from a folder against a hand-written DataLoader loop; stored outputs "
+        "reopened; memory",
+        description="Time infer_source over a folder's first files at each input side against "
+        "a hand-written DataLoader + model loop over the same files, time reopening a stored "
+        "table in the explorer, and (with --memory) measure resident memory in fresh processes.",
+    )
+    parser.add_argument("--data", required=True, help="an ImageFolder tree")
+    parser.add_argument("--sides", nargs="+", type=positive_int, default=[32, 224])
+    parser.add_argument(
+        "--images", nargs="+", type=positive_int, help="images per side (default 2000 and 256)"
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--workers", type=int, help="DataLoader workers for both loops")
+    parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument("--store-rows", type=positive_int, default=50_000)
+    parser.add_argument(
+        "--memory", nargs="+", type=positive_int, metavar="COUNT", help="image counts to measure"
+    )
+    parser.add_argument(
+        "--memory-stand-in",
+        nargs="+",
+        type=positive_int,
+        metavar="SIDE",
+        help="sides whose memory rows use a pooling + linear stand-in model (decoding-bound)",
+    )
+    parser.add_argument(
+        "--fixed-mmap-threshold",
+        action="store_true",
+        help="memory rows with the explorer's allocator setting (freed buffers returned to the "
+        "system instead of kept on glibc's heap)",
+    )
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
+    parser.add_argument("--threads", type=positive_int, help="torch intra-op threads")
+    parser.add_argument("--json", default="bench-infer.json")
+    parser.set_defaults(handler=_cmd_bench_infer)
+
+
+def _bench_parser(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "bench",
+        help="time every gradient strategy against the floor and captum",
+        description="Benchmark every strategy (and the hand-written floor, captum's Saliency, "
+        "recompute with memory measurement, and inference) over models, batch sizes N and "
+        "picked counts k; prints a markdown table and writes JSON.",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a small grid that runs in under a minute"
+    )
+    parser.add_argument("--models", nargs="+", choices=list(models.ARCHITECTURES))
+    parser.add_argument("--n", nargs="+", type=positive_int, help="batch sizes N")
+    parser.add_argument("--k", nargs="+", type=positive_int, help="numbers of picked images")
+    parser.add_argument("--repeats", type=positive_int, help="runs per row (median reported)")
+    parser.add_argument("--device", choices=DEVICE_CHOICES)
+    parser.add_argument(
+        "--budget",
+        type=float,
+        help="seconds an expensive row (summed, retain_graph) may take before it is skipped",
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        help="torch intra-op threads (default: torch's own; --quick uses 1, steady on busy cores)",
+    )
+    parser.add_argument(
+        "--explorer",
+        action="store_true",
+        help="time the Streamlit explorer in a real browser instead (reads $GRADPICK_CIFAR10_DIR)",
+    )
+    parser.add_argument(
+        "--taskset",
+        metavar="SERVER:BROWSER",
+        help="with --explorer: pin the server and the browser to these cores, e.g. 0:1",
+    )
+    parser.add_argument(
+        "--clicks", type=positive_int, help="with --explorer: clicks per timed step (default 10)"
+    )
+    parser.add_argument(
+        "--json", help="where to write the JSON results (bench.json, bench-explorer.json)"
+    )
+    parser.set_defaults(handler=_cmd_bench)
+
+
+def _cmd_bench_distributed(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from gradpick import distributed
+    from gradpick.bench.distributed import bench_table, benchmark
+
+    loaded = load_model(args)
+    source = data_source(args.data, args.split, loaded.spec)
+    positions = data.batch_positions(len(source), 0, args.size)
+    root, rows = distributed.source_rows(source, positions, loaded.classes)
+    recipe = distributed.model_recipe(loaded.name, args.weights, spec_overrides(args))
+    print(f"{loaded.name} on {len(rows):,} images of {source.description}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="gradpick-bench-") as scratch:
+        results = benchmark(
+            recipe, rows, root, loaded.spec, Path(scratch), args.workers, args.batch_size
+        )
+    print(bench_table(results))
+    cap = distributed.local_object_store_bytes()
+    print(f"\nobject store of the local Ray instance capped at {cap / 1024**3:.2f} GiB")
+    return 0
+
+
+def _bench_distributed_parser(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "bench-distributed",
+        help="time inference on Ray Data against one process on the same cores",
+        description="Infer the same images in one process (one torch thread, then --workers "
+        "threads) and on a local Ray instance (--workers single-CPU workers), each writing a "
+        "store; prints throughput and peak memory of the driver, the workers and Ray's own "
+        "processes.",
+    )
+    add_data_arguments(parser, "train")
+    parser.add_argument("--size", type=positive_int, help="number of images (default: all)")
+    add_model_arguments(parser)
+    parser.add_argument("--workers", type=positive_int, default=2)
+    parser.add_argument("--batch-size", type=positive_int, default=500)
+    parser.set_defaults(handler=_cmd_bench_distributed)
+
+
+def register(commands: Commands) -> None:
+    _bench_parser(commands)
+    _bench_infer_parser(commands)
+    _bench_distributed_parser(commands)

@@ -1,0 +1,219 @@
+"""``gradpick grads``: exact input gradients of picked images, printed and exported."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gradpick import attribution, data, export, strategies, units
+from gradpick.cli.arguments import (
+    Commands,
+    add_batch_arguments,
+    add_model_arguments,
+    batch_description,
+    class_argument,
+    data_source,
+    load_model,
+    own_names,
+    reading_progress,
+)
+from gradpick.errors import InputError
+from gradpick.gradients import REDUCTIONS, TARGETS, GradientResult
+from gradpick.infer import as_model_input, fit_classes, labels_fit
+from gradpick.measure import MemoryFigure, MemoryReport
+from gradpick.request import GradientRequest
+from gradpick.selection import parse_indices
+from gradpick.zoo import LoadedModel
+
+__all__ = ["register"]
+
+
+def _output_path(text: str | None) -> Path | None:
+    """Check the output file before any work is done, so a typo costs nothing."""
+    if text is None:
+        return None
+    path = Path(text).expanduser()
+    if path.suffix not in export.SUFFIXES:
+        raise InputError(f"--out must end in .pt or .npz, not '{path.suffix or path.name}'.")
+    if not path.parent.is_dir():
+        raise InputError(f"--out: the folder {path.parent} does not exist.")
+    return path
+
+
+def _print_gradients(
+    result: GradientResult, indices: list[int], names: list[str], class_names: tuple[str, ...]
+) -> None:
+    print(f"{'index':>6}  {'image':<28} {'class':<12} {result.target:>10}  {'max |grad|':>10}")
+    magnitudes = result.gradients.detach().abs().flatten(1).amax(dim=1).tolist()
+    for index, name, value, chosen, magnitude in zip(
+        indices,
+        names,
+        result.target_values.tolist(),
+        result.classes.tolist(),
+        magnitudes,
+        strict=True,
+    ):
+        label = export.class_name(class_names, chosen)
+        print(f"{index:>6}  {name[-28:]:<28} {label:<12} {value:>10.4g}  {magnitude:>10.3g}")
+
+
+def _memory_line(memory: MemoryReport) -> str:
+    def figure(value: MemoryFigure) -> str:
+        amount = units.format_bytes(value.bytes, missing="n/a")
+        return f"{amount} ({value.counts})"
+
+    return (
+        f"memory: saved for backward {figure(memory.saved_for_backward)}; "
+        f"peak {figure(memory.peak)}"
+    )
+
+
+def _batch_indices(args: argparse.Namespace, positions: list[int], source_size: int) -> list[int]:
+    """The picks as batch indices: ``--indices`` directly, ``--positions`` (source positions,
+    a store's ``position`` column) looked up in the batch."""
+    if args.positions is None:
+        return parse_indices(args.indices, len(positions))
+    wanted = parse_indices(args.positions, source_size, "the source")
+    index_of = {position: index for index, position in enumerate(positions)}
+    missing = [position for position in wanted if position not in index_of]
+    if missing:
+        raise InputError(
+            f"Source position {missing[0]} is not in {len(positions):,}-image batch chosen by "
+            "--start/--size/--seed; widen the batch or leave those out (without --size the "
+            "batch is the whole source)."
+        )
+    return [index_of[position] for position in wanted]
+
+
+def _read_picked(
+    source: data.ImageSource,
+    args: argparse.Namespace,
+    loaded: LoadedModel,
+    positions: list[int],
+    indices: list[int],
+) -> tuple[data.ImageBatch, list[int]]:
+    """Only the picked images, unless the strategy forwards the whole batch (then all of it),
+    and which rows of them the picks are. Labels that do not fit the model's classes are
+    dropped, as ``infer`` and the explorer drop them, and the model's class names used."""
+    if strategies.get(args.strategy).whole_batch:
+        batch = data.load_batch(source, args.start, args.size, args.seed, progress=reading_progress)
+        rows = indices
+    else:
+        picked = [positions[i] for i in indices]
+        labels = source.labels()
+        batch = data.ImageBatch(
+            images=source.read(picked),
+            labels=None if labels is None else labels[picked],
+            class_names=source.class_names,
+            names=tuple(source.names(picked)),
+            positions=tuple(picked),
+            source=source.description,
+        )
+        rows = list(range(len(indices)))
+    fits = labels_fit(batch.class_names, loaded.classes)
+    fitted, _ = fit_classes(batch, loaded.classes, () if fits else own_names(loaded))
+    if fitted.labels is None and batch.labels is not None and args.target == "loss":
+        raise InputError(
+            f"{source.description} has {len(batch.class_names)} classes but {loaded.name} "
+            f"predicts {loaded.classes}, so its labels mean nothing to the model and --target "
+            "loss has no true class; use --target logit (optionally with --class)."
+        )
+    return fitted, rows
+
+
+def _cmd_grads(args: argparse.Namespace) -> int:
+    out = _output_path(args.out)
+    loaded = load_model(args)
+    source = data_source(args.data, args.split, loaded.spec)
+    positions = data.batch_positions(len(source), args.start, args.size, args.seed)
+    indices = _batch_indices(args, positions, len(source))
+    batch, rows = _read_picked(source, args, loaded, positions, indices)
+    classes = class_argument(args.class_, batch.class_names, args.target)
+    loaded.check_images(batch.images)
+    request = GradientRequest.build(
+        loaded.module,
+        as_model_input(batch.images),
+        rows,
+        labels=batch.labels,
+        target=args.target,
+        classes=classes,
+        strategy=args.strategy,
+        reduction=args.reduction,
+        measure_memory=args.measure_memory,
+    )
+    attributed = attribution.Gradient().attribute(request)
+    result = attributed.gradients
+    print(f"model: {loaded.describe()}")
+    print(f"images: {len(indices):,} picked from {batch_description(source, args, len(positions))}")
+    _print_gradients(result, indices, [batch.names[row] for row in rows], batch.class_names)
+    print(
+        f"{result.strategy} (reduction {result.reduction}): "
+        f"{result.timing:,.1f} ms on {result.device}"
+    )
+    if result.memory is not None:
+        print(_memory_line(result.memory))
+    if out is not None:
+        written = export.of_picks(
+            attributed,
+            batch,
+            rows,
+            classes,
+            loaded.identity(),
+            export.source_record(
+                source.description,
+                len(positions),
+                source.origin().get("split"),
+                args.start,
+                args.size,
+                args.seed,
+            ),
+            indices=indices,
+            memory=result.memory,
+        )
+        sidecar = export.write(out, written)
+        print(f"wrote {out} and {sidecar}")
+    return 0
+
+
+def register(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "grads",
+        help="exact input gradients of picked images, written to .pt or .npz",
+        description="Compute d target_j / d image_j for the picked images of a batch and "
+        "write them to FILE.pt or FILE.npz with a JSON sidecar FILE.json: the README's export "
+        "schema (the picked pixels, indices, targets, strategy, timing, memory, model and "
+        "library versions).",
+    )
+    add_batch_arguments(parser)
+    add_model_arguments(parser)
+    picks = parser.add_mutually_exclusive_group(required=True)
+    picks.add_argument(
+        "--indices",
+        help='batch indices, e.g. "3, 7, 10-12": the images\' places in the batch that '
+        "--start/--size/--seed choose (0 is the batch's first image), each at most once",
+    )
+    picks.add_argument(
+        "--positions",
+        help='source positions, e.g. "3, 7, 10-12": the images\' places in the source, as a '
+        "store's position column and ImageBatch.positions name them; each must be in the batch",
+    )
+    parser.add_argument("--target", default="loss", choices=TARGETS)
+    parser.add_argument(
+        "--class",
+        dest="class_",
+        metavar="CLASS",
+        help="with --target logit: the class (index or name) whose logit to differentiate "
+        "(default: each image's predicted class)",
+    )
+    parser.add_argument(
+        "--strategy",
+        default=strategies.NAMES[0],
+        choices=strategies.NAMES,
+        help=strategies.help_text(),
+    )
+    parser.add_argument("--reduction", default="sum", choices=REDUCTIONS)
+    parser.add_argument(
+        "--measure-memory", action="store_true", help="also report saved-for-backward and peak"
+    )
+    parser.add_argument("--out", metavar="FILE", help="write gradients to FILE.pt or FILE.npz")
+    parser.set_defaults(handler=_cmd_grads)
