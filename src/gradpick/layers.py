@@ -97,7 +97,7 @@ def _aspect_fits(grid: tuple[int, int], size: tuple[int, int]) -> bool:
 
 
 def _token_grid(tokens: int, size: tuple[int, int], prefix: int | None) -> tuple[int, int] | None:
-    """(prefix, h): the first ``prefix`` tokens dropped, the rest form the grid of ``tokens - prefix`` patches with the image's shape.
+    """(prefix, h): ``prefix`` tokens dropped, the other patches form a grid of the image's shape.
 
     With no known prefix the smallest that leaves a grid is taken: for a square image the
     grids are squares, and prefix tokens never outnumber the gap to the next square.
@@ -283,7 +283,8 @@ def resolve(model: nn.Module, name: str | None, images: torch.Tensor) -> LayerIn
     Raises ``InputError`` for an unknown name (listing close ones), a layer whose output is
     not a spatial map, one the forward never reaches, or a model with no spatial layer.
     """
-    found = probe(model, tuple(images.shape[-2:]), int(images.shape[1]), images.dtype)
+    size = (int(images.shape[-2]), int(images.shape[-1]))
+    found = probe(model, size, int(images.shape[1]), images.dtype)
     if name is None:
         if found.automatic is None:
             raise InputError(
