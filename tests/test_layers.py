@@ -20,7 +20,7 @@ from gradpick.request import GradientRequest
 PICKED = [5, 2, 9, 2]
 
 
-def _hand(
+def per_sample_layer(
     model: nn.Module, module: nn.Module, images: torch.Tensor, indices: list[int], classes
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One image at a time: a hook keeps the module's output, autograd differentiates it."""
@@ -57,7 +57,9 @@ def test_layer_gradients_equal_per_sample_autograd_in_float64(double_cnn, random
     result = layer_gradients(request, name)
     assert result.layer.name == name and result.result.indices == tuple(PICKED)
     module = double_cnn.get_submodule(name)
-    activations, gradients = _hand(double_cnn, module, images, PICKED, result.result.classes)
+    activations, gradients = per_sample_layer(
+        double_cnn, module, images, PICKED, result.result.classes
+    )
     torch.testing.assert_close(result.activations, activations, rtol=1e-12, atol=1e-15)
     torch.testing.assert_close(result.gradients, gradients, rtol=1e-12, atol=1e-15)
     assert result.gradients.dtype == torch.float64 and result.gradients.abs().sum() > 0
@@ -298,7 +300,7 @@ def test_transformers_get_the_input_of_the_last_attention_as_a_map(name):
     request = GradientRequest.build(model, images, [1], target="logit")
     result = layer_gradients(request)
     assert result.layer.name == expected_name and result.layer.layout == expected_layout
-    activations, gradients = _hand(
+    activations, gradients = per_sample_layer(
         model, model.get_submodule(expected_name), images, [1], result.result.classes
     )
     torch.testing.assert_close(result.activations, expected_layout.to_nchw(activations))
