@@ -112,6 +112,12 @@ def test_only_the_picks_are_forwarded_whatever_the_batch_size(tiny_cnn):
         assert rows.seen[-1] == 2 and max(rows.seen) <= 2
 
 
+def test_strategies_that_forward_the_whole_batch_are_refused(tiny_cnn, random_batch):
+    request = GradientRequest.build(tiny_cnn, random_batch.images, [1], target="logit")
+    with pytest.raises(InputError, match="run strategy recompute"):
+        layer_gradients(request.but(strategy="summed"), "1")
+
+
 def test_the_served_model_is_unchanged_and_hooks_are_gone(tiny_bn_cnn, random_batch):
     state = copy.deepcopy(tiny_bn_cnn.state_dict())
     flags = [

@@ -29,7 +29,7 @@ import difflib
 import math
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -44,12 +44,14 @@ from gradpick.request import GradientRequest
 from gradpick.zoo import Normalized
 
 __all__ = [
+    "ASPECT_TOLERANCE",
     "LAYER_STRATEGIES",
     "LayerGradients",
     "LayerInfo",
     "Layout",
     "Probe",
     "layer_gradients",
+    "layout_of",
     "probe",
     "resolve",
     "user_model",
@@ -355,7 +357,12 @@ def _capture(module: nn.Module) -> Iterator[list[torch.Tensor]]:
         handle.remove()
 
 
-def _step(layer: LayerInfo, path: str) -> Any:
+def _step(
+    layer: LayerInfo, path: str
+) -> Callable[[GradientRequest, slice], tuple[torch.Tensor, ...]]:
+    """The engine step of ``layer`` (at ``path`` in the served model): the picks of rows
+    ``order`` forwarded with the capture on, differentiated with respect to its output."""
+
     def step(request: GradientRequest, order: slice) -> tuple[torch.Tensor, ...]:
         module = request.model.get_submodule(path)
         picked = request.images[request.indices[order]].to(request.device).requires_grad_(True)
