@@ -15,7 +15,7 @@ import copy
 import math
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +27,6 @@ from gradpick.errors import DeviceMemoryError, InputError, SampleCouplingError, 
 from gradpick.infer import call_model, check_logits
 from gradpick.measure import MemoryReport, SavedTensorCounter, Stopwatch
 from gradpick.request import REDUCTIONS, TARGETS, GradientRequest, Reduction, Target
-from gradpick.strategies import StepOutput
 
 __all__ = [
     "DEFAULT_MEMORY_BUDGET",
@@ -38,6 +37,7 @@ __all__ = [
     "GradientResult",
     "LeakageReport",
     "compute",
+    "compute_with",
     "coupling_modules",
     "cross_sample_leakage",
     "input_gradients",
@@ -51,6 +51,9 @@ STRATEGIES = strategies.NAMES
 """The registered strategies' names (``gradpick.strategies.REGISTRY``), default first."""
 DEFAULT_MEMORY_BUDGET = 1 << 30
 """Bytes autograd may save for one chunk of picked images before the rest waits its turn."""
+
+AnyStep = Callable[[GradientRequest, slice], tuple[torch.Tensor, ...]]
+"""A step: (gradients, target values, classes) of rows ``order``, then any per-row extras."""
 
 COUPLING_MODULES: tuple[type[nn.Module], ...] = (nn.modules.batchnorm._BatchNorm,)
 """Modules that, in training mode, mix samples: each output depends on the whole batch."""
@@ -156,13 +159,15 @@ def _chunk_size(request: GradientRequest, budget: int, chunk_size: int | None) -
     return max(1, min(request.count, budget // per_image))
 
 
-def _run_chunks(request: GradientRequest, chunk: int) -> tuple[list[StepOutput], int]:
-    """Run the strategy chunk by chunk; on CUDA out-of-memory, halve the chunk and retry."""
+def _run_chunks(
+    request: GradientRequest, chunk: int, step: AnyStep
+) -> tuple[list[tuple[torch.Tensor, ...]], int]:
+    """Run ``step`` chunk by chunk; on CUDA out-of-memory, halve the chunk and retry."""
     strategy = strategies.get(request.strategy)
     while True:
         try:
             outputs = [
-                strategy.step(request, slice(start, start + chunk))
+                step(request, slice(start, start + chunk))
                 for start in range(0, request.count, chunk)
             ]
             return outputs, chunk
@@ -204,6 +209,25 @@ def compute(
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
 ) -> GradientResult:
     """The gradients a built request asks for (see ``input_gradients`` for the arguments)."""
+    step = strategies.get(request.strategy).step
+    return compute_with(request, step, allow_coupled, chunk_size, memory_budget)[0]
+
+
+def compute_with(
+    request: GradientRequest,
+    step: AnyStep,
+    allow_coupled: bool = False,
+    chunk_size: int | None = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> tuple[GradientResult, tuple[torch.Tensor, ...]]:
+    """``compute`` with another step function in the request's strategy's place.
+
+    ``step`` returns the three tensors of a strategy's step (gradients, target values, classes)
+    and any further per-row tensors; those come back second, concatenated in row order on the
+    images' device. Model safety, chunking under ``memory_budget``, the out-of-memory retry,
+    timing and the finiteness check are the ones every strategy gets: layer gradients
+    (``gradpick.layers``) run through here with a step that also captures an activation.
+    """
     request, coupled = _serving_model(request, allow_coupled)
     memory = measure.measure_memory(
         request.device,
@@ -214,14 +238,14 @@ def compute(
     with torch.enable_grad():
         chunk = _chunk_size(request, memory_budget, chunk_size)
         with memory as reports, Stopwatch(request.device) as watch:
-            outputs, chunk = _run_chunks(request, chunk)
-    gradients, values, picked_classes = (
+            outputs, chunk = _run_chunks(request, chunk, step)
+    gradients, values, picked_classes, *extras = (
         outputs[0]
         if len(outputs) == 1
         else [torch.cat(parts) for parts in zip(*outputs, strict=True)]
     )
     _check_finite(request, values)
-    return GradientResult(
+    result = GradientResult(
         gradients=gradients.detach().to(request.images.device),
         indices=tuple(request.indices.tolist()),
         target_values=values.cpu(),
@@ -235,6 +259,7 @@ def compute(
         coupled=coupled,
         chunks=len(outputs),
     )
+    return result, tuple(extra.detach().to(request.images.device) for extra in extras)
 
 
 def input_gradients(

@@ -21,7 +21,10 @@ from gradpick.errors import InputError
 from gradpick.infer import call_model
 from gradpick.request import GradientRequest
 
-METHODS: tuple[str, ...] = attribution.METHOD_NAMES
+METHODS: tuple[str, ...] = tuple(
+    name for name in attribution.METHOD_NAMES if name not in attribution.LAYER_METHODS
+)
+"""The methods the checks run: the input-gradient ones (layer maps are not wired in yet)."""
 MAX_SAMPLES = 1024
 """Most SmoothGrad copies per image a check may ask for."""
 MAX_STEPS = 4096

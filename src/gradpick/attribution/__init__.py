@@ -1,0 +1,177 @@
+"""Attribution methods over the one gradient engine: one class per method, one registry.
+
+Input-gradient methods (``gradpick.attribution.gradient``: the gradient, gradient x input,
+SmoothGrad, Integrated Gradients) give signed maps per pixel and channel; layer methods
+(``gradpick.attribution.cam``: Grad-CAM, Grad-CAM++, HiResCAM, XGrad-CAM, LayerCAM, Score-CAM)
+give class activation maps at one layer, upsampled to the input size. Maps are computed per
+picked image and never depend on which other images were picked.
+
+A method declares its label, its parameters (default, lower bound, the explorer's range, help)
+and the unit of its maps; ``METHODS`` lists them by name, and the explorer builds its controls
+from them. A new method is one subclass of ``AttributionMethod``, one entry, and its tests::
+
+    method = get("smoothgrad")(samples=8)
+    maps = method.attribute(GradientRequest.build(model, images, [3, 7], labels=labels)).maps
+    cam = build("gradcam", {}, layer="layer3").attribute(request)  # .layer_maps [k, h, w]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradpick.attribution.base import Attribution, AttributionMethod, Parameter
+from gradpick.attribution.cam import (
+    GradCAM,
+    GradCAMPlusPlus,
+    HiResCAM,
+    LayerCAM,
+    LayerMethod,
+    ScoreCAM,
+    XGradCAM,
+)
+from gradpick.attribution.gradient import (
+    Gradient,
+    GradientXInput,
+    InputGradientMethod,
+    IntegratedGradients,
+    SmoothGrad,
+)
+from gradpick.errors import InputError
+from gradpick.request import GradientRequest
+
+__all__ = [
+    "LAYER_METHODS",
+    "METHODS",
+    "METHOD_NAMES",
+    "Attribution",
+    "AttributionMethod",
+    "GradCAM",
+    "GradCAMPlusPlus",
+    "Gradient",
+    "GradientXInput",
+    "HiResCAM",
+    "InputGradientMethod",
+    "IntegratedGradients",
+    "LayerCAM",
+    "LayerMethod",
+    "Parameter",
+    "ScoreCAM",
+    "SmoothGrad",
+    "XGradCAM",
+    "attribute",
+    "build",
+    "get",
+]
+
+METHODS: dict[str, type[AttributionMethod]] = {
+    method.name: method
+    for method in (
+        Gradient,
+        GradientXInput,
+        SmoothGrad,
+        IntegratedGradients,
+        GradCAM,
+        GradCAMPlusPlus,
+        HiResCAM,
+        XGradCAM,
+        LayerCAM,
+        ScoreCAM,
+    )
+}
+METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
+"""Every registered method's name, the plain gradient first."""
+LAYER_METHODS: tuple[str, ...] = tuple(name for name, m in METHODS.items() if m.takes_layer)
+"""The methods that work at a layer (class activation maps)."""
+
+
+def get(name: str) -> type[AttributionMethod]:
+    """The registered method ``name``, or an InputError listing the known ones."""
+    try:
+        return METHODS[name]
+    except (KeyError, TypeError):
+        raise InputError(
+            f"Unknown attribution method '{name}'; use one of {', '.join(METHOD_NAMES)}."
+        ) from None
+
+
+def build(name: str, settings: Mapping[str, Any], layer: str | None = None) -> AttributionMethod:
+    """Method ``name`` with those of ``settings`` it takes (the others are for other methods),
+    at ``layer`` for a layer method (None: the automatic layer)."""
+    method = get(name)
+    own = {parameter.name for parameter in method.parameters}
+    chosen = {key: value for key, value in settings.items() if key in own}
+    if issubclass(method, LayerMethod):
+        return method(layer=layer, **chosen)
+    if layer is not None:
+        raise InputError(
+            f"{method.label} works on the input pixels, not at a layer; the layer methods: "
+            f"{', '.join(LAYER_METHODS)}."
+        )
+    return method(**chosen)
+
+
+def attribute(
+    model: nn.Module,
+    images: torch.Tensor,
+    indices: Sequence[int] | torch.Tensor,
+    labels: Sequence[int] | torch.Tensor | None = None,
+    target: str = "loss",
+    classes: int | Sequence[int] | torch.Tensor | None = None,
+    method: str = "gradient",
+    strategy: str = "recompute",
+    device: str | torch.device | None = None,
+    measure_memory: bool = False,
+    samples: int = 16,
+    noise: float = 0.15,
+    steps: int = 32,
+    baseline: float = 0.0,
+    seed: int = 0,
+    layer: str | None = None,
+    batch_size: int = 64,
+) -> Attribution:
+    """Attribution maps of ``images[indices]`` for ``target`` by ``method`` (see ``METHODS``).
+
+    * ``gradient``: d target / d image, the engine's plain result.
+    * ``gradient_x_input``: the gradient times the image.
+    * ``smoothgrad``: the mean gradient over ``samples`` copies with Gaussian noise of standard
+      deviation ``noise`` x (max - min) of each image (not clamped), seeded by ``seed``.
+    * ``integrated_gradients``: (image - baseline) x the path-average gradient along the straight
+      line from a constant ``baseline`` image to the image, ``steps`` points, midpoint rule; the
+      maps sum to about target(image) - target(baseline) (completeness).
+    * ``gradcam``, ``gradcam_plus_plus``, ``hirescam``, ``xgradcam``, ``layercam``: class
+      activation maps at ``layer`` (None: chosen automatically) from its activation and
+      d target / d activation; ``scorecam`` from masked forwards, ``batch_size`` at a time.
+
+    Arguments shared with ``input_gradients`` mean the same there; ``strategy`` and
+    ``measure_memory`` apply to both engine calls. The settings a method does not take are
+    ignored. This builds the request and the method; ``get(method)(...).attribute(request)``
+    is the same call for a request already built.
+    """
+    chosen = build(
+        method,
+        {
+            "samples": samples,
+            "noise": noise,
+            "steps": steps,
+            "baseline": baseline,
+            "seed": seed,
+            "batch_size": batch_size,
+        },
+        layer,
+    )
+    request = GradientRequest.build(
+        model,
+        images,
+        indices,
+        labels=labels,
+        target=target,
+        classes=classes,
+        strategy=strategy,
+        device=device,
+        measure_memory=measure_memory,
+    )
+    return chosen.attribute(request)
