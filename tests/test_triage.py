@@ -1,0 +1,146 @@
+"""Label triage against hand computations, brute force and cleanlab on the same probabilities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradpick import triage
+from gradpick.errors import InputError
+
+
+def _noisy_problem(seed: int = 0, count: int = 600, classes: int = 4, share: float = 0.1):
+    """Images in clusters, one per class, with a share of labels moved to another class."""
+    rng = np.random.default_rng(seed)
+    true = rng.integers(0, classes, count)
+    centres = rng.normal(size=(classes, 8)) * 3
+    embeddings = centres[true] + rng.normal(size=(count, 8))
+    logits = embeddings @ centres.T / 4 + rng.normal(size=(count, classes))
+    probabilities = np.exp(logits - logits.max(1, keepdims=True))
+    probabilities /= probabilities.sum(1, keepdims=True)
+    given = true.copy()
+    moved = rng.choice(count, int(share * count), replace=False)
+    given[moved] = (true[moved] + rng.integers(1, classes, len(moved))) % classes
+    return probabilities, given, true, embeddings.astype(np.float32)
+
+
+def test_thresholds_and_confident_labels_by_hand() -> None:
+    probabilities = np.array(
+        [[0.9, 0.1, 0.0], [0.6, 0.4, 0.0], [0.2, 0.7, 0.1], [0.5, 0.45, 0.05], [0.1, 0.2, 0.7]]
+    )
+    labels = np.array([0, 0, 1, 1, 1])
+    found = triage.confident_learning(probabilities, labels)
+    # t0 = mean(0.9, 0.6); t1 = mean(0.7, 0.45, 0.2); class 2 labels none: never reached.
+    np.testing.assert_allclose(found.thresholds, [0.75, 0.45, 2.0])
+    # row 1: 0.6 < 0.75 and 0.4 < 0.45, no class; row 3: 0.5 < 0.75, 0.45 >= 0.45 -> 1.
+    assert found.confident_label.tolist() == [0, -1, 1, 1, -1]
+    assert found.off_diagonal.tolist() == [False] * 5
+    flipped = triage.confident_learning(probabilities, np.array([1, 0, 1, 1, 1]))
+    # row 0 labelled 1 now: t1 = mean(0.1, 0.7, 0.45, 0.2) = 0.3625, t0 = 0.6.
+    np.testing.assert_allclose(flipped.thresholds[:2], [0.6, 0.3625])
+    assert flipped.confident_label[0] == 0 and flipped.off_diagonal[0]
+    assert flipped.issue_count == int(flipped.off_diagonal.sum())
+
+
+def test_the_off_diagonal_matches_cleanlabs_confident_joint() -> None:
+    cleanlab_count = pytest.importorskip("cleanlab.count")
+    probabilities, given, _, _ = _noisy_problem()
+    found = triage.confident_learning(probabilities, given)
+    joint = cleanlab_count.compute_confident_joint(given, probabilities, calibrate=False)
+    np.testing.assert_array_equal(
+        np.bincount(
+            given[found.confident_label >= 0] * 4
+            + found.confident_label[found.confident_label >= 0],
+            minlength=16,
+        ).reshape(4, 4),
+        joint,
+    )
+
+
+def test_self_confidence_ranking_matches_cleanlab_without_embeddings() -> None:
+    rank = pytest.importorskip("cleanlab.rank")
+    probabilities, given, _, _ = _noisy_problem(seed=1)
+    found = triage.triage(probabilities, given)
+    quality = rank.get_label_quality_scores(given, probabilities, method="self_confidence")
+    np.testing.assert_allclose(found.self_confidence, quality)
+    assert found.order.tolist() == np.lexsort((np.arange(len(given)), quality)).tolist()
+
+
+def test_neighbours_equal_brute_force_in_any_chunking() -> None:
+    rng = np.random.default_rng(2)
+    embeddings = rng.normal(size=(97, 5)).astype(np.float32)
+    labels = rng.integers(0, 3, 97)
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    similarity = unit.astype(np.float64) @ unit.T.astype(np.float64)
+    np.fill_diagonal(similarity, -np.inf)
+    expected = np.argsort(-similarity, axis=1, kind="stable")[:, :4]
+    for chunk in (1, 10, 97, 1000):
+        found = triage.nearest_neighbours(embeddings, labels, 3, k=4, chunk_rows=chunk)
+        np.testing.assert_array_equal(found.indices, expected)
+        shares = np.stack([(labels[expected] == c).mean(axis=1) for c in range(3)], axis=1)
+        np.testing.assert_allclose(found.label_shares, shares)
+        np.testing.assert_allclose(found.agreement(labels), shares[np.arange(97), labels])
+
+
+def test_the_combined_score_and_suggestion_by_hand() -> None:
+    probabilities, given, _, embeddings = _noisy_problem(seed=3, count=200)
+    found = triage.triage(probabilities, given, embeddings, k=5, weight=0.2)
+    agreement = found.neighbours.agreement(given)
+    expected = -np.log(probabilities[np.arange(200), given]) - 0.2 * np.log(agreement + 1 / 5)
+    np.testing.assert_allclose(found.score, expected)
+    assert np.all(np.diff(found.score[found.order]) <= 0)
+    evidence = (probabilities + found.neighbours.label_shares) / 2
+    evidence[np.arange(200), given] = -1
+    np.testing.assert_array_equal(found.suggested, evidence.argmax(axis=1))
+    assert np.all(found.suggested != given)
+    assert found.flagged.sum() == found.confident.issue_count
+    assert found.flagged[found.order[: found.confident.issue_count]].all()
+
+
+def test_the_ranking_finds_moved_labels_at_least_as_well_as_each_signal() -> None:
+    probabilities, given, true, embeddings = _noisy_problem(seed=4, count=2000, share=0.05)
+    moved = given != true
+    top = int(moved.sum())
+    found = triage.triage(probabilities, given, embeddings)
+    combined = moved[found.order[:top]].mean()
+    alone = moved[np.argsort(found.self_confidence, kind="stable")[:top]].mean()
+    neighbours = moved[np.argsort(found.neighbours.agreement(given), kind="stable")[:top]].mean()
+    assert combined >= max(alone, neighbours) - 0.01, (combined, alone, neighbours)
+    assert combined > 0.7
+
+
+def test_the_table_is_most_suspect_first_with_names() -> None:
+    probabilities, given, _, embeddings = _noisy_problem(seed=5, count=50)
+    found = triage.triage(probabilities, given, embeddings, k=3)
+    frame = found.table(
+        positions=range(100, 150), names=[f"f{i}" for i in range(50)], class_names="abcd"
+    )
+    assert frame["rank"].tolist() == list(range(1, 51))
+    assert frame["position"].tolist() == (100 + found.order).tolist()
+    assert frame["name"].iloc[0] == f"f{found.order[0]}"
+    assert frame["given_class"].iloc[0] == "abcd"[given[found.order[0]]]
+    assert {"suggested_label", "score", "flagged", "neighbour_agreement"} <= set(frame.columns)
+
+
+@pytest.mark.parametrize(
+    ("probabilities", "labels", "message"),
+    [
+        (np.ones((3, 2)) / 2, np.array([0, 1]), r"\[N, C\] probabilities"),
+        (np.ones((2, 2)) / 2, np.array([0, 2]), r"0\.\.1"),
+        (np.ones((2, 2)) / 2, np.array([0.0, 1.0]), "whole class numbers"),
+    ],
+)
+def test_bad_input_says_what_is_wrong(probabilities, labels, message) -> None:
+    with pytest.raises(InputError, match=message):
+        triage.triage(probabilities, labels)
+
+
+def test_a_store_of_the_training_split_is_called_in_sample() -> None:
+    metadata = {
+        "model": {"name": "resnet20", "trained_on": {"source": "cifar10", "split": "train"}},
+        "source": {"root": "/data/cifar10-jpg/train"},
+    }
+    assert "in sample" in triage.sample_warning(metadata)
+    metadata["source"]["root"] = "/data/cifar10-jpg/test"
+    assert triage.sample_warning(metadata) is None
+    assert triage.sample_warning({"model": {}, "source": {"root": "/x/train"}}) is None
