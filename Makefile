@@ -60,10 +60,10 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy src/
-	$(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 docs: $(BIN)/.installed
-	$(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 test: $(BIN)/.installed $(CPU_VENV)/.installed browser lint
 	$(BIN)/python -m pytest
