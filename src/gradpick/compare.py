@@ -28,6 +28,26 @@ from gradpick.measure import MemoryReport, Stopwatch
 from gradpick.request import GradientRequest
 from gradpick.strategies import NAMES, get
 
+__all__ = [
+    "CAPTUM",
+    "FLOOR",
+    "INTERACTIVE_MIN_SECONDS",
+    "MAX_ROUNDS",
+    "MAX_RUNS_PER_ROUND",
+    "MIN_MEASURED_SECONDS",
+    "NOT_MEASURED",
+    "ROUND_SECONDS",
+    "captum_unavailable_reason",
+    "Classes",
+    "compare",
+    "compare_strategies",
+    "floor_gradients",
+    "Indices",
+    "interleaved_medians",
+    "Runner",
+    "StrategyRun",
+]
+
 FLOOR = "floor"
 CAPTUM = "captum"
 NOT_MEASURED = "not measured"

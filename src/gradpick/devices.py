@@ -10,6 +10,19 @@ import torch
 
 from gradpick.errors import DeviceUnavailableError
 
+__all__ = [
+    "DEVICE_CHOICES",
+    "cpu_threads",
+    "device_availability",
+    "device_for",
+    "device_matching",
+    "first_tensor",
+    "model_device",
+    "modules_of",
+    "resolve_device",
+    "synchronize",
+]
+
 DEVICE_CHOICES = ("auto", "cuda", "mps", "cpu")
 
 

@@ -24,6 +24,28 @@ from gradpick.devices import device_for
 from gradpick.errors import InputError, ModelError
 from gradpick.measure import Stopwatch
 
+__all__ = [
+    "as_model_input",
+    "call_model",
+    "capture_embeddings",
+    "check_images",
+    "check_logits",
+    "embedding_layer",
+    "fit_classes",
+    "infer",
+    "infer_chunks",
+    "infer_source",
+    "InferenceResult",
+    "labels_fit",
+    "logits_and_embeddings",
+    "output_names",
+    "OutputChunk",
+    "ProgressCallback",
+    "result_from_logits",
+    "source_labels",
+    "SourceInference",
+]
+
 ProgressCallback = Callable[[int, int], None]
 
 

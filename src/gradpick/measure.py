@@ -28,6 +28,23 @@ import torch
 from gradpick import units
 from gradpick.devices import synchronize
 
+__all__ = [
+    "CPU_PEAK_LABEL",
+    "CUDA_PEAK_LABEL",
+    "KINETO_LOG_LEVEL_ENV",
+    "KINETO_QUIET",
+    "MEASUREMENT_LOCK",
+    "SAVED_LABEL",
+    "UNCOUNTED_SAVED_LABEL",
+    "UNTRACKED_PEAK_LABEL",
+    "measure_memory",
+    "MemoryFigure",
+    "MemoryReport",
+    "PeakMemory",
+    "SavedTensorCounter",
+    "Stopwatch",
+]
+
 KINETO_LOG_LEVEL_ENV = "KINETO_LOG_LEVEL"
 KINETO_QUIET = "6"
 """Above kineto's highest message level (5, its start/stop trace lines): it logs nothing."""

@@ -17,6 +17,28 @@ from PIL import Image, ImageDraw, ImageFont
 
 from gradpick.errors import InputError
 
+__all__ = [
+    "COLORMAPS",
+    "DIVERGING",
+    "DIVERGING_SIZE",
+    "FONT_SIZE",
+    "PANEL_GAP",
+    "PANELS",
+    "SEQUENTIAL_SIZE",
+    "TITLE_HEIGHT",
+    "as_hwc",
+    "channel_maps",
+    "colorize",
+    "enlarge",
+    "fit",
+    "grid_png",
+    "lookup_table",
+    "overlay",
+    "panel_factor",
+    "saliency",
+    "scale_limits",
+]
+
 _SEQUENTIAL_ANCHORS = {
     "inferno": (
         "#000004 #160b39 #420a68 #6a176e #932667 #bc3754 #dd513a #f37819 #fca50a #f6d746 #fcffa4"

@@ -19,6 +19,17 @@ from gradpick.embedding import nearest_neighbours
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
 
+__all__ = [
+    "MERGE_MODES",
+    "RULES",
+    "confusion_cell",
+    "format_indices",
+    "indices_from_plotly_selection",
+    "merge",
+    "parse_indices",
+    "pick",
+]
+
 RULES = (
     "misclassified",
     "top_k_loss",

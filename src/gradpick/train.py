@@ -44,6 +44,23 @@ from gradpick.devices import model_device, resolve_device
 from gradpick.errors import DataError, ModelError
 from gradpick.infer import infer
 
+__all__ = [
+    "CHECK_SLICE",
+    "NUM_CLASSES",
+    "augment_batch",
+    "check_training_source",
+    "compiled",
+    "default_config",
+    "evaluate",
+    "Evaluation",
+    "export",
+    "ProgressLine",
+    "teacher_probabilities",
+    "train",
+    "TrainConfig",
+    "write_model_card",
+]
+
 NUM_CLASSES = 10
 CHECK_SLICE = {"size": 1000, "seed": 0}
 """A fixed, seeded 1,000-image sample of the test split whose accuracy the card records, so a

@@ -10,6 +10,11 @@ import torch
 
 from gradpick._version import __version__
 
+__all__ = [
+    "installed_version",
+    "library_versions",
+]
+
 
 def installed_version(package: str) -> str:
     """A package's version from its metadata, without importing it (torchvision's import alone

@@ -68,6 +68,18 @@ from gradpick.bench.serving import (
 from gradpick.data import CACHE_DIR_ENV, CIFAR10_DIR_ENV
 from gradpick.errors import InputError
 
+__all__ = [
+    "QUICK",
+    "default_app",
+    "ExplorerBenchConfig",
+    "ExplorerReport",
+    "parse_taskset",
+    "plain_reference",
+    "report_text",
+    "run_explorer_benchmark",
+    "Step",
+]
+
 
 def default_app() -> Path:
     """``app.py`` of the checkout this package runs from, else of the working directory."""

@@ -44,6 +44,25 @@ from gradpick.infer import infer_source
 from gradpick.spec import InputSpec
 from gradpick.versions import library_versions
 
+__all__ = [
+    "GRADPICK",
+    "HAND_WRITTEN",
+    "REOPEN_TARGET_SECONDS",
+    "THROUGHPUT_TARGET",
+    "bench_model",
+    "hand_written_pass",
+    "HandWrittenFiles",
+    "InferBenchConfig",
+    "InferRow",
+    "measure_memory",
+    "memory_rows",
+    "reopen_rows",
+    "run",
+    "table",
+    "throughput_rows",
+    "write_json",
+]
+
 THROUGHPUT_TARGET = 0.9
 REOPEN_TARGET_SECONDS = 1.0
 HAND_WRITTEN = "hand-written DataLoader loop"

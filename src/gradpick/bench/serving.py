@@ -23,6 +23,30 @@ from typing import Any
 from gradpick.bench.process import status_kilobytes
 from gradpick.ui.keys import HEATMAPS_CONTAINER, selector
 
+__all__ = [
+    "APP_IDLE",
+    "CHROMIUM_ARGS",
+    "HEATMAP_INDICES_JS",
+    "HEATMAPS_SHOW_JS",
+    "LOAD_TIMEOUT_MS",
+    "PAGE_ERRORS",
+    "SCATTER_POINTS_JS",
+    "TEXT_BOX_LABEL",
+    "VIEWPORT",
+    "free_port",
+    "healthy",
+    "heatmap_indices",
+    "metric_value",
+    "open_explorer",
+    "page_errors",
+    "pick_by_text",
+    "Server",
+    "streamlit_server",
+    "text_box",
+    "wait_for_heatmaps",
+    "wait_healthy",
+]
+
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

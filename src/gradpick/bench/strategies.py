@@ -41,6 +41,25 @@ from gradpick.gradients import input_gradients
 from gradpick.infer import infer
 from gradpick.versions import library_versions
 
+__all__ = [
+    "CAPTUM_LABEL",
+    "DIRECT",
+    "INFER",
+    "INFERENCE_TARGET",
+    "QUICK",
+    "RECOMPUTE_MEASURED",
+    "RECOMPUTE_TARGET",
+    "TARGET",
+    "BenchConfig",
+    "BenchReport",
+    "BenchRow",
+    "judge",
+    "markdown_table",
+    "report_text",
+    "run_benchmark",
+    "Verdict",
+]
+
 TARGET = "logit"
 """The predicted class's logit: the target captum's Saliency can be compared on."""
 
