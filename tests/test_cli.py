@@ -547,3 +547,16 @@ def test_grads_refuses_a_repeated_index(capsys, fitting, weights):
     status, out, err = run(capsys, "grads", *model_arguments(fitting, weights), "--indices", "0, 0")
     assert status == 2 and out == ""
     assert "Index 0 is given more than once" in err
+
+
+def test_a_batch_of_one_class_of_a_sorted_folder_says_so(capsys, fitting, weights):
+    """The first images of a class-sorted folder are all of one class: infer says so, and a
+    seeded sample of the same size does not need the note."""
+    arguments = ["--model", "tutorial", "--weights", str(weights), "--data", str(fitting)]
+    status, out, _ = run(capsys, "infer", *arguments, "--size", "3")
+    assert status == 0, out
+    assert "note: all 3 are 'class_00', since the source is sorted by class" in out
+    status, out, _ = run(capsys, "infer", *arguments, "--size", "3", "--seed", "0")
+    assert status == 0 and "note:" not in out
+    status, out, _ = run(capsys, "infer", *arguments, "--size", "8")
+    assert status == 0 and "note:" not in out  # four images each of class_00 and class_01

@@ -178,7 +178,25 @@ def output_class_names(source: data.ImageSource, loaded: LoadedModel) -> tuple[s
 def batch_description(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:
     """E.g. 'a batch of 300 of the 10,000 images of folder x (from position 0)'."""
     how = f"a seeded sample, seed {args.seed}" if args.seed is not None else f"from {args.start}"
-    return f"a batch of {count:,} of the {len(source):,} images of {source.description} ({how})"
+    text = f"a batch of {count:,} of the {len(source):,} images of {source.description} ({how})"
+    return text + _one_class_note(source, args, count)
+
+
+def _one_class_note(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:
+    """A warning when a batch of consecutive images holds one class of several: the first N of a
+    folder sorted by class (as ImageFolder layouts are) are all of its first class, so an
+    accuracy or a pick over them describes that class alone."""
+    labels = source.labels()
+    if args.seed is not None or labels is None or count >= len(source) or count < 2:
+        return ""
+    batch = labels[args.start : args.start + count]
+    if len(batch) < 2 or bool((batch != batch[0]).any()) or bool((labels == batch[0]).all()):
+        return ""
+    name = source.class_names[int(batch[0])] if int(batch[0]) < len(source.class_names) else "?"
+    return (
+        f"; note: all {count:,} are '{name}', since the source is sorted by class: "
+        "pass --seed N for a seeded sample of every class"
+    )
 
 
 def class_argument(text: str | None, class_names: tuple[str, ...], target: str) -> int | None:
