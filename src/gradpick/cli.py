@@ -370,6 +370,8 @@ def _infer_to_store(
         f"wrote {writer.rows:,} rows to {out} in {watch.milliseconds / 1000:,.1f} s "
         f"({rate:,.0f} images/s)"
     )
+    if writer.replaced:
+        print(f"note: {writer.replaced}")
     return 0
 
 

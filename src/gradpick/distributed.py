@@ -559,6 +559,8 @@ def _run_pipeline(
         if clear is error:
             raise
         raise clear from None
+    if writer.replaced:
+        say(writer.replaced)
     seconds = time.perf_counter() - started
     parts = len(list(out.glob("*.parquet")))
     return RayRun(writer.rows, parts, seconds, writer.discarded, connection.describe(), out)

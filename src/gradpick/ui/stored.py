@@ -48,7 +48,7 @@ def open_stored(path: str) -> OpenedStore:
 def stored_source(opened: OpenedStore) -> ImageSource:
     """The images a store was written from, read at the spec they were inferred at."""
     origin = opened.metadata.get("source") or {}
-    root = origin.get("root")
+    root = store.source_root(opened)
     if origin.get("kind") != "folder" or not root:
         raise DataError(
             f"{opened.path}: written from {origin.get('description', 'an unknown source')}, "
