@@ -325,6 +325,11 @@ def _store_path(text: str | None) -> Path | None:
     return path
 
 
+def _batch_of(args: argparse.Namespace, positions: list[int]) -> dict[str, int | None]:
+    """The batch ``infer`` read, recorded in its store so the explorer opens on it."""
+    return {"start": args.start, "size": len(positions), "seed": args.seed}
+
+
 def _infer_to_store(
     args: argparse.Namespace,
     out: Path,
@@ -333,7 +338,9 @@ def _infer_to_store(
     positions: list[int],
 ) -> int:
     """Stream the model's outputs into a store: one Parquet row per image, published whole."""
-    metadata = store.store_metadata(loaded.identity(), loaded.spec, source, args.embeddings)
+    metadata = store.store_metadata(
+        loaded.identity(), loaded.spec, source, args.embeddings, _batch_of(args, positions)
+    )
     report = data.ReadReport(source.spec)
     with (
         Stopwatch(model_device(loaded.module)) as watch,
@@ -416,7 +423,9 @@ def _infer_on_ray(
         rows,
         root,
         loaded.spec,
-        store.store_metadata(loaded.identity(), loaded.spec, source, args.embeddings),
+        store.store_metadata(
+            loaded.identity(), loaded.spec, source, args.embeddings, _batch_of(args, positions)
+        ),
         out,
         options,
         embeddings=args.embeddings,

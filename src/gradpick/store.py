@@ -48,6 +48,7 @@ __all__ = [
     "source_root",
     "store_is_current",
     "store_metadata",
+    "stored_batch",
 ]
 
 METADATA_KEY = b"gradpick"
@@ -414,24 +415,44 @@ def open_store(path: str | Path) -> OpenedStore:
 
 
 def store_metadata(
-    model: dict[str, Any], spec: InputSpec, source: Any, embeddings: bool = False
+    model: dict[str, Any],
+    spec: InputSpec,
+    source: Any,
+    embeddings: bool = False,
+    batch: dict[str, int | None] | None = None,
 ) -> dict[str, Any]:
     """The ``gradpick`` metadata of a store: which model at which spec read which source.
 
     ``model`` is the loaded model's provenance and must hold ``identity`` (what decides whether
     a store belongs to a model: its name and weights' sha256) and ``weights_sha256``. ``source``
     is a ``gradpick.data.ImageSource``; its fingerprint is taken now, before inference starts,
-    so a folder edited during the run reads as changed afterwards.
+    so a folder edited during the run reads as changed afterwards. ``batch`` (``start``,
+    ``size``, ``seed`` as ``gradpick.data.batch_positions`` takes them) names the batch the
+    rows are, so the explorer opens the store on that batch (``stored_batch``).
     """
     if "identity" not in model:
         raise ValueError("model metadata needs an 'identity'")
-    return {
+    metadata = {
         "model": model,
         "input_spec": spec.to_json(),
         "source": {**source.origin(), "count": len(source), "fingerprint": source.fingerprint()},
         "class_names": list(source.class_names),
         "embeddings": embeddings,
     }
+    if batch is not None:
+        metadata["batch"] = {key: batch.get(key) for key in ("start", "size", "seed")}
+    return metadata
+
+
+def stored_batch(opened: OpenedStore) -> dict[str, int | None]:
+    """The batch a store holds, as ``start``, ``size`` and ``seed``: as recorded when written,
+    else read off its rows (from the first position, as many as there are rows)."""
+    recorded = opened.metadata.get("batch")
+    if isinstance(recorded, dict) and recorded.get("size"):
+        return {key: recorded.get(key) for key in ("start", "size", "seed")}
+    positions = opened.table["position"]
+    first = int(positions[0].as_py()) if len(positions) else 0
+    return {"start": first, "size": max(len(positions), 1), "seed": None}
 
 
 def check_store(opened: OpenedStore, model_identity: str) -> None:
