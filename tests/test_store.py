@@ -273,3 +273,30 @@ def test_a_store_written_at_another_input_spec_is_refused(tmp_path: Path, source
     check_store(opened, at_32.store_identity)
     with pytest.raises(DataError, match="written by model tutorial:.*choose that model"):
         check_store(opened, cropped.store_identity)
+
+
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [([0, 1, 3], r"3 rows for 4 images \(1 missing, 0 repeated\)"),
+     ([0, 1, 2, 2, 3], r"5 rows for 4 images \(0 missing, 1 repeated\)"),
+     ([0, 1, 2, 2], r"4 rows for 4 images \(1 missing, 1 repeated\)")],
+)  # fmt: skip
+def test_a_ray_run_missing_or_repeating_a_position_is_not_published(
+    tmp_path: Path, written: list[int], message: str
+) -> None:
+    """The cluster's parts must hold each image once: a lost or retried block is refused."""
+    import pyarrow.parquet as pq
+
+    from gradpick.distributed import _check_every_row_once
+    from gradpick.errors import ClusterError
+
+    partial = tmp_path / ".out.partial-0123456789ab"
+    partial.mkdir()
+    for part, positions in enumerate([written[:2], written[2:]]):
+        table = output_table(
+            positions, ["x"] * len(positions), None, torch.zeros(len(positions), 3)
+        )
+        pq.write_table(table, partial / f"part-{part}.parquet")
+    with pytest.raises(ClusterError, match=message + "; the store was not published"):
+        _check_every_row_once(partial, [0, 1, 2, 3])
+    _check_every_row_once(partial, sorted(written))  # the same rows, when they are the images
