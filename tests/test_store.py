@@ -300,3 +300,18 @@ def test_a_ray_run_missing_or_repeating_a_position_is_not_published(
     with pytest.raises(ClusterError, match=message + "; the store was not published"):
         _check_every_row_once(partial, [0, 1, 2, 3])
     _check_every_row_once(partial, sorted(written))  # the same rows, when they are the images
+
+
+def test_a_users_own_parquet_is_neither_replaced_nor_taken_for_a_store_around_out(
+    tmp_path: Path, source: Any
+) -> None:
+    import pyarrow.parquet as pq
+
+    project = tmp_path / "project"
+    project.mkdir()
+    pq.write_table(pa.table({"x": [1]}), project / "mine.parquet")  # not gradpick's
+    with pytest.raises(DataError, match=r"not a gradpick output store \(it holds mine.parquet\)"):
+        write(project, source)
+    assert pq.read_table(project / "mine.parquet").num_rows == 1
+    write(project / "outputs", source)  # beside the user's file, not inside a store
+    assert len(open_store(project / "outputs")) == 6

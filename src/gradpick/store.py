@@ -283,7 +283,7 @@ def publish(partial: Path, out: Path) -> str | None:
     if not out.exists():
         os.replace(partial, out)
         return None
-    earlier = _is_store(out)
+    earlier = _written_by_gradpick(out)
     retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:12]}"
     os.replace(out, retired)
     os.replace(partial, out)
@@ -300,7 +300,7 @@ def check_out(out: Path) -> None:
     """
     resolved = out.expanduser().resolve()
     for folder in resolved.parents:
-        if _is_store(folder):
+        if _written_by_gradpick(folder):
             raise DataError(
                 f"{out} lies inside the store {folder}: a store inside another is read as part "
                 "of it. Choose an --out outside it."
@@ -312,7 +312,7 @@ def check_out(out: Path) -> None:
     content = list(out.iterdir())
     if not content:
         return
-    if not _is_store(out):
+    if not _written_by_gradpick(out):
         raise DataError(
             f"{out} exists and is not a gradpick output store (it holds "
             f"{_named(content)}); writing there would delete it: choose another --out or an "
@@ -343,6 +343,20 @@ def _parts(folder: Path) -> list[Path]:
 
 def _is_store(folder: Path) -> bool:
     return folder.is_dir() and bool(_parts(folder))
+
+
+def _written_by_gradpick(folder: Path) -> bool:
+    """A store gradpick wrote: its first part carries the ``gradpick`` metadata. Other Parquet
+    files (a user's own data beside their project) are neither replaced nor nested around."""
+    parts = _parts(folder) if folder.is_dir() else []
+    if not parts:
+        return False
+    import pyarrow.parquet as pq
+
+    try:
+        return METADATA_KEY in (pq.read_schema(parts[0]).metadata or {})
+    except (OSError, ValueError):  # unreadable or not Parquet after all: not a store
+        return False
 
 
 def _with_roots(metadata: dict[str, Any], out: Path) -> dict[str, Any]:
