@@ -370,6 +370,7 @@ def test_hovering_a_feature_space_point_shows_its_thumbnail(page: Any) -> None:
     chart = f".st-key-{state.EMBEDDING_CHART}"
     wait_for_chart(page, chart)  # the chart settled in its column
     script = page.locator(f".st-key-{state.HOVER_SCRIPT}")
+    script.wait_for(state="attached")  # it comes with the fragment that draws the chart
     assert script.count() == 1 and script.is_hidden()
     points = page.evaluate(SCATTER_POINTS_JS, chart)["points"]
     point = next(p for p in points if _alone(p, points, 12))

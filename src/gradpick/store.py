@@ -364,13 +364,14 @@ def _with_roots(metadata: dict[str, Any], out: Path) -> dict[str, Any]:
     source = metadata.get("source")
     if not isinstance(source, dict) or not source.get("root"):
         return metadata
-    root = Path(source["root"]).expanduser().resolve()
-    where = out.expanduser().resolve()
+    # Absolute as typed, symbolic links kept: the path the user knows the folder by.
+    root = os.path.abspath(Path(source["root"]).expanduser())
+    where = os.path.abspath(out.expanduser())
     try:
         relative: str | None = os.path.relpath(root, where)
     except ValueError:  # another drive (Windows): no relative path exists
         relative = None
-    return {**metadata, "source": {**source, "root": str(root), "root_from_store": relative}}
+    return {**metadata, "source": {**source, "root": root, "root_from_store": relative}}
 
 
 def source_root(opened: OpenedStore) -> Path | None:
