@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,3 +90,26 @@ def streamlit_server(
     log = ARTIFACTS / f"{log_name}.log"
     with _streamlit_server(REPO / "app.py", {**threads, **env}, log, python) as server:
         yield server
+
+
+CHART_SETTLED_JS = """
+(selector) => {
+  const chart = document.querySelector(selector + ' .js-plotly-plot');
+  if (!chart || !chart._fullLayout || !chart._fullData || !chart._fullData.length) return false;
+  const box = chart.getBoundingClientRect();
+  if (!box.width || !box.height) return false;
+  const now = [box.left, box.top, box.width, box.height, chart._fullLayout.width].join();
+  window.__chartBoxes = window.__chartBoxes || {};
+  const settled = window.__chartBoxes[selector] === now;
+  window.__chartBoxes[selector] = now;
+  return settled;
+}
+"""
+"""True once the chart has its data and the same box on two polls in a row: drawn and no longer
+moving (a column still laying out, a scroll, a redraw after a rerun)."""
+
+
+def wait_for_chart(page: Any, selector: str, polling: int = 100) -> None:
+    """Wait until the chart under ``selector`` is drawn and still, so its points can be clicked
+    where ``SCATTER_POINTS_JS`` says they are."""
+    page.wait_for_function(CHART_SETTLED_JS, arg=selector, polling=polling)

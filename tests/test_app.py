@@ -290,6 +290,27 @@ def test_the_strategies_tab_measures_every_strategy_on_the_selection(generated: 
     assert any(f"Against k, at N = {IMAGES}" in caption.value for caption in app.caption)
 
 
+def direct_accuracy(name: str, folder: Path, size: int = 1000, seed: int = 0) -> float:
+    """Percent correct of the shipped model ``name`` on the page's default sample of
+    ``folder`` (seeded, as a class-sorted folder is), by a plain loop over the JPEG files."""
+    import numpy as np
+    from PIL import Image
+
+    files = sorted(path for path in folder.glob("*/*.jpg"))
+    classes = sorted({path.parent.name for path in files})
+    model = models.load(name, models.shipped_weights_path(name))
+    correct = 0
+    chosen = data.batch_positions(len(files), size=size, seed=seed)
+    with torch.no_grad():
+        for position in chosen:
+            with Image.open(files[position]) as image:
+                pixels = np.asarray(image.convert("RGB"), dtype=np.float32) / 255
+            x = torch.from_numpy(pixels).permute(2, 0, 1).unsqueeze(0)
+            label = classes.index(files[position].parent.name)
+            correct += int(model(x).argmax(dim=1).item() == label)
+    return 100 * correct / size
+
+
 def test_on_the_real_cifar10_test_split(
     shared_cifar10_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -300,7 +321,8 @@ def test_on_the_real_cifar10_test_split(
     shipped = models.shipped_models()
     if shipped:
         assert app.sidebar.selectbox(key="model").value.startswith(shipped[0])
-        assert float(metrics(app)["Accuracy"].rstrip("%")) > 40
+        expected = direct_accuracy(shipped[0], shared_cifar10_dir / "test")
+        assert float(metrics(app)["Accuracy"].rstrip("%")) == pytest.approx(expected, abs=0.051)
     index_box(app).input("0-15").run()
     no_errors(app)
     assert captioned_indices(app) == list(range(16))
@@ -338,15 +360,19 @@ def test_an_offline_download_says_how_to_use_a_local_copy(
 # ----------------------------------------------------------------------------- stored outputs
 
 
-def store_of_the_stand_in(folder: Path, out: Path) -> None:
-    """Outputs of the page's seeded tutorial stand-in over ``folder``, as a store."""
+def store_of_the_stand_in(folder: Path, out: Path, size: int | None = None, seed: int = 0) -> None:
+    """Outputs of the page's seeded tutorial stand-in over ``folder``, as a store: of every
+    image, or of a seeded sample of ``size``, recorded as ``gradpick infer --out`` records it."""
     served = service.load_model(service.ModelOption("tutorial"), torch.device("cpu"))
     source = data.image_folder(folder)
     identity = served.identity()
     labels = source.labels()
     assert labels is not None
-    with store.StoreWriter(out, store.store_metadata(identity, source.spec, source)) as writer:
-        for chunk in infer_chunks(served.module, source):
+    positions = None if size is None else data.batch_positions(len(source), size=size, seed=seed)
+    batch = None if size is None else {"start": 0, "size": size, "seed": seed}
+    metadata = store.store_metadata(identity, source.spec, source, batch=batch)
+    with store.StoreWriter(out, metadata) as writer:
+        for chunk in infer_chunks(served.module, source, positions):
             rows = list(chunk.positions)
             writer.write(store.output_table(rows, source.names(rows), labels[rows], chunk.logits))
 
@@ -387,15 +413,26 @@ def test_a_store_of_another_model_is_refused_and_a_changed_folder_offers_to_re_i
     app = open_app(source_kind="stored", outputs_path=str(out))  # resnet20 is chosen
     assert any("written by model tutorial:random-seed0" in e.value for e in app.error)
     assert not app.exception
-    first = sorted(folder.rglob("*.png"))[0]
-    first.write_bytes(sorted(folder.rglob("*.png"))[1].read_bytes())
+    first, second = sorted(folder.rglob("*.png"))[:2]
+    first.write_bytes(second.read_bytes())
     app.selectbox(key="model").set_value(TUTORIAL["model"]).run()
     no_errors(app)
     assert any("changed since" in warning.value for warning in app.warning)
+
+    def outputs_of(rows: Any, path: Path) -> list[float]:
+        named = rows[rows["name"] == path.relative_to(folder).as_posix()]
+        return [float(value) for value in named[["confidence", "loss"]].iloc[0]]
+
+    stale = table(app)
+    assert outputs_of(stale, first) != outputs_of(stale, second)  # the rows of the old image
     app.button(key="reinfer").click().run()
     no_errors(app)
     assert metrics(app)["Images N"] == str(IMAGES)
     assert not any("changed since" in warning.value for warning in app.warning)
+    # inferred again: the copied image now has its original's outputs, as equal pixels must
+    fresh = table(app)
+    assert outputs_of(fresh, first) == pytest.approx(outputs_of(fresh, second), abs=1e-6)
+    assert outputs_of(fresh, second) == pytest.approx(outputs_of(stale, second), abs=1e-6)
 
 
 def test_a_store_of_an_unknown_format_is_explained_in_the_sidebar(
@@ -412,3 +449,18 @@ def test_a_store_of_an_unknown_format_is_explained_in_the_sidebar(
     assert any("store format 7" in error.value for error in app.sidebar.error)
     assert any("Choose a data source" in info.value for info in app.info)
     assert not app.exception
+
+
+def test_a_store_of_a_seeded_sample_opens_on_its_own_batch(
+    stored_folder: tuple[Path, Path], tmp_path: Path
+) -> None:
+    folder, _ = stored_folder
+    out = tmp_path / "sample"
+    store_of_the_stand_in(folder, out, size=20, seed=3)
+    app = open_app(**TUTORIAL, source_kind="stored", outputs_path=str(out))
+    no_errors(app)
+    assert not any("changed" in warning.value for warning in app.warning)
+    assert metrics(app)["Images N"] == "20"
+    wanted = data.batch_positions(IMAGES, size=20, seed=3)
+    names = data.image_folder(folder).names(wanted)
+    assert list(table(app)["name"]) == names

@@ -109,6 +109,22 @@ def test_hosted_page_says_so_and_offers_no_local_folder(hosted: Path) -> None:
     assert any("Hosted demo" in caption.value for caption in app.caption)
 
 
+@pytest.mark.parametrize("hosting", [False, True])
+def test_a_hosted_page_keeps_no_store_on_the_servers_disk(
+    generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hosting: bool
+) -> None:
+    import streamlit as st
+
+    monkeypatch.setenv(config.HOSTED_ENV, "1" if hosting else "0")
+    monkeypatch.setenv(data.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    st.cache_data.clear()  # an earlier test's inference of the same batch would skip keeping it
+    app = open_app(**TUTORIAL)
+    no_errors(app)
+    assert metrics(app)["Images N"] == str(IMAGES)
+    kept = list((tmp_path / "cache" / "outputs").glob("*/*.parquet"))
+    assert (not kept) if hosting else len(kept) == 1  # a local page keeps its inference
+
+
 def test_a_local_page_has_no_hosted_caption(generated: Path) -> None:
     app = open_app(**TUTORIAL)
     assert "Local folder" in app.sidebar.radio(key="source_kind").options

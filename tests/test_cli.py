@@ -449,7 +449,12 @@ def test_infer_out_writes_a_store_of_every_image(capsys, ten_classes, weights, t
     source = data.image_folder(ten_classes)
     batch = data.load_batch(source)
     model = models.load("tutorial", weights)
+    # what the last linear layer reads, caught by a hook of the test's own
+    last = [module for module in model.modules() if isinstance(module, torch.nn.Linear)][-1]
+    caught: list[torch.Tensor] = []
+    hook = last.register_forward_pre_hook(lambda _, inputs: caught.append(inputs[0].detach()))
     logits = model(batch.float_images())
+    hook.remove()
     frame = opened.table.to_pandas()
     assert frame["position"].tolist() == list(range(20))
     assert frame["name"].tolist() == source.names(range(20))
@@ -457,6 +462,8 @@ def test_infer_out_writes_a_store_of_every_image(capsys, ten_classes, weights, t
     assert frame["prediction"].tolist() == logits.argmax(dim=1).tolist()
     assert torch.allclose(torch.tensor(np.stack(frame["logits"])), logits, atol=1e-5)
     assert len(frame["embedding"][0]) == embedding_layer(model).in_features
+    stored = torch.tensor(np.stack(frame["embedding"]))
+    assert torch.allclose(stored, caught[0].flatten(1), atol=1e-5)
     meta = opened.metadata
     assert meta["model"]["identity"] == zoo.load_model("tutorial", weights).store_identity
     assert meta["model"]["weights_sha256"] == models.sha256_file(weights)

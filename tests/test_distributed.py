@@ -470,6 +470,34 @@ def test_more_workers_than_the_cluster_holds_is_refused_instead_of_waiting(
     assert status == 2 and "need 2 GPUs" in err
 
 
+def busy_workers(ancestor: int) -> list[int]:
+    """Processes descended from ``ancestor`` whose title says they run a Ray task or actor."""
+    parents: dict[int, int] = {}
+    titles: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            titles[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == ancestor:
+                return True
+        return False
+
+    return [
+        pid
+        for pid, title in titles.items()
+        if title.startswith("ray::") and not title.startswith("ray::IDLE") and descends(pid)
+    ]
+
+
 def test_an_interrupted_run_of_its_own_local_instance_publishes_nothing(cifar_subset, tmp_path):
     """Ctrl-C on the command, which started (and must stop) its own local Ray instance."""
     out = tmp_path / "out"
@@ -480,11 +508,45 @@ def test_an_interrupted_run_of_its_own_local_instance_publishes_nothing(cifar_su
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not list(tmp_path.glob(".out.partial-*")) and time.monotonic() < deadline:
+    # Interrupted once the pipeline runs: its parts folder exists and a Ray worker of the
+    # command's own instance is busy (Ray names a working process ray::<what it runs>).
+    while not (list(tmp_path.glob(".out.partial-*")) and busy_workers(process.pid)):
+        assert time.monotonic() < deadline and process.poll() is None, "the run never started"
         time.sleep(0.1)
-    time.sleep(2)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err[-2000:]
     assert "interrupted" in err
     assert not out.exists() and not list(tmp_path.glob(".out.*"))
+
+
+def seeded_tutorial() -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return models.build("tutorial")
+
+
+def test_embeddings_on_ray_are_what_the_last_linear_layer_reads(image_folder_factory, tmp_path):
+    source = data.image_folder(image_folder_factory(classes=2, per_class=3))
+    out = tmp_path / "outputs"
+    run = distributed.infer_on_ray(
+        seeded_tutorial,
+        rows_of(source),
+        source.root,
+        InputSpec(),
+        {},
+        out,
+        distributed.ClusterOptions(workers=1, batch_size=4),
+        embeddings=True,
+    )
+    assert run.rows == len(source)
+    model = models.freeze(seeded_tutorial())
+    last = [module for module in model.modules() if isinstance(module, nn.Linear)][-1]
+    caught: list[torch.Tensor] = []
+    hook = last.register_forward_pre_hook(lambda _, inputs: caught.append(inputs[0].detach()))
+    logits, predictions = in_process_reference(model, InputSpec(), source)
+    hook.remove()
+    assert_store_matches(out, source, logits, predictions)
+    table = store.open_store(out).table
+    stored = torch.tensor(np.stack(table.column("embedding").to_numpy(zero_copy_only=False)))
+    torch.testing.assert_close(stored, torch.cat(caught).flatten(1), rtol=1e-5, atol=1e-5)

@@ -430,6 +430,28 @@ def test_a_single_training_submodule_is_also_found(
     )
     assert result.coupled
     assert_same_snapshot(before, snapshot(model))
+    expected = coupled_reference(
+        model, random_batch.images, random_batch.labels, [0, 1], "recompute"
+    )
+    assert torch.allclose(result.gradients, expected, atol=1e-6, rtol=1e-4)
+
+
+def coupled_reference(
+    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, picks: list[int], strategy: str
+) -> torch.Tensor:
+    """Training-mode (coupled) gradients of the picks' cross-entropy by plain autograd, on a
+    copy, with what each strategy forwards: the picks alone (recompute) or the whole batch,
+    backward once through the picks' summed losses (summed) or once per pick (retain_graph)."""
+    copied = copy.deepcopy(model)  # in the modes the caller set
+    if strategy == "recompute":
+        x = images[picks].clone().requires_grad_(True)
+        losses = F.cross_entropy(copied(x), labels[picks], reduction="none")
+        return torch.autograd.grad(losses.sum(), x)[0]
+    x = images.clone().requires_grad_(True)
+    losses = F.cross_entropy(copied(x), labels, reduction="none")
+    if strategy == "summed":
+        return torch.autograd.grad(losses[picks].sum(), x)[0][picks]
+    return torch.stack([torch.autograd.grad(losses[j], x, retain_graph=True)[0][j] for j in picks])
 
 
 @pytest.mark.parametrize("strategy", ["recompute", "summed", "retain_graph"])
@@ -446,6 +468,13 @@ def test_coupled_gradients_on_request_leave_running_stats_alone(
     assert torch.isfinite(result.gradients).all()
     assert_same_snapshot(before, snapshot(model))
     assert model.training
+    images, labels = random_batch.images[:4], random_batch.labels[:4]
+    expected = coupled_reference(model, images, labels, [0, 2], strategy)
+    assert torch.allclose(result.gradients, expected, atol=1e-5, rtol=1e-4)
+    served = copy.deepcopy(model).eval()  # what an uncoupled computation would give instead
+    x = images.clone().requires_grad_(True)
+    uncoupled = torch.autograd.grad(F.cross_entropy(served(x), labels, reduction="sum"), x)[0]
+    assert not torch.allclose(result.gradients, uncoupled[[0, 2]], atol=1e-3)
 
 
 def test_vmap_explains_that_it_cannot_run_training_batchnorm(random_batch: Any) -> None:

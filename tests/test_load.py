@@ -44,6 +44,7 @@ from serving import (
     real_cifar10_dir,
     streamlit_server,
     text_box,
+    wait_for_chart,
     wait_for_heatmaps,
 )
 from torch import nn
@@ -468,6 +469,7 @@ def test_default_flow_fits_the_smallest_host_tier(chromium: str, tmp_path: Path)
             grid = page.locator(GRID_CHART)
             grid.locator(".js-plotly-plot").wait_for()
             grid.scroll_into_view_if_needed()
+            wait_for_chart(page, GRID_CHART)  # scrolled and drawn: its points are where they say
             first = page.evaluate(SCATTER_POINTS_JS, GRID_CHART)["points"][0]
             page.mouse.click(first["x"], first["y"])
             heatmap_at = wait_for_heatmaps(page, [first["index"]])

@@ -102,7 +102,8 @@ def _third_party_imports() -> dict[str, str]:
 
 
 NOT_INSTALLED_EXTRAS = {"umap": "umap-learn"}
-"""Import name -> distribution of the optional extras ``make test`` does not install."""
+"""Import name -> distribution of the optional extras an environment may lack (umap-learn comes
+with the test extra, but a plain install of gradpick has none of them)."""
 
 
 def test_every_imported_package_is_declared() -> None:
@@ -124,7 +125,7 @@ def test_every_imported_package_is_declared() -> None:
     allowed_at = {"library": runtime, "front end": runtime | app, "": runtime | optional}
     for import_name, place in sorted(imports.items()):
         if import_name not in providers:
-            # An optional extra this environment lacks (make test leaves umap out): it may only
+            # An optional extra this environment lacks: it may only
             # be imported inside a function, and its distribution must be an extra.
             assert not place, f"{import_name} is imported at module level"
             distribution = canonicalize_name(NOT_INSTALLED_EXTRAS[import_name])

@@ -145,3 +145,173 @@ def test_another_format_or_foreign_parquet_is_refused(tmp_path: Path, source: An
     pq.write_table(table.replace_schema_metadata({store.METADATA_KEY: meta}), part)
     with pytest.raises(DataError, match="store format 99.*Infer again"):
         open_store(tmp_path / "old")
+
+
+def test_a_store_is_never_written_inside_another(tmp_path: Path, source: Any) -> None:
+    write(tmp_path / "outputs", source)
+    with pytest.raises(DataError, match="lies inside the store"):
+        write(tmp_path / "outputs" / "train", source)
+    assert not (tmp_path / "outputs" / "train").exists()
+    assert len(open_store(tmp_path / "outputs")) == 6
+
+
+def test_a_folder_that_is_not_a_store_is_refused_and_left_as_it_was(
+    tmp_path: Path, source: Any
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("keep me")
+    with pytest.raises(DataError, match=r"not a gradpick output store \(it holds todo.txt\)"):
+        write(notes, source)
+    assert (notes / "todo.txt").read_text() == "keep me"
+    # a plain folder holding a store is not a store either: writing there would delete it
+    write(tmp_path / "outputs" / "train", source)
+    with pytest.raises(DataError, match="not a gradpick output store"):
+        write(tmp_path / "outputs", source)
+    assert len(open_store(tmp_path / "outputs" / "train")) == 6
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    write(empty, source, rows=2)
+    assert len(open_store(empty)) == 2
+
+
+def test_an_earlier_store_is_replaced_and_the_writer_says_so(tmp_path: Path, source: Any) -> None:
+    out = tmp_path / "out"
+    metadata = store_metadata(MODEL, InputSpec(), source)
+    with StoreWriter(out, metadata) as first:
+        first.write(output_table([0, 1, 2], ["a", "b", "c"], None, torch.zeros(3, 4)))
+    assert first.replaced is None
+    with StoreWriter(out, metadata) as second:
+        second.write(output_table([0], ["a"], None, torch.ones(1, 4)))
+    assert second.replaced == f"replaced the earlier store at {out}"
+    assert len(open_store(out)) == 1
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(".out")]  # nor retired
+
+
+def test_a_store_holding_anything_else_is_not_replaced(tmp_path: Path, source: Any) -> None:
+    out = tmp_path / "out"
+    write(out, source)
+    (out / "README.txt").write_text("what these are")
+    (out / "old").mkdir()
+    with pytest.raises(DataError, match="also holds README.txt, old; replacing it would delete"):
+        write(out, source, rows=2)
+    assert (out / "README.txt").exists() and (out / "old").is_dir() and len(open_store(out)) == 6
+
+
+def test_a_store_nested_by_an_earlier_gradpick_is_not_read_as_part_of_it(
+    tmp_path: Path, source: Any
+) -> None:
+    import shutil
+
+    write(tmp_path / "outer", source, rows=6)
+    write(tmp_path / "inner", source, rows=3)
+    shutil.move(tmp_path / "inner", tmp_path / "outer" / "train")  # what older versions allowed
+    assert open_store(tmp_path / "outer").table["position"].to_pylist() == list(range(6))
+
+
+def tutorial_weights(folder: Path) -> Path:
+    from gradpick import models
+
+    weights = folder / "tutorial.pt"
+    torch.save(models.build("tutorial").state_dict(), weights)
+    return weights
+
+
+def test_the_cli_refuses_nesting_and_says_when_it_replaces_a_store(
+    tmp_path: Path, source: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gradpick.cli import main
+
+    weights = tutorial_weights(tmp_path)
+    infer = ["infer", "--model", "tutorial", "--weights", str(weights), "--data", str(source.root)]
+    outputs = tmp_path / "outputs"
+    assert main([*infer, "--out", str(outputs)]) == 0
+    assert "replaced" not in capsys.readouterr().out
+    assert main([*infer, "--out", str(outputs / "train")]) != 0
+    assert "lies inside the store" in capsys.readouterr().err
+    assert not (outputs / "train").exists()
+    assert main([*infer, "--size", "2", "--out", str(outputs)]) == 0
+    assert f"note: replaced the earlier store at {outputs}" in capsys.readouterr().out
+    assert len(open_store(outputs)) == 2
+
+
+def test_a_store_opens_from_any_folder_and_after_moving_with_its_images(
+    tmp_path: Path, image_folder_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from gradpick.cli import main
+    from gradpick.ui import stored
+
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.move(image_folder_factory(classes=2, per_class=2), project / "photos")
+    weights = tutorial_weights(tmp_path)
+    monkeypatch.chdir(project)
+    infer = ["infer", "--model", "tutorial", "--weights", str(weights), "--data", "photos"]
+    assert main([*infer, "--out", "outputs"]) == 0
+    monkeypatch.chdir(tmp_path)  # another working folder
+    opened = open_store(project / "outputs")
+    assert opened.metadata["source"]["root"] == str(project / "photos")
+    assert stored.stored_source(opened).root == project / "photos"
+    shutil.move(project, tmp_path / "moved")  # the pair moved together
+    opened = open_store(tmp_path / "moved" / "outputs")
+    assert stored.stored_source(opened).root.resolve() == tmp_path / "moved" / "photos"
+
+
+def test_a_store_written_at_another_input_spec_is_refused(tmp_path: Path, source: Any) -> None:
+    from gradpick.zoo import load_model
+
+    weights = tutorial_weights(tmp_path)
+    at_32 = load_model("tutorial", weights, "cpu")
+    cropped = load_model("tutorial", weights, "cpu", resize=36)
+    assert at_32.weights_sha256 == cropped.weights_sha256  # the same net, its images cropped
+    metadata = store_metadata(at_32.identity(), at_32.spec, source)
+    with StoreWriter(tmp_path / "out", metadata) as writer:
+        writer.write(output_table([0], ["a.png"], None, torch.zeros(1, 10)))
+    opened = open_store(tmp_path / "out")
+    check_store(opened, at_32.store_identity)
+    with pytest.raises(DataError, match="written by model tutorial:.*choose that model"):
+        check_store(opened, cropped.store_identity)
+
+
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [([0, 1, 3], r"3 rows for 4 images \(1 missing, 0 repeated\)"),
+     ([0, 1, 2, 2, 3], r"5 rows for 4 images \(0 missing, 1 repeated\)"),
+     ([0, 1, 2, 2], r"4 rows for 4 images \(1 missing, 1 repeated\)")],
+)  # fmt: skip
+def test_a_ray_run_missing_or_repeating_a_position_is_not_published(
+    tmp_path: Path, written: list[int], message: str
+) -> None:
+    """The cluster's parts must hold each image once: a lost or retried block is refused."""
+    import pyarrow.parquet as pq
+
+    from gradpick.distributed import _check_every_row_once
+    from gradpick.errors import ClusterError
+
+    partial = tmp_path / ".out.partial-0123456789ab"
+    partial.mkdir()
+    for part, positions in enumerate([written[:2], written[2:]]):
+        table = output_table(
+            positions, ["x"] * len(positions), None, torch.zeros(len(positions), 3)
+        )
+        pq.write_table(table, partial / f"part-{part}.parquet")
+    with pytest.raises(ClusterError, match=message + "; the store was not published"):
+        _check_every_row_once(partial, [0, 1, 2, 3])
+    _check_every_row_once(partial, sorted(written))  # the same rows, when they are the images
+
+
+def test_a_users_own_parquet_is_neither_replaced_nor_taken_for_a_store_around_out(
+    tmp_path: Path, source: Any
+) -> None:
+    import pyarrow.parquet as pq
+
+    project = tmp_path / "project"
+    project.mkdir()
+    pq.write_table(pa.table({"x": [1]}), project / "mine.parquet")  # not gradpick's
+    with pytest.raises(DataError, match=r"not a gradpick output store \(it holds mine.parquet\)"):
+        write(project, source)
+    assert pq.read_table(project / "mine.parquet").num_rows == 1
+    write(project / "outputs", source)  # beside the user's file, not inside a store
+    assert len(open_store(project / "outputs")) == 6

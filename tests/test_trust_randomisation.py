@@ -116,3 +116,45 @@ def test_a_model_without_parameters_and_bad_counts_are_refused(
         randomisation_test(tiny_cnn, images, PICKS, mode="shuffle")
     with pytest.raises(InputError, match="Unknown attribution method"):
         randomisation_test(tiny_cnn, images, PICKS, methods=("lime",))
+
+
+def redrawn(model: nn.Module, layers: dict[str, int], seed: int = 0) -> nn.Module:
+    """A copy of ``model`` with each named layer's parameters redrawn by hand: N(0, rms^2) of
+    the trained values, from a CPU generator seeded by (seed, the layer's step)."""
+    import numpy as np
+
+    copied = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, step in layers.items():
+            state = int(np.random.SeedSequence((seed, step)).generate_state(1)[0])
+            generator = torch.Generator().manual_seed(state)
+            for parameter in copied.get_submodule(name).parameters(recurse=False):
+                rms = parameter.double().square().mean().sqrt()
+                draw = torch.randn(parameter.shape, generator=generator, dtype=torch.float64)
+                parameter.copy_((draw * rms).to(parameter.dtype))
+    return copied
+
+
+def autograd_maps(model: nn.Module, images: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """d logit[class] / d image of each pick, one image at a time, by plain autograd."""
+    maps = []
+    for image, label in zip(images[PICKS], classes, strict=True):
+        x = image.unsqueeze(0).clone().requires_grad_(True)
+        (gradient,) = torch.autograd.grad(model(x)[0, label], x)
+        maps.append(gradient[0])
+    return torch.stack(maps)
+
+
+@pytest.mark.parametrize("mode", ["cascade", "independent"])
+def test_each_steps_map_is_the_gradient_of_the_model_randomised_by_hand(
+    tiny_cnn: nn.Module, images: torch.Tensor, mode: str
+) -> None:
+    curve = randomisation_test(tiny_cnn, images, PICKS, mode=mode)["gradient"]
+    classes = tiny_cnn(images[PICKS]).argmax(dim=1)  # held at every step
+    assert torch.allclose(curve.original, autograd_maps(tiny_cnn, images, classes), atol=1e-6)
+    order = ["5", "2", "0"]
+    for step, name in enumerate(order):
+        chosen = order[: step + 1] if mode == "cascade" else [name]
+        reference = redrawn(tiny_cnn, {layer: order.index(layer) for layer in chosen})
+        expected = autograd_maps(reference, images, classes)
+        assert torch.allclose(curve.steps[step].maps, expected, atol=1e-6), (mode, name)

@@ -626,6 +626,8 @@ def _run_pipeline(
         if clear is error:
             raise
         raise clear from None
+    if writer.replaced:
+        say(writer.replaced)
     seconds = time.perf_counter() - started
     parts = len(list(out.glob("*.parquet")))
     return RayRun(

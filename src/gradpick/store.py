@@ -5,7 +5,11 @@ saying which model (identity, weights sha256, input spec), which source (root, f
 which gradpick wrote it. Every writer (in-process inference, a Ray cluster) builds its rows with
 ``output_table`` from the model's logits, so the derived columns are computed one way only, and
 publishes through ``StoreWriter``, so a store that exists is complete: parts are written into a
-hidden sibling folder and moved into place only when the last one is done.
+hidden sibling folder and moved into place only when the last one is done. A store is never
+written inside another store or into a folder holding anything but an earlier store, so
+publishing one never deletes anything but that earlier version (and says so, ``replaced``).
+The source's root is recorded absolute, and relative to the store, so the store opens from any
+working folder and still finds its images when the two were moved together (``source_root``).
 
 Read it back with ``open_store`` or any Parquet reader, e.g.
 ``pyarrow.dataset.dataset("outputs/").to_table().to_pandas()``.
@@ -41,8 +45,10 @@ __all__ = [
     "output_table",
     "open_store",
     "source_fingerprint",
+    "source_root",
     "store_is_current",
     "store_metadata",
+    "stored_batch",
 ]
 
 METADATA_KEY = b"gradpick"
@@ -168,15 +174,23 @@ class StoreWriter:
     block (or an interrupted process) leaves no folder at ``out`` that looks finished. Any
     earlier run's leftovers for the same ``out`` are removed when a new one starts, and
     ``discarded`` says so, since a run starts over rather than resume from parts of unknown state.
+    ``out`` must be new, an empty folder or an earlier store (``check_out`` says why not);
+    after publishing, ``replaced`` holds a sentence naming the earlier store it replaced, for the
+    caller to show, or None.
     """
 
     def __init__(self, out: str | Path, metadata: dict[str, Any], embeddings: bool = False) -> None:
         self.out = Path(out)
-        self.metadata = {"format": STORE_FORMAT, "gradpick_version": __version__, **metadata}
+        self.metadata = {
+            "format": STORE_FORMAT,
+            "gradpick_version": __version__,
+            **_with_roots(metadata, self.out),
+        }
         self.schema = output_schema(self.metadata, embeddings=embeddings)
         self.partial = self.out.parent / f".{self.out.name}.partial-{uuid.uuid4().hex[:12]}"
         self.discarded = self._remove_leftovers()
         self.rows = 0
+        self.replaced: str | None = None
         self._parts = 0
         self._pending: list[Any] = []
         self._pending_rows = 0
@@ -189,11 +203,7 @@ class StoreWriter:
         return len(leftovers)
 
     def __enter__(self) -> StoreWriter:
-        if self.out.exists() and not (self.out.is_dir() and _is_store(self.out)):
-            raise DataError(
-                f"{self.out} exists and is not a gradpick output store; choose another --out or "
-                "remove it."
-            )
+        check_out(self.out)
         self.partial.mkdir(parents=True)
         return self
 
@@ -256,22 +266,131 @@ class StoreWriter:
             if pq.read_schema(part).metadata != self.schema.metadata:
                 rewritten = pq.read_table(part).replace_schema_metadata(self.schema.metadata)
                 pq.write_table(rewritten, part)
-        publish(self.partial, self.out)
+        self.replaced = publish(self.partial, self.out)
 
 
-def publish(partial: Path, out: Path) -> None:
-    """Move a finished folder of parts to ``out``, replacing an older store there."""
-    if out.exists():
-        retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:12]}"
-        os.replace(out, retired)
+def publish(partial: Path, out: Path) -> str | None:
+    """Move a finished folder of parts to ``out``, replacing an older store there.
+
+    ``out`` is checked again (another process may have filled it since the writer started);
+    returns a sentence naming the store replaced, or None when there was none.
+    """
+    try:
+        check_out(out)
+    except DataError:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if not out.exists():
         os.replace(partial, out)
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        os.replace(partial, out)
+        return None
+    earlier = _written_by_gradpick(out)
+    retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:12]}"
+    os.replace(out, retired)
+    os.replace(partial, out)
+    shutil.rmtree(retired, ignore_errors=True)
+    return f"replaced the earlier store at {out}" if earlier else None
+
+
+def check_out(out: Path) -> None:
+    """Refuse an ``out`` whose publishing would nest stores or delete what is not a store.
+
+    A store inside another would be read as part of it (a Parquet reader takes a folder's
+    sub-folders too), and replacing a folder deletes all it holds: so ``out`` must not lie inside
+    a store, and an existing ``out`` must be an empty folder or a store of nothing but its parts.
+    """
+    resolved = out.expanduser().resolve()
+    for folder in resolved.parents:
+        if _written_by_gradpick(folder):
+            raise DataError(
+                f"{out} lies inside the store {folder}: a store inside another is read as part "
+                "of it. Choose an --out outside it."
+            )
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DataError(f"{out} exists and is not a folder; choose another --out.")
+    content = list(out.iterdir())
+    if not content:
+        return
+    if not _written_by_gradpick(out):
+        raise DataError(
+            f"{out} exists and is not a gradpick output store (it holds "
+            f"{_named(content)}); writing there would delete it: choose another --out or an "
+            "empty folder."
+        )
+    others = [entry for entry in content if entry not in _parts(out)]
+    if others:
+        raise DataError(
+            f"{out} is a store that also holds {_named(others)}; replacing it would delete "
+            "them: move them out, or choose another --out."
+        )
+
+
+def _named(entries: list[Path]) -> str:
+    names = sorted(entry.name for entry in entries)
+    shown = ", ".join(names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _parts(folder: Path) -> list[Path]:
+    """A store's own files: the visible Parquet files directly inside it."""
+    return sorted(
+        entry
+        for entry in folder.glob("*.parquet")
+        if entry.is_file() and not entry.name.startswith((".", "_"))
+    )
 
 
 def _is_store(folder: Path) -> bool:
-    return any(folder.glob("*.parquet"))
+    return folder.is_dir() and bool(_parts(folder))
+
+
+def _written_by_gradpick(folder: Path) -> bool:
+    """A store gradpick wrote: its first part carries the ``gradpick`` metadata. Other Parquet
+    files (a user's own data beside their project) are neither replaced nor nested around."""
+    parts = _parts(folder) if folder.is_dir() else []
+    if not parts:
+        return False
+    import pyarrow.parquet as pq
+
+    try:
+        return METADATA_KEY in (pq.read_schema(parts[0]).metadata or {})
+    except (OSError, ValueError):  # unreadable or not Parquet after all: not a store
+        return False
+
+
+def _with_roots(metadata: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``metadata`` with its source's root made absolute and also given relative to ``out``."""
+    source = metadata.get("source")
+    if not isinstance(source, dict) or not source.get("root"):
+        return metadata
+    # Absolute as typed, symbolic links kept: the path the user knows the folder by.
+    root = os.path.abspath(Path(source["root"]).expanduser())
+    where = os.path.abspath(out.expanduser())
+    try:
+        relative: str | None = os.path.relpath(root, where)
+    except ValueError:  # another drive (Windows): no relative path exists
+        relative = None
+    return {**metadata, "source": {**source, "root": root, "root_from_store": relative}}
+
+
+def source_root(opened: OpenedStore) -> Path | None:
+    """The folder of images a store was written from, or None for a source that was not one.
+
+    The recorded absolute root when it still exists; else the root relative to the store (the
+    pair was moved together); else the root as recorded, so a message can name it.
+    """
+    source = opened.metadata.get("source") or {}
+    if not source.get("root"):
+        return None
+    recorded = Path(source["root"])
+    candidates = [recorded]
+    if source.get("root_from_store"):
+        candidates.append(opened.path / source["root_from_store"])
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    return recorded
 
 
 @dataclass(frozen=True)
@@ -294,7 +413,8 @@ def open_store(path: str | Path) -> OpenedStore:
     path = Path(path).expanduser()
     if not path.is_dir() or not _is_store(path):
         raise DataError(f"{path}: no stored outputs here (expected a folder of .parquet files).")
-    dataset = ds.dataset(str(path), format="parquet")
+    # the store's own parts only: a folder nested inside is never read as part of the store
+    dataset = ds.dataset([str(part) for part in _parts(path)], format="parquet")
     raw = (dataset.schema.metadata or {}).get(METADATA_KEY)
     if raw is None:
         raise DataError(f"{path}: these Parquet files were not written by gradpick.")
@@ -310,24 +430,44 @@ def open_store(path: str | Path) -> OpenedStore:
 
 
 def store_metadata(
-    model: dict[str, Any], spec: InputSpec, source: Any, embeddings: bool = False
+    model: dict[str, Any],
+    spec: InputSpec,
+    source: Any,
+    embeddings: bool = False,
+    batch: dict[str, int | None] | None = None,
 ) -> dict[str, Any]:
     """The ``gradpick`` metadata of a store: which model at which spec read which source.
 
     ``model`` is the loaded model's provenance and must hold ``identity`` (what decides whether
     a store belongs to a model: its name and weights' sha256) and ``weights_sha256``. ``source``
     is a ``gradpick.data.ImageSource``; its fingerprint is taken now, before inference starts,
-    so a folder edited during the run reads as changed afterwards.
+    so a folder edited during the run reads as changed afterwards. ``batch`` (``start``,
+    ``size``, ``seed`` as ``gradpick.data.batch_positions`` takes them) names the batch the
+    rows are, so the explorer opens the store on that batch (``stored_batch``).
     """
     if "identity" not in model:
         raise ValueError("model metadata needs an 'identity'")
-    return {
+    metadata = {
         "model": model,
         "input_spec": spec.to_json(),
         "source": {**source.origin(), "count": len(source), "fingerprint": source.fingerprint()},
         "class_names": list(source.class_names),
         "embeddings": embeddings,
     }
+    if batch is not None:
+        metadata["batch"] = {key: batch.get(key) for key in ("start", "size", "seed")}
+    return metadata
+
+
+def stored_batch(opened: OpenedStore) -> dict[str, int | None]:
+    """The batch a store holds, as ``start``, ``size`` and ``seed``: as recorded when written,
+    else read off its rows (from the first position, as many as there are rows)."""
+    recorded = opened.metadata.get("batch")
+    if isinstance(recorded, dict) and recorded.get("size"):
+        return {key: recorded.get(key) for key in ("start", "size", "seed")}
+    positions = opened.table["position"]
+    first = int(positions[0].as_py()) if len(positions) else 0
+    return {"start": first, "size": max(len(positions), 1), "seed": None}
 
 
 def check_store(opened: OpenedStore, model_identity: str) -> None:

@@ -75,7 +75,7 @@ def open_stored(path: str) -> OpenedStore:
 def stored_source(opened: OpenedStore) -> ImageSource:
     """The images a store was written from, read at the spec they were inferred at."""
     origin = opened.metadata.get("source") or {}
-    root = origin.get("root")
+    root = store.source_root(opened)
     if origin.get("kind") != "folder" or not root:
         raise DataError(
             f"{opened.path}: written from {origin.get('description', 'an unknown source')}, "
@@ -193,6 +193,8 @@ class StoreRun:
     """What the pass skipped (unreadable files) or adapted (upscaled images), by name."""
     seconds: float
     """Wall time of reading, inferring and writing, device synchronised."""
+    replaced: str | None = None
+    """A sentence naming the earlier store this one replaced, or None."""
 
     @property
     def images_per_second(self) -> float:
@@ -208,6 +210,7 @@ def infer_to_store(
     embeddings: bool = False,
     progress: data.ProgressCallback | None = None,
     inferred: InferenceResult | None = None,
+    batch: dict[str, int | None] | None = None,
 ) -> StoreRun:
     """Stream the model's outputs for ``positions`` of ``source`` into the store at ``out``:
     one row per readable image, published whole or not at all.
@@ -216,6 +219,7 @@ def infer_to_store(
     are kept only when the source's classes are the model's (``source_labels``). ``inferred``:
     the outputs of exactly these positions, already computed (the explorer's batch, inferred
     for its page), written instead of inferring again; its features become the embeddings.
+    ``batch`` (start, size, seed) is recorded so a reopened store shows the batch it holds.
     """
     report = data.ReadReport(source.spec)
     chunks: Iterable[OutputChunk]
@@ -232,7 +236,7 @@ def infer_to_store(
     else:
         embeddings = inferred.features is not None
         chunks = [OutputChunk(tuple(positions), inferred.logits, inferred.features)]
-    metadata = store.store_metadata(loaded.identity(), source.spec, source, embeddings)
+    metadata = store.store_metadata(loaded.identity(), source.spec, source, embeddings, batch)
     with (
         Stopwatch(model_device(loaded.module)) as watch,
         store.StoreWriter(out, metadata, embeddings=embeddings) as writer,
@@ -253,4 +257,6 @@ def infer_to_store(
                 time.perf_counter() - started if inferred is None else inferred.milliseconds / 1000
             ),
         )
-    return StoreRun(Path(out), writer.rows, report.notes(), watch.milliseconds / 1000)
+    return StoreRun(
+        Path(out), writer.rows, report.notes(), watch.milliseconds / 1000, writer.replaced
+    )

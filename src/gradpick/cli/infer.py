@@ -68,6 +68,11 @@ def _store_path(text: str | None) -> Path | None:
     return path
 
 
+def _batch_of(args: argparse.Namespace, positions: list[int]) -> dict[str, int | None]:
+    """The batch ``infer`` read, recorded in its store so the explorer opens on it."""
+    return {"start": args.start, "size": len(positions), "seed": args.seed}
+
+
 def _infer_to_store(
     args: argparse.Namespace,
     out: Path,
@@ -84,6 +89,7 @@ def _infer_to_store(
         args.batch_size,
         embeddings=args.embeddings,
         progress=reading_progress,
+        batch=_batch_of(args, positions),
     )
     print(f"model: {loaded.describe()}")
     print(f"images: {batch_description(source, args, len(positions))}")
@@ -93,6 +99,8 @@ def _infer_to_store(
         f"wrote {run.rows:,} rows to {out} in {run.seconds:,.1f} s "
         f"({run.images_per_second:,.0f} images/s)"
     )
+    if run.replaced:
+        print(f"note: {run.replaced}")
     return 0
 
 
@@ -120,7 +128,9 @@ def _infer_on_ray(
         rows,
         root,
         loaded.spec,
-        store.store_metadata(loaded.identity(), loaded.spec, source, args.embeddings),
+        store.store_metadata(
+            loaded.identity(), loaded.spec, source, args.embeddings, _batch_of(args, positions)
+        ),
         out,
         options,
         embeddings=args.embeddings,

@@ -61,27 +61,35 @@ def _load(settings: Settings) -> Loaded | None:
             # Every model reads the images at its own input size. A store's images keep the
             # size they were inferred at: a model of another spec is refused with the store.
             source = source.at_spec(served.spec)
-        pixels_key = f"{choice.batch_key}|{served.spec.describe()}"
+        batch_key = choice.batch_key
+        if st.session_state.get(keys.per_source(keys.REINFER, choice.source_key)):
+            # Inferring a changed store's images again reads them as they are now, not as
+            # the batch cache holds them from before the change.
+            batch_key += f"|{source.fingerprint()}"
+        pixels_key = f"{batch_key}|{served.spec.describe()}"
         batch, note = service.fit_classes(
             cache.batch(pixels_key, source, choice), served.classes, option.class_names
         )
         if note:
             st.warning(note)
         if choice.kind == "stored":
-            result = _stored_outputs(settings, served, batch)
+            result = _stored_outputs(settings, served, batch, batch_key)
         else:
             keep = not app_config().hosted  # a hosted demo keeps no stores on its disk
             result = cache.inference(
                 choice.batch_key, option.identity, str(device), served, batch, source, keep
             )
-        hover = cache.hover_lines(choice.batch_key, option.identity, batch, result)
+        hover = cache.hover_lines(batch_key, option.identity, batch, result)
         loaded = Loaded(choice, batch, option, served, device, result, hover)
     return loaded
 
 
-def _stored_outputs(settings: Settings, served: LoadedModel, batch: ImageBatch) -> InferenceResult:
+def _stored_outputs(
+    settings: Settings, served: LoadedModel, batch: ImageBatch, batch_key: str
+) -> InferenceResult:
     """The batch's outputs from the store the user opened: refused when another model wrote
-    it; when its images changed since, said so, with a button to infer them again."""
+    it; when its images changed since, said so, with a button to infer them again (cached
+    under ``batch_key``, which names the images as they are now)."""
     choice, option, source = settings.data, settings.model, settings.source
     assert choice is not None and source is not None
     path = choice.outputs.strip()
@@ -92,7 +100,7 @@ def _stored_outputs(settings: Settings, served: LoadedModel, batch: ImageBatch) 
     if st.session_state.get(again):
         st.caption(f"Inferred again with this model; {opened.path} is left as it was.")
         return cache.inference(
-            choice.batch_key, option.identity, str(settings.device), served, batch, source
+            batch_key, option.identity, str(settings.device), served, batch, source
         )
     if cache.store_is_current(choice.source_key, stamp, opened, source):
         st.caption(f"Outputs of {len(opened):,} images stored in {opened.path}: not inferred.")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import streamlit as st
 import torch
 from streamlit.delta_generator import DeltaGenerator
 
-from gradpick import attribution, devices, strategies
+from gradpick import attribution, devices, store, strategies
 from gradpick.data import IMAGE_SUFFIXES, ImageSource
 from gradpick.errors import GradpickError, InputError
 from gradpick.ui import cache, keys, service
@@ -111,16 +112,22 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
     if kind == "upload":
         return base, source
     key = base.source_key
-    size = _batch_size(key, total, config.max_batch_size)
+    # A store opens on the batch it holds; any other source on the page's default batch.
+    held = _stored_batch(base) if kind == "stored" else None
+    size = _batch_size(key, total, config.max_batch_size, None if held is None else held["size"])
     by_class = service.sorted_by_class(source)
-    if by_class:
+    if by_class and held is None:
         st.caption("These images are stored class by class, so the batch is a seeded sample.")
+    sampled = by_class if held is None else held["seed"] is not None
     if st.toggle(
-        "Seeded random sample", value=by_class, key=keys.per_source(keys.RANDOM_SAMPLE, key)
+        "Seeded random sample", value=sampled, key=keys.per_source(keys.RANDOM_SAMPLE, key)
     ):
         seed = int(
             st.number_input(
-                "Seed", min_value=0, value=0, key=keys.per_source(keys.SAMPLE_SEED, key)
+                "Seed",
+                min_value=0,
+                value=int((held or {}).get("seed") or 0),
+                key=keys.per_source(keys.SAMPLE_SEED, key),
             )
         )
         return replace(base, size=size, seed=seed), source
@@ -129,19 +136,27 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
             "Start",
             min_value=0,
             max_value=total - 1,
-            value=0,
+            value=min(int((held or {}).get("start") or 0), total - 1),
             key=keys.per_source(keys.START, key),
         )
     )
     return replace(base, start=start, size=size), source
 
 
-def _batch_size(source_key: str, total: int, cap: int | None) -> int:
-    """The batch size typed for this source; an impossible one is explained and the last good
-    one kept, so the batch, its results and the picks stay as they were."""
+def _stored_batch(choice: DataChoice) -> dict[str, int | None]:
+    """The batch (start, size, seed) held by the store the choice names."""
+    path = choice.outputs.strip()
+    opened = cache.stored_outputs(path, Path(path).expanduser().stat().st_mtime)
+    return store.stored_batch(opened)
+
+
+def _batch_size(source_key: str, total: int, cap: int | None, held: int | None = None) -> int:
+    """The batch size typed for this source (``held`` by default: a store's own batch); an
+    impossible one is explained and the last good one kept, so the batch, its results and the
+    picks stay as they were."""
     good_key = keys.per_source(keys.GOOD_BATCH_SIZE, source_key)
     limit = min(total, cap or total)
-    default = min(DEFAULT_BATCH_SIZE, limit)
+    default = min(held or DEFAULT_BATCH_SIZE, limit)
     requested = int(
         st.number_input(
             "Batch size N",
