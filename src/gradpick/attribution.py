@@ -97,6 +97,12 @@ class Attribution:
     stacked: GradientResult | None = None
     """The one engine call over all noisy copies or path points (None for gradient views)."""
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows one map per pick and the method's readouts (``gradpick.notebook``)."""
+        from gradpick.notebook import attribution_html  # the notebook module imports this one
+
+        return attribution_html(self)
+
 
 _MethodOutput = tuple[torch.Tensor, GradientResult | None]
 """(maps [k, C, H, W], the stacked engine call or None)."""
