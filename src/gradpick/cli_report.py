@@ -78,9 +78,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                 help=f"{method.label}: {parameter.help} (default {parameter.default})",
             )
     parser.add_argument(
-        "--per-image-scale",
+        "--shared-scale",
         action="store_true",
-        help="give each map its own colour scale (default: one shared by all picks)",
+        help="one colour scale for all picks, so magnitudes compare (default: each map its own, "
+        "so its structure shows)",
     )
     parser.add_argument(
         "--measure-memory", action="store_true", help="also report saved-for-backward and peak"
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
         trust = run_checks(loaded.module, request.images, indices)
     document = report.build_report(
-        content, probabilities, loaded.card, trust, shared_scale=not args.per_image_scale
+        content, probabilities, loaded.card, trust, shared_scale=args.shared_scale
     )
     report.write_report(out, document)
     print(f"model: {loaded.describe()}")

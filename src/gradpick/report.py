@@ -92,6 +92,10 @@ img { image-rendering: pixelated; display: block; }
   min-width: 120px; }
 .bar span { position: absolute; inset: 0 auto 0 0; background: #6a176e; border-radius: 3px; }
 .bar.top span { background: #dd513a; }
+table.bars { table-layout: fixed; }
+table.bars td:first-child { width: 30%; }
+table.bars td.num { width: 16%; }
+.box table + h3 { margin-top: 16px; }
 .ok { color: #1a7f37; font-weight: 600; }
 .wrong { color: #b3261e; font-weight: 600; }
 .legend { display: flex; align-items: center; gap: 8px; font-size: 12px; color: #515154; }
@@ -150,13 +154,14 @@ class Figure:
 def figures(
     maps: torch.Tensor,
     images: torch.Tensor | None = None,
-    shared_scale: bool = True,
+    shared_scale: bool = False,
     side: int = DISPLAY_SIDE,
 ) -> list[Figure]:
     """Pictures of k maps [k, C, H, W] (largest |value| over channels, ``render.saliency``),
     with the picked images uint8 [k, 3, H, W] and the overlay when ``images`` are given.
 
-    A shared scale gives all k maps one upper limit (magnitudes comparable), else one each.
+    Each map gets its own colour scale (its structure shows, as in the explorer's default),
+    or with ``shared_scale`` all k one upper limit (magnitudes comparable).
     """
     heat = render.saliency(maps.detach().cpu())
     limits = render.scale_limits(heat, shared=shared_scale)
@@ -234,7 +239,7 @@ def trust_summary(trust: TrustReport, class_names: Sequence[str] = ()) -> str:
                 curve["mode"],
                 f"{first['layer']}",
                 _spread(first["spearman"]),
-                f"all {last['randomised_layers']}",
+                f"{last['randomised_layers']} layers",
                 _spread(last["spearman"]),
                 _spread(last["ssim"]),
             )
@@ -244,9 +249,9 @@ def trust_summary(trust: TrustReport, class_names: Sequence[str] = ()) -> str:
             (
                 "method",
                 "mode",
-                "first layer",
-                "Spearman",
-                "layers",
+                "first randomised",
+                "its Spearman",
+                "then randomised",
                 "Spearman",
                 "SSIM",
             ),
@@ -416,11 +421,11 @@ def _bars(probabilities: torch.Tensor, class_names: Sequence[str], label: int | 
         title = f"<b>{escape(name)}</b>" if chosen == label else escape(name)
         rows.append(
             f"<tr><td>{title}</td>"
-            f'<td style="width:60%"><div class="bar{" top" if rank == 0 else ""}">'
+            f'<td><div class="bar{" top" if rank == 0 else ""}">'
             f'<span style="width:{100 * value:.1f}%"></span></div></td>'
             f'<td class="num">{value:.1%}</td></tr>'
         )
-    return f'<table class="data" data-role="probabilities">{"".join(rows)}</table>'
+    return f'<table class="data bars" data-role="probabilities">{"".join(rows)}</table>'
 
 
 def _pick_section(
@@ -477,7 +482,7 @@ def build_report(
     card: Mapping[str, Any] | None = None,
     trust: TrustReport | None = None,
     title: str | None = None,
-    shared_scale: bool = True,
+    shared_scale: bool = False,
 ) -> str:
     """The report of ``content``'s picks as one HTML document (a str), needing no network.
 
