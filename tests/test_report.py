@@ -280,34 +280,13 @@ def test_the_command_refuses_a_wrong_suffix_before_any_work(tmp_path: Path) -> N
 def _showcase(root: Path) -> str:
     """A report of real CIFAR-10 picks under the best shipped model, with the trust checks."""
     loaded = models.load_model("resnet20", device="cpu")
-    source = data.open_source(str(root), "test", loaded.spec)
-    positions = data.batch_positions(len(source), 0, 200, 0)
-    picks = [3, 17, 42]
-    images = source.read(positions[: max(picks) + 1])
-    labels = infer.source_labels(source, positions[: max(picks) + 1], loaded.classes)
-    request = GradientRequest.build(
-        loaded.module, infer.as_model_input(images), picks, labels=labels, measure_memory=True
-    )
-    result = attribution.SmoothGrad(samples=8).attribute(request)
-    content = export.Export(
-        result,
-        indices=picks,
-        images=request.picked_images,
-        positions=[positions[i] for i in picks],
-        names=source.names([positions[i] for i in picks]),
-        labels=None if labels is None else labels[picks].tolist(),
-        class_names=source.class_names,
-        quantity="loss",
-        model=loaded.identity(),
-        source=export.source_record(source.description, len(positions), "test", 0, 200, 0),
-        memory=result.gradients.memory,
-    )
-    options = CheckOptions(
+    batch = data.load_batch(data.open_source(str(root), "test", loaded.spec), size=200, seed=0)
+    checks = CheckOptions(
         methods=("gradient", "integrated_gradients"), layers=3, baselines=("black",)
     )
-    trust = run_checks(loaded.module, request.images, picks, options=options)
-    probabilities = infer.infer(loaded.module, images[picks]).probabilities
-    return report.build_report(content, probabilities, loaded.card, trust)
+    return report.of_batch(
+        loaded, batch, [3, 17, 42], attribution.SmoothGrad(samples=8), checks=checks
+    )
 
 
 @pytest.mark.e2e
@@ -361,3 +340,16 @@ def test_chromium_opens_the_report_offline(
     assert refused == [] and failed == []
     assert len(drawn) >= 10 and all(drawn)
     assert printed == "none", "the JSON is left out of a printout"
+
+
+def test_of_batch_reports_a_batch_with_its_checks(generated_folder: Path) -> None:
+    loaded = models.load_model("tutorial", device="cpu")
+    batch = data.load_batch(data.open_source(str(generated_folder), "test", loaded.spec), size=16)
+    document = report.of_batch(
+        loaded, batch, [2, 8], target="logit", classes=3, checks=SMALL_CHECKS
+    )
+    page = Page(document)
+    assert {int(a["data-pick"]) for a in page.images() if "data-pick" in a} == {2, 8}
+    text = " ".join(page.text)
+    assert "logit[cat] of class cat" in text and "Trust checks" in text
+    assert f"{len(batch)} images" in text and batch.names[8] in text

@@ -20,8 +20,8 @@ from gradpick.cli import (
 )
 from gradpick.errors import InputError
 from gradpick.gradients import TARGETS
-from gradpick.request import GradientRequest
 from gradpick.selection import parse_indices
+from gradpick.trust.report import CheckOptions
 
 __all__ = ["output_path", "register", "run"]
 
@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     """Compute the picks' maps and write the report; the exit status."""
     out = output_path(args.out)
     method = attribution.build(args.method, _settings(args))
+    checks = CheckOptions() if args.check else None
     loaded = _load_model(args)
     source = _source(args.data, args.split, loaded.spec)
     positions = data.batch_positions(len(source), args.start, args.size, args.seed)
@@ -118,52 +119,33 @@ def run(args: argparse.Namespace) -> int:
     # of it for a whole-batch strategy): the maps match the explorer's for the same batch.
     whole = strategies.get(args.strategy).whole_batch
     read = positions if whole else positions[: max(indices) + 1]
-    images = source.read(read)
-    loaded.check_images(images)
-    labels = infer.source_labels(source, read, loaded.classes)
-    request = GradientRequest.build(
-        loaded.module,
-        infer.as_model_input(images),
+    batch = data.ImageBatch(
+        images=source.read(read),
+        labels=infer.source_labels(source, read, loaded.classes),
+        class_names=source.class_names,
+        names=tuple(source.names(read)),
+        positions=tuple(read),
+        source=source.description,
+    )
+    document = report.of_batch(
+        loaded,
+        batch,
         indices,
-        labels=labels,
+        method,
         target=args.target,
         classes=classes,
         strategy=args.strategy,
         measure_memory=args.measure_memory,
-    )
-    result = method.attribute(request)
-    picked = [positions[i] for i in indices]
-    names = source.names(picked)
-    picked_labels = None if request.labels is None else request.labels[indices].tolist()
-    content = export.Export(
-        result,
-        indices=indices,
-        images=request.picked_images,
-        positions=picked,
-        names=names,
-        labels=picked_labels,
-        class_names=source.class_names,
-        quantity=export.quantity(args.target, classes, source.class_names),
-        model=loaded.identity(),
+        checks=checks,
         source=export.source_record(
             source.description, len(positions), args.split, args.start, args.size, args.seed
         ),
-        memory=result.gradients.memory,
-    )
-    probabilities = infer.infer(loaded.module, images[indices]).probabilities
-    trust = None
-    if args.check:
-        from gradpick.trust import run_checks
-
-        trust = run_checks(loaded.module, request.images, indices)
-    document = report.build_report(
-        content, probabilities, loaded.card, trust, shared_scale=args.shared_scale
+        shared_scale=args.shared_scale,
     )
     report.write_report(out, document)
     print(f"model: {loaded.describe()}")
     print(
         f"images: {len(indices):,} picked from {_batch_description(source, args, len(positions))}"
     )
-    print(f"{result.method}: {result.milliseconds:,.1f} ms on {result.gradients.device}")
     print(f"wrote {out} ({len(document.encode()) / 1000:,.0f} kB)")
     return 0

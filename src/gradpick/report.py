@@ -24,11 +24,15 @@ import numpy as np
 import torch
 from PIL import Image
 
-from gradpick import attribution, export, render, units
+from gradpick import attribution, export, infer, render, units
+from gradpick.attribution import AttributionMethod
+from gradpick.data import ImageBatch
 from gradpick.errors import InputError
 from gradpick.measure import MemoryReport
+from gradpick.request import GradientRequest
 from gradpick.spec import InputSpec
-from gradpick.trust.report import TrustReport, report_dict
+from gradpick.trust.report import CheckOptions, TrustReport, report_dict, run_checks
+from gradpick.zoo import LoadedModel
 
 __all__ = [
     "DISPLAY_SIDE",
@@ -42,6 +46,7 @@ __all__ = [
     "figures",
     "img_tag",
     "key_values",
+    "of_batch",
     "memory_rows",
     "png_bytes",
     "trust_summary",
@@ -545,3 +550,59 @@ def write_report(path: Path, document: str) -> Path:
     partial.write_text(document, encoding="utf-8")
     os.replace(partial, path)
     return path
+
+
+def of_batch(
+    loaded: LoadedModel,
+    batch: ImageBatch,
+    indices: Sequence[int],
+    method: AttributionMethod | None = None,
+    target: str = "loss",
+    classes: int | None = None,
+    strategy: str = "recompute",
+    measure_memory: bool = True,
+    checks: CheckOptions | None = None,
+    source: Mapping[str, Any] | None = None,
+    shared_scale: bool = False,
+) -> str:
+    """The report of ``batch[indices]`` under ``loaded``: maps by ``method`` (the plain
+    gradient when None) for ``target`` and ``classes`` as ``input_gradients`` takes them, the
+    trust checks with ``checks`` when given, and ``source`` as the export's record of where the
+    batch came from (default: the batch's source, all of it).
+
+    The engine gets the whole batch, so SmoothGrad's noise is seeded by the batch index and the
+    maps are the explorer's for the same batch; 'recompute' forwards only the picks.
+    """
+    picks = [int(index) for index in indices]
+    loaded.check_images(batch.images)
+    request = GradientRequest.build(
+        loaded.module,
+        batch.float_images(),
+        picks,
+        labels=batch.labels,
+        target=target,
+        classes=classes,
+        strategy=strategy,
+        measure_memory=measure_memory,
+    )
+    result = (method or attribution.Gradient()).attribute(request)
+    content = export.Export(
+        result,
+        indices=picks,
+        images=request.picked_images,
+        positions=[batch.positions[i] for i in picks],
+        names=[batch.names[i] for i in picks],
+        labels=None if batch.labels is None else batch.labels[picks].tolist(),
+        class_names=batch.class_names,
+        quantity=export.quantity(target, classes, batch.class_names),
+        model=loaded.identity(),
+        source=source or export.source_record(batch.source, len(batch)),
+        memory=result.gradients.memory,
+    )
+    trust = (
+        None
+        if checks is None
+        else run_checks(loaded.module, request.images, picks, classes, checks)
+    )
+    probabilities = infer.infer(loaded.module, batch.images[picks]).probabilities
+    return build_report(content, probabilities, loaded.card, trust, shared_scale=shared_scale)
