@@ -2,8 +2,8 @@
 
 ``GradientResult``, ``Attribution`` and ``TrustReport`` have a ``_repr_html_`` that calls the
 functions here, so a result left at the end of a notebook cell draws one saliency map per pick
-(the largest |value| over the channels, one colour scale shared by the picks, as in the
-explorer and the HTML report) with its readouts. The results hold maps but not the images they
+(the largest |value| over the channels, each map its own colour scale, as in the explorer
+and the HTML report) with its readouts. The results hold maps but not the images they
 explain, so the notebook shows the maps alone; ``gradpick.report.build_report`` draws image,
 map and overlay. ``comparison(runs)`` shows ``gradpick.compare``'s rows as a table.
 """
@@ -25,6 +25,7 @@ __all__ = ["Html", "attribution_html", "comparison", "gradient_html", "trust_htm
 
 _ROW = 'style="display:flex;flex-wrap:wrap;gap:10px;align-items:flex-start"'
 _CAPTION = 'style="font-size:11px;text-align:center;margin:2px 0 0"'
+_NOTE = 'style="font-size:11px;margin:4px 0 0"'
 
 
 class Html(str):
@@ -49,8 +50,8 @@ def _maps(maps: torch.Tensor, captions: Sequence[str], what: str) -> str:
 def _block(title: str, rows: list[tuple[str, object]], body: str) -> str:
     return (
         f'<div class="gradpick"><b>{report.escape(title)}</b>{key_values(rows)}{body}'
-        f"<div {_CAPTION}>saliency: the largest |value| over the channels, one scale for "
-        "all picks, dark 0 to bright at the largest</div></div>"
+        f"<div {_NOTE}>saliency: the largest |value| over the channels, each map its own "
+        "scale, dark 0 to bright at its largest</div></div>"
     )
 
 
