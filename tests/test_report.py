@@ -269,9 +269,20 @@ def test_the_command_writes_a_report(
     assert not list(tmp_path.glob("*.partial"))
 
 
-def test_the_command_refuses_a_wrong_suffix_before_any_work(tmp_path: Path) -> None:
+def test_the_command_refuses_bad_options_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"--out must end in \.html"):
         _command("--indices", "1", "--out", str(tmp_path / "r.pdf"))
+    with pytest.raises(InputError, match="samples must be a whole number of at least 1"):
+        _command(
+            "--indices",
+            "1",
+            "--method",
+            "smoothgrad",
+            "--samples",
+            "0",
+            "--out",
+            str(tmp_path / "r.html"),
+        )
 
 
 # ----------------------------------------------------------------------------- in a browser
@@ -280,12 +291,14 @@ def test_the_command_refuses_a_wrong_suffix_before_any_work(tmp_path: Path) -> N
 def _showcase(root: Path) -> str:
     """A report of real CIFAR-10 picks under the best shipped model, with the trust checks."""
     loaded = models.load_model("resnet20", device="cpu")
-    batch = data.load_batch(data.open_source(str(root), "test", loaded.spec), size=200, seed=0)
+    source = data.open_source(str(root), "test", loaded.spec)
+    batch = data.load_batch(source, size=200, seed=0)
+    record = export.source_record(source.description, len(batch), "test", 0, 200, 0)
     checks = CheckOptions(
         methods=("gradient", "integrated_gradients"), layers=3, baselines=("black",)
     )
     return report.of_batch(
-        loaded, batch, [3, 17, 42], attribution.SmoothGrad(samples=8), checks=checks
+        loaded, batch, [3, 17, 42], attribution.SmoothGrad(samples=8), checks=checks, source=record
     )
 
 

@@ -75,6 +75,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                 f"--{flag}",
                 dest=f"setting_{parameter.name}",
                 type=int if parameter.whole else float,
+                metavar="N" if parameter.whole else "X",
                 help=f"{method.label}: {parameter.help} (default {parameter.default})",
             )
     parser.add_argument(
