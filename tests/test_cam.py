@@ -14,7 +14,7 @@ from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 from test_layers import per_sample_layer
 from torch import nn
 
-from gradpick import attribution, models
+from gradpick import attribution, models, zoo
 from gradpick.attribution import LAYER_METHODS, ScoreCAM, attribute
 from gradpick.attribution.cam import upsampled
 from gradpick.errors import InputError
@@ -146,13 +146,13 @@ def test_a_layer_for_an_input_gradient_method_is_refused():
 def _resnet20() -> tuple[nn.Module, str, nn.Module, torch.Tensor]:
     if "resnet20" not in models.shipped_models():
         pytest.skip("no shipped resnet20 weights")
-    module = models.load_model("resnet20").module
+    module = zoo.load_model("resnet20").module
     images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     return module, "layer3", module.layer3, images
 
 
 def _resnet18() -> tuple[nn.Module, str, nn.Module, torch.Tensor]:
-    module = models.load_model("torchvision:resnet18").module  # random weights, behind (x-m)/s
+    module = zoo.load_model("torchvision:resnet18").module  # random weights, behind (x-m)/s
     images = torch.rand(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
     return module, "layer4", module.model.layer4, images
 

@@ -11,7 +11,7 @@ import torch
 import torchvision
 from torch import nn
 
-from gradpick import layers, models
+from gradpick import layers, zoo
 from gradpick.errors import InputError
 from gradpick.layers import Layout, layer_gradients, layout_of, probe, resolve
 from gradpick.models import freeze
@@ -199,7 +199,7 @@ def test_two_threads_asking_for_different_layers_each_get_their_own(tiny_cnn, ra
 
 
 def test_the_probe_lists_spatial_layers_and_picks_the_last_before_pooling():
-    loaded = models.load_model("torchvision:resnet18", input_size=64)
+    loaded = zoo.load_model("torchvision:resnet18", input_size=64)
     found = probe(loaded.module, (64, 64))
     assert found.automatic == "layer4"  # the user's name: no 'model.' of gradpick's wrapper
     assert found.get("layer4") == layers.LayerInfo(
@@ -211,7 +211,7 @@ def test_the_probe_lists_spatial_layers_and_picks_the_last_before_pooling():
 
 
 def test_an_unknown_layer_lists_close_matches(tiny_cnn):
-    model = models.load_model("torchvision:resnet18", input_size=32).module
+    model = zoo.load_model("torchvision:resnet18", input_size=32).module
     with pytest.raises(InputError, match=r"no layer 'layer33'; close matches: layer3"):
         resolve(model, "layer33", torch.rand(1, 3, 32, 32))
 

@@ -7,6 +7,10 @@ where it hides inside a function. Layers, top first::
 
 A module of a lower layer never imports one of a higher; the library (everything outside
 ``gradpick.cli``, ``gradpick.bench`` and ``gradpick.ui``) imports none of the three front ends.
+
+One designed exception: a result's ``_repr_html_`` (Jupyter's hook) imports
+``gradpick.notebook``, which draws results and so sits above them; the import runs only when a
+notebook displays a result.
 """
 
 from __future__ import annotations
@@ -42,6 +46,13 @@ def _imports(name: str, path: Path) -> Iterator[tuple[str, bool]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             type_only.update(id(child) for child in ast.walk(node))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "_repr_html_":
+            type_only.update(
+                id(child)
+                for child in ast.walk(node)
+                if isinstance(child, ast.ImportFrom) and child.module == "gradpick.notebook"
+            )
     at_import_time = {id(child) for statement in tree.body for child in _top_level(statement)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(tree):

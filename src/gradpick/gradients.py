@@ -76,6 +76,12 @@ class GradientResult:
     coupled: bool = False
     chunks: int = 1
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows one saliency map per pick (``gradpick.notebook``)."""
+        from gradpick.notebook import gradient_html  # the notebook module imports this one
+
+        return gradient_html(self)
+
 
 def _training_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """Every (name, module) in training mode; names are only built when there is one."""

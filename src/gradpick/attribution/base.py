@@ -77,6 +77,12 @@ class Attribution:
     layer: str | None = None
     """The layer's dotted name in the user's model (``named_modules()``); else None."""
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows one map per pick and the method's readouts (``gradpick.notebook``)."""
+        from gradpick.notebook import attribution_html  # the notebook module imports this one
+
+        return attribution_html(self)
+
 
 class AttributionMethod(ABC):
     """A way to turn the engine's gradients into attribution maps.

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gradpick.cli import bench, check, eval, grads, infer, train
+from gradpick.cli import bench, check, eval, grads, infer, report, train
 from gradpick.cli.arguments import Commands, Handler
 from gradpick.errors import GradpickError
 
@@ -23,6 +23,7 @@ SUBCOMMANDS: list[Callable[[Commands], None]] = [
     infer.register,
     grads.register,
     check.register,
+    report.register,
     bench.register,
 ]
 

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 from gradpick import data, models, units, zoo
 from gradpick.devices import DEVICE_CHOICES
 from gradpick.errors import InputError
-from gradpick.infer import labels_fit, output_names
+from gradpick.infer import fit_classes, labels_fit, output_names
 from gradpick.spec import InputSpec
 from gradpick.zoo import LoadedModel, SpecOverrides, given_overrides
 
@@ -25,6 +25,7 @@ __all__ = [
     "batch_description",
     "bounded",
     "class_argument",
+    "fitted_to_model",
     "fraction",
     "load_model",
     "output_class_names",
@@ -173,6 +174,21 @@ def output_class_names(source: data.ImageSource, loaded: LoadedModel) -> tuple[s
     if labels_fit(source.class_names, loaded.classes):
         return tuple(source.class_names)
     return output_names(loaded.classes, own_names(loaded))
+
+
+def fitted_to_model(batch: data.ImageBatch, loaded: LoadedModel, target: str) -> data.ImageBatch:
+    """``batch`` with labels that do not fit the model's classes dropped and the model's class
+    names used, as ``infer`` and the explorer do; the loss target then has no true class, which
+    is refused rather than differentiated against an unrelated class."""
+    fits = labels_fit(batch.class_names, loaded.classes)
+    fitted, _ = fit_classes(batch, loaded.classes, () if fits else own_names(loaded))
+    if fitted.labels is None and batch.labels is not None and target == "loss":
+        raise InputError(
+            f"{batch.source} has {len(batch.class_names)} classes but {loaded.name} "
+            f"predicts {loaded.classes}, so its labels mean nothing to the model and --target "
+            "loss has no true class; use --target logit (optionally with --class)."
+        )
+    return fitted
 
 
 def batch_description(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:

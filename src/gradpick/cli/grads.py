@@ -13,13 +13,13 @@ from gradpick.cli.arguments import (
     batch_description,
     class_argument,
     data_source,
+    fitted_to_model,
     load_model,
-    own_names,
     reading_progress,
 )
 from gradpick.errors import InputError
 from gradpick.gradients import REDUCTIONS, TARGETS, GradientResult
-from gradpick.infer import as_model_input, fit_classes, labels_fit
+from gradpick.infer import as_model_input
 from gradpick.measure import MemoryFigure, MemoryReport
 from gradpick.request import GradientRequest
 from gradpick.selection import parse_indices
@@ -110,15 +110,7 @@ def _read_picked(
             source=source.description,
         )
         rows = list(range(len(indices)))
-    fits = labels_fit(batch.class_names, loaded.classes)
-    fitted, _ = fit_classes(batch, loaded.classes, () if fits else own_names(loaded))
-    if fitted.labels is None and batch.labels is not None and args.target == "loss":
-        raise InputError(
-            f"{source.description} has {len(batch.class_names)} classes but {loaded.name} "
-            f"predicts {loaded.classes}, so its labels mean nothing to the model and --target "
-            "loss has no true class; use --target logit (optionally with --class)."
-        )
-    return fitted, rows
+    return fitted_to_model(batch, loaded, args.target), rows
 
 
 def _cmd_grads(args: argparse.Namespace) -> int:

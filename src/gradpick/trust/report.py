@@ -103,6 +103,12 @@ class TrustReport:
     milliseconds: dict[str, float]
     """Wall time of each check, device synchronised."""
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows the maps and the summary tables (``gradpick.notebook``)."""
+        from gradpick.notebook import trust_html  # the notebook module imports this one
+
+        return trust_html(self)
+
 
 def run_checks(
     model: nn.Module,

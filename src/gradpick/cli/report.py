@@ -1,0 +1,163 @@
+"""``gradpick report``: the picks of a batch as one self-contained HTML file.
+
+The batch, model and target options are the other commands' own (``gradpick grads``); the
+page is ``gradpick.report.build_report``'s, written through a temporary file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gradpick import attribution, data, export, report, strategies
+from gradpick.cli.arguments import (
+    Commands,
+    add_batch_arguments,
+    add_model_arguments,
+    batch_description,
+    class_argument,
+    data_source,
+    fitted_to_model,
+    load_model,
+    output_class_names,
+)
+from gradpick.errors import InputError
+from gradpick.gradients import TARGETS
+from gradpick.selection import parse_indices
+from gradpick.trust.report import CheckOptions
+
+__all__ = ["output_path", "register", "run"]
+
+
+def output_path(text: str) -> Path:
+    """``--out`` checked before any work is done, so a typo costs nothing."""
+    path = Path(text).expanduser()
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise InputError(f"--out must end in .html, not '{path.suffix or path.name}'.")
+    if not path.parent.is_dir():
+        raise InputError(f"--out: the folder {path.parent} does not exist.")
+    return path
+
+
+def register(commands: Commands) -> None:
+    """Add ``report`` to the command line's subcommands."""
+    parser = commands.add_parser(
+        "report",
+        help="the picks' images, maps, predictions and readouts as one self-contained HTML file",
+        description="Compute the attribution maps of the picked indices of a batch and write one "
+        "HTML file that needs no network to open: the model and its card, the batch, each "
+        "pick's image, map, overlay, prediction, top classes and target, the method's settings "
+        "and the readouts (with --check, the trust checks' summary too).",
+    )
+    add_batch_arguments(parser)
+    add_model_arguments(parser)
+    parser.add_argument("--indices", required=True, help='batch indices, e.g. "3, 7, 10-12"')
+    parser.add_argument("--method", default="gradient", choices=attribution.METHOD_NAMES)
+    parser.add_argument("--target", default="loss", choices=TARGETS)
+    parser.add_argument(
+        "--class",
+        dest="class_",
+        metavar="CLASS",
+        help="with --target logit: the class (index or name) whose logit to explain "
+        "(default: each image's predicted class)",
+    )
+    parser.add_argument(
+        "--strategy",
+        default=strategies.NAMES[0],
+        choices=strategies.NAMES,
+        help=strategies.help_text(),
+    )
+    seen: set[str] = set()
+    for method in attribution.METHODS.values():
+        for parameter in method.parameters:
+            if parameter.name in seen:
+                continue
+            seen.add(parameter.name)
+            flag = "method-seed" if parameter.name == "seed" else parameter.name
+            parser.add_argument(
+                f"--{flag}",
+                dest=f"setting_{parameter.name}",
+                type=int if parameter.whole else float,
+                metavar="N" if parameter.whole else "X",
+                help=f"{method.label}: {parameter.help} (default {parameter.default})",
+            )
+    parser.add_argument(
+        "--shared-scale",
+        action="store_true",
+        help="one colour scale for all picks, so magnitudes compare (default: each map its own, "
+        "so its structure shows)",
+    )
+    parser.add_argument(
+        "--measure-memory", action="store_true", help="also report saved-for-backward and peak"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="also run the trust checks with gradpick check's defaults and add their summary",
+    )
+    parser.add_argument("--out", required=True, metavar="FILE.html", help="the report to write")
+    parser.set_defaults(handler=run)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, float | int]:
+    """The method settings given on the command line (the rest keep their defaults)."""
+    prefix = "setting_"
+    return {
+        name.removeprefix(prefix): value
+        for name, value in vars(args).items()
+        if name.startswith(prefix) and value is not None
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compute the picks' maps and write the report; the exit status."""
+    out = output_path(args.out)
+    method = attribution.build(args.method, _settings(args))
+    checks = CheckOptions() if args.check else None
+    loaded = load_model(args)
+    source = data_source(args.data, args.split, loaded.spec)
+    positions = data.batch_positions(len(source), args.start, args.size, args.seed)
+    indices = parse_indices(args.indices, len(positions))
+    classes = class_argument(args.class_, output_class_names(source, loaded), args.target)
+    # A batch index seeds SmoothGrad's noise, so the batch is read up to the largest pick (all
+    # of it for a whole-batch strategy): the maps match the explorer's for the same batch.
+    whole = strategies.get(args.strategy).whole_batch
+    read = positions if whole else positions[: max(indices) + 1]
+    labels = source.labels()
+    batch = fitted_to_model(
+        data.ImageBatch(
+            images=source.read(read),
+            labels=None if labels is None else labels[read],
+            class_names=source.class_names,
+            names=tuple(source.names(read)),
+            positions=tuple(read),
+            source=source.description,
+        ),
+        loaded,
+        args.target,
+    )
+    document = report.of_batch(
+        loaded,
+        batch,
+        indices,
+        method,
+        target=args.target,
+        classes=classes,
+        strategy=args.strategy,
+        measure_memory=args.measure_memory,
+        checks=checks,
+        source=export.source_record(
+            source.description,
+            len(positions),
+            source.origin().get("split"),
+            args.start,
+            args.size,
+            args.seed,
+        ),
+        shared_scale=args.shared_scale,
+    )
+    report.write_report(out, document)
+    print(f"model: {loaded.describe()}")
+    print(f"images: {len(indices):,} picked from {batch_description(source, args, len(positions))}")
+    print(f"wrote {out} ({len(document.encode()) / 1000:,.0f} kB)")
+    return 0
