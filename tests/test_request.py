@@ -252,3 +252,46 @@ def test_the_loss_gradient_of_a_built_request_is_autograds() -> None:
     loss = nn.functional.cross_entropy(model(reference), torch.tensor([1, 2]))  # mean over 2
     (expected,) = torch.autograd.grad(loss, reference)
     torch.testing.assert_close(gradient, expected)
+
+
+@pytest.mark.parametrize(
+    "indices", [[], torch.tensor([], dtype=torch.long)], ids=["list", "tensor"]
+)
+def test_no_indices_say_to_pick_one(indices: object) -> None:
+    with pytest.raises(SelectionError, match=r"^No images selected: pick at least one index\.$"):
+        GradientRequest.build(_model(), _images(), indices, LABELS)  # type: ignore[arg-type]
+
+
+def test_labels_that_are_not_numbers_are_refused_with_what_was_given() -> None:
+    with pytest.raises(InputError, match=r"^Labels must be whole numbers; got \['cat', 'dog'\] \("):
+        GradientRequest.build(_model(), _images(2), [1], ["cat", "dog"])  # type: ignore[arg-type]
+
+
+def test_only_the_picked_images_are_scanned_for_nan() -> None:
+    """Building never reads every pixel: a NaN in an image nobody picked is not its concern."""
+    images = _images()
+    images[2, 0, 1, 1] = float("nan")
+    assert GradientRequest.build(_model(), images, [0, 3], LABELS).indices.tolist() == [0, 3]
+
+
+def test_integer_images_are_refused_with_the_conversion_to_use() -> None:
+    message = (
+        "Images must be floating point to take gradients, not torch.uint8; "
+        "convert uint8 images with images.float() / 255."
+    )
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        GradientRequest.build(_model(), (_images() * 10).to(torch.uint8), [0], LABELS)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"target": "prob"}, "Unknown target 'prob'; use one of loss, logit."),
+        ({"reduction": "max"}, "Unknown reduction 'max'; use 'sum' or 'mean'."),
+    ],
+)
+def test_an_unknown_target_or_reduction_lists_the_known_ones(
+    arguments: dict[str, str], message: str
+) -> None:
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        GradientRequest.build(_model(), _images(), [0], LABELS, **arguments)  # type: ignore[arg-type]

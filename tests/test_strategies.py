@@ -108,3 +108,35 @@ def test_the_cli_offers_the_registry_with_its_help() -> None:
     assert tuple(option.choices) == strategies.NAMES and option.default == "recompute"
     for strategy in REGISTRY.values():
         assert strategy.help in strategies.help_text() == option.help
+
+
+def test_one_run_is_estimated_unless_told_otherwise() -> None:
+    estimate = CostModel(forward_ms_per_image=10.0).estimate("summed", 100, 3)
+    assert (estimate.runs, estimate.seconds, estimate.total) == (1, 3.0, 3.0)  # 300 passes
+
+
+def test_a_measurement_of_the_naive_loop_is_shared_out_over_its_passes_for_k() -> None:
+    costs = CostModel(forward_ms_per_image=1.0)
+    costs.observe("retain_graph", 10, 2, milliseconds=1000.0)  # 10 * (1 + 2 * 2) = 50 passes
+    later = costs.estimate("retain_graph", 20, 1, runs=2)  # 20 * 3 = 60 passes of 20 ms
+    assert later.seconds == pytest.approx(1.2)
+    assert later.total == pytest.approx(2.4)
+
+
+def test_over_budget_counts_k_and_runs_and_keeps_an_estimate_at_the_budget() -> None:
+    # 10 ms per pass at N = 100, k = 3, 2 runs: summed 300 passes -> 3 s a run, 6 s in all;
+    # retain_graph 100 * 7 = 700 passes -> 7 s a run, 14 s in all.
+    costs = CostModel(forward_ms_per_image=10.0)
+    over = costs.over_budget(100, 3, runs=2, budget_seconds=6.0)
+    assert set(over) == {"retain_graph"}
+    assert (over["retain_graph"].k, over["retain_graph"].runs) == (3, 2)
+    assert over["retain_graph"].total == pytest.approx(14.0)
+    assert set(costs.over_budget(100, 3, runs=2, budget_seconds=5.9)) == {"summed", "retain_graph"}
+
+
+def test_the_help_text_is_one_sentence_per_strategy() -> None:
+    text = strategies.help_text()
+    assert text.startswith("recompute: forward only the picked images again with gradients")
+    assert ". summed: forward all N with gradients" in text
+    assert ". retain_graph: " in text and ". vmap: " in text and text.endswith("per call.")
+    assert "  " not in text
