@@ -264,7 +264,7 @@ def test_no_indices_say_to_pick_one(indices: object) -> None:
 
 def test_labels_that_are_not_numbers_are_refused_with_what_was_given() -> None:
     with pytest.raises(InputError, match=r"^Labels must be whole numbers; got \['cat', 'dog'\] \("):
-        GradientRequest.build(_model(), _images(2), [1], ["cat", "dog"])  # type: ignore[arg-type]
+        GradientRequest.build(_model(), _images(2), [1], ["cat", "dog"])  # type: ignore[list-item]
 
 
 def test_only_the_picked_images_are_scanned_for_nan() -> None:
