@@ -140,3 +140,43 @@ def test_the_help_text_is_one_sentence_per_strategy() -> None:
     assert ". summed: forward all N with gradients" in text
     assert ". retain_graph: " in text and ". vmap: " in text and text.endswith("per call.")
     assert "  " not in text
+
+
+class DropsTheLastRow(nn.Module):
+    """A broken model: one logit row fewer than the images it was given."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.eval()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        output: torch.Tensor = self.model(images)
+        return output[:-1]
+
+
+@pytest.mark.parametrize("name", strategies.whole_batch())
+def test_whole_batch_strategies_refuse_logits_of_the_wrong_batch_size(
+    name: str, tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    """Index 0's row exists either way: only the check of all N rows notices the lost one."""
+    images, labels = random_batch
+    with pytest.raises(InputError, match=r"to \[N, classes\]; it returned \(15, 10\)"):
+        gradients.input_gradients(DropsTheLastRow(tiny_cnn), images, [0], labels, strategy=name)
+
+
+def test_vmap_differentiates_class_zero_when_asked_for_it(
+    tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    """Class 0 is a given class like any other, not "use the predicted one"."""
+    images, _ = random_batch
+    assert (tiny_cnn(images).argmax(dim=1) != 0).any()  # otherwise the two would agree
+    result = gradients.input_gradients(
+        tiny_cnn, images, range(len(images)), target="logit", classes=0, strategy="vmap"
+    )
+    expected = []
+    for image in images:
+        one = image.unsqueeze(0).clone().requires_grad_(True)
+        (gradient,) = torch.autograd.grad(tiny_cnn(one)[0, 0], one)
+        expected.append(gradient[0])
+    torch.testing.assert_close(result.gradients, torch.stack(expected))
