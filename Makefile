@@ -2,7 +2,8 @@
 #   make run    creates .venv, installs gradpick, starts the Streamlit explorer
 #   make test   the same set-up plus Debian's chromium, then lint, types, the docs build and the
 #               test suite
-# For development, `make quick` runs the suite without the browser and load tests (marker e2e).
+# For development, `make quick` runs the suite without the browser and load tests (marker e2e);
+# `make mutants` mutation-tests the core modules (docs/mutation.md; MUTANTS=request narrows it).
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
@@ -23,7 +24,7 @@ CPU_TORCH ?= torch==2.13.0
 PACKAGE_FILES := pyproject.toml README.md $(shell find src -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*')
 export GRADPICK_SERVER_PYTHON ?= $(abspath $(CPU_VENV))/bin/python
 
-.PHONY: run test quick lint docs browser bench clean
+.PHONY: run test quick lint docs browser bench mutants clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,8 +72,21 @@ test: $(BIN)/.installed $(CPU_VENV)/.installed browser lint
 quick: $(BIN)/.installed
 	$(BIN)/python -m pytest -m 'not e2e'
 
+$(BIN)/.dev: $(BIN)/.installed
+	$(BIN)/python -m pip install -q -e '.[test,distributed,dev]'
+	touch $@
+
+# One module at a time, each against its own tests; niced, since a full run takes a while.
+MUTANTS ?=
+MUTANTS_JOBS ?= 1
+MUTANTS_TIMEOUT ?= 3600
+MUTANTS_ARGS ?=
+mutants: $(BIN)/.dev
+	nice -n 19 $(BIN)/python tools/mutants.py $(MUTANTS) --jobs $(MUTANTS_JOBS) \
+		--timeout $(MUTANTS_TIMEOUT) $(MUTANTS_ARGS)
+
 bench: $(BIN)/.installed
 	$(BIN)/gradpick bench --quick
 
 clean:
-	rm -rf $(VENV) $(CPU_VENV) .pytest_cache .mypy_cache .ruff_cache $(DOCS_SITE)
+	rm -rf $(VENV) $(CPU_VENV) .pytest_cache .mypy_cache .ruff_cache $(DOCS_SITE) build/mutants

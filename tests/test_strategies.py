@@ -108,3 +108,75 @@ def test_the_cli_offers_the_registry_with_its_help() -> None:
     assert tuple(option.choices) == strategies.NAMES and option.default == "recompute"
     for strategy in REGISTRY.values():
         assert strategy.help in strategies.help_text() == option.help
+
+
+def test_one_run_is_estimated_unless_told_otherwise() -> None:
+    estimate = CostModel(forward_ms_per_image=10.0).estimate("summed", 100, 3)
+    assert (estimate.runs, estimate.seconds, estimate.total) == (1, 3.0, 3.0)  # 300 passes
+
+
+def test_a_measurement_of_the_naive_loop_is_shared_out_over_its_passes_for_k() -> None:
+    costs = CostModel(forward_ms_per_image=1.0)
+    costs.observe("retain_graph", 10, 2, milliseconds=1000.0)  # 10 * (1 + 2 * 2) = 50 passes
+    later = costs.estimate("retain_graph", 20, 1, runs=2)  # 20 * 3 = 60 passes of 20 ms
+    assert later.seconds == pytest.approx(1.2)
+    assert later.total == pytest.approx(2.4)
+
+
+def test_over_budget_counts_k_and_runs_and_keeps_an_estimate_at_the_budget() -> None:
+    # 10 ms per pass at N = 100, k = 3, 2 runs: summed 300 passes -> 3 s a run, 6 s in all;
+    # retain_graph 100 * 7 = 700 passes -> 7 s a run, 14 s in all.
+    costs = CostModel(forward_ms_per_image=10.0)
+    over = costs.over_budget(100, 3, runs=2, budget_seconds=6.0)
+    assert set(over) == {"retain_graph"}
+    assert (over["retain_graph"].k, over["retain_graph"].runs) == (3, 2)
+    assert over["retain_graph"].total == pytest.approx(14.0)
+    assert set(costs.over_budget(100, 3, runs=2, budget_seconds=5.9)) == {"summed", "retain_graph"}
+
+
+def test_the_help_text_is_one_sentence_per_strategy() -> None:
+    text = strategies.help_text()
+    assert text.startswith("recompute: forward only the picked images again with gradients")
+    assert ". summed: forward all N with gradients" in text
+    assert ". retain_graph: " in text and ". vmap: " in text and text.endswith("per call.")
+    assert "  " not in text
+
+
+class DropsTheLastRow(nn.Module):
+    """A broken model: one logit row fewer than the images it was given."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.eval()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        output: torch.Tensor = self.model(images)
+        return output[:-1]
+
+
+@pytest.mark.parametrize("name", strategies.whole_batch())
+def test_whole_batch_strategies_refuse_logits_of_the_wrong_batch_size(
+    name: str, tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    """Index 0's row exists either way: only the check of all N rows notices the lost one."""
+    images, labels = random_batch
+    with pytest.raises(InputError, match=r"to \[N, classes\]; it returned \(15, 10\)"):
+        gradients.input_gradients(DropsTheLastRow(tiny_cnn), images, [0], labels, strategy=name)
+
+
+def test_vmap_differentiates_class_zero_when_asked_for_it(
+    tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    """Class 0 is a given class like any other, not "use the predicted one"."""
+    images, _ = random_batch
+    assert (tiny_cnn(images).argmax(dim=1) != 0).any()  # otherwise the two would agree
+    result = gradients.input_gradients(
+        tiny_cnn, images, range(len(images)), target="logit", classes=0, strategy="vmap"
+    )
+    expected = []
+    for image in images:
+        one = image.unsqueeze(0).clone().requires_grad_(True)
+        (gradient,) = torch.autograd.grad(tiny_cnn(one)[0, 0], one)
+        expected.append(gradient[0])
+    torch.testing.assert_close(result.gradients, torch.stack(expected))

@@ -1,0 +1,178 @@
+"""Mutation testing of gradpick's core, one module at a time (``make mutants``).
+
+mutmut runs each mutant against the tests that reached the mutated function in a stats run.
+Over the whole suite nearly every test reaches ``GradientRequest.build``, so one mutant would
+cost minutes; here each module is run against its own test files only, in its own work folder
+(``build/mutants/<module>``) whose pyproject is the checkout's with ``[tool.mutmut]`` narrowed
+to that module. Prints killed / survived / timeout and the score per module.
+
+    python tools/mutants.py [module ...] [--jobs N] [--timeout SECONDS] [--survivors]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+__all__ = ["MODULES", "main", "run_module"]
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "build" / "mutants"
+
+
+def _tests(pattern: str) -> list[str]:
+    return sorted(f"tests/{path.name}" for path in (ROOT / "tests").glob(pattern))
+
+
+# module: (files mutated, the tests that mirror them). request and strategies were split out of
+# the gradient engine, whose tests (every strategy against the per-sample loop) still pin them.
+MODULES: dict[str, tuple[list[str], list[str]]] = {
+    "request": (["src/gradpick/request.py"], ["tests/test_request.py", "tests/test_gradients.py"]),
+    "strategies": (
+        ["src/gradpick/strategies.py"],
+        ["tests/test_strategies.py", "tests/test_gradients.py"],
+    ),
+    "gradients": (["src/gradpick/gradients.py"], ["tests/test_gradients.py"]),
+    "attribution": (
+        ["src/gradpick/attribution/*"],
+        ["tests/test_attribution.py", "tests/test_cam.py"],
+    ),
+    "store": (["src/gradpick/store.py"], ["tests/test_store.py"]),
+    "trust": (["src/gradpick/trust/*"], _tests("test_trust_*.py")),
+    "zoo": (["src/gradpick/zoo.py"], ["tests/test_zoo.py"]),
+}
+
+_RESULT = re.compile(r"^\s*(\S+): (.+)$")
+
+
+def _pyproject_for(module: str) -> str:
+    """The checkout's pyproject.toml with [tool.mutmut] naming one module and its tests."""
+    text = (ROOT / "pyproject.toml").read_text()
+    base = tomllib.loads(text)["tool"]["mutmut"]
+    files, tests = MODULES[module]
+    tests = [test for test in tests if (ROOT / test).exists()]
+    settings = {**base, "only_mutate": files, "pytest_add_cli_args_test_selection": tests}
+    lines = ["[tool.mutmut]"]
+    for key, value in settings.items():
+        rendered = (
+            "[" + ", ".join(f'"{v}"' for v in value) + "]"
+            if isinstance(value, list)
+            else f'"{value}"'
+            if isinstance(value, str)
+            else str(value).lower()
+        )
+        lines.append(f"{key} = {rendered}")
+    head = text.split("[tool.mutmut]")[0].rstrip()
+    return head + "\n\n" + "\n".join(lines) + "\n"
+
+
+def _work_folder(module: str) -> Path:
+    """build/mutants/<module>: src and tests linked from the checkout, its own pyproject."""
+    folder = WORK / module
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("src", "tests"):
+        link = folder / name
+        if not link.exists():
+            link.symlink_to(ROOT / name)
+    (folder / "pyproject.toml").write_text(_pyproject_for(module))
+    return folder
+
+
+def run_module(
+    module: str, jobs: int, timeout: float, survivors_only: bool = False
+) -> tuple[Counter[str], float]:
+    """Run mutmut over one module; (count per status, wall seconds).
+
+    mutmut keeps a mutant's verdict until its function changes, so a test written since does
+    not re-check a survivor; ``survivors_only`` re-runs exactly the last run's survivors.
+    """
+    folder = _work_folder(module)
+    names = (folder / "survivors.txt").read_text().split() if survivors_only else []
+    mutmut = str(Path(sys.executable).with_name("mutmut"))
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    environment.pop("PYTHONPATH", None)  # mutmut puts its mutated copy of src/ first itself
+    started = time.monotonic()
+    with open(folder / "run.log", "w") as log:
+        # Its own process group: on a timeout mutmut's fork server and workers stop with it.
+        process = subprocess.Popen(
+            [mutmut, "run", "--max-children", str(jobs), *names],
+            cwd=folder,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+            print(f"{module}: stopped after {timeout:.0f} s; unchecked mutants remain", flush=True)
+    seconds = time.monotonic() - started
+    results = subprocess.run(
+        [mutmut, "results", "--all", "true"],
+        cwd=folder,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    statuses: Counter[str] = Counter()
+    survivors = []
+    for line in results.splitlines():
+        match = _RESULT.match(line)
+        if match:
+            statuses[match[2]] += 1
+            if match[2] == "survived":
+                survivors.append(match[1])
+    (folder / "survivors.txt").write_text("".join(f"{name}\n" for name in survivors))
+    return statuses, seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", choices=[[], *MODULES], help="default: all")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per module")
+    parser.add_argument("--fresh", action="store_true", help="forget earlier results first")
+    parser.add_argument(
+        "--survivors", action="store_true", help="re-run only the last run's survivors"
+    )
+    arguments = parser.parse_args(argv)
+    print(
+        f"{'module':<12} {'mutants':>7} {'killed':>6} {'survived':>8} {'timeout':>7} "
+        f"{'other':>5} {'score':>6} {'wall':>7}"
+    )
+    for module in arguments.modules or list(MODULES):
+        if arguments.fresh:
+            shutil.rmtree(WORK / module / "mutants", ignore_errors=True)
+        statuses, seconds = run_module(
+            module, arguments.jobs, arguments.timeout, arguments.survivors
+        )
+        total = sum(statuses.values())
+        checked = total - statuses["not checked"]
+        killed, survived, timeout = statuses["killed"], statuses["survived"], statuses["timeout"]
+        other = checked - killed - survived - timeout
+        # A timeout counts as killed: the mutant made the tests hang, which they notice.
+        score = 100 * (killed + timeout) / checked if checked else 0.0
+        print(
+            f"{module:<12} {total:>7} {killed:>6} {survived:>8} {timeout:>7} {other:>5} "
+            f"{score:>5.1f}% {seconds:>6.0f}s"
+            + (f"  ({statuses['not checked']} not checked)" if checked < total else ""),
+            flush=True,
+        )
+        print(f"{'':<12} survivors: {(WORK / module / 'survivors.txt').relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
