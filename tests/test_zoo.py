@@ -463,7 +463,10 @@ def test_the_cli_serves_a_torchvision_model_with_spec_flags(
     flags = ["--model", "torchvision:resnet18", "--input-size", "32", "--data", str(folder)]
     spec_flags = ["--mean", "0.5", "0.5", "0.5", "--std", "0.25", "0.25", "0.25"]
 
-    status = main(["grads", *flags, *spec_flags, "--indices", "0, 3", "--out", str(out)])
+    # The folder's two classes are not the model's 1,000, so its labels are ignored and the
+    # gradient is of the predicted class's logit.
+    picks = ["--indices", "0, 3", "--target", "logit"]
+    status = main(["grads", *flags, *spec_flags, *picks, "--out", str(out)])
 
     assert status == 0, capsys.readouterr().err
     assert "input 32x32" in capsys.readouterr().out
@@ -474,8 +477,7 @@ def test_the_cli_serves_a_torchvision_model_with_spec_flags(
     loaded = zoo.load_model("torchvision:resnet18", input_size=32, mean=(0.5,) * 3, std=(0.25,) * 3)
     pixels = [InputSpec(size=32).prepare(Image.open(path))[0] for path in sample_paths(folder)]
     images = torch.stack([pixels[0], pixels[3]]).float() / 255
-    labels = torch.tensor([0, 1])
-    expected = input_gradients(loaded.module, images, [0, 1], labels=labels).gradients
+    expected = input_gradients(loaded.module, images, [0, 1], target="logit").gradients
     np.testing.assert_array_equal(np.load(out)["gradients"], expected.numpy())
 
 
