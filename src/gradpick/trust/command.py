@@ -52,6 +52,20 @@ def summary(record: dict[str, Any]) -> str:
             f"({_mean(row['random_deletion_auc'])})  insertion {_mean(row['insertion_auc'])} "
             f"({_mean(row['random_insertion_auc'])})"
         )
+    lines.append("ROAD (AUC under noisy linear imputation, mean over picks; gap = LeRF - MoRF):")
+    for method, row in record["road"]["methods"].items():
+        lines.append(
+            f"  {method:<22} MoRF {_mean(row['morf_auc'])}  LeRF {_mean(row['lerf_auc'])}  "
+            f"gap {_mean(row['gap'])}"
+        )
+    lines.append("class sensitivity (Spearman of |map| against another class's map):")
+    for row in record["class_sensitivity"]:
+        flag = "  class-insensitive" if row["insensitive"] else ""
+        value = "n/a" if row["spearman"] is None else f"{row['spearman']:.3f}"
+        lines.append(
+            f"  #{row['index']:<5} {row['method']:<22} {row['kind']:<9} "
+            f"{row['class']} vs {row['other_class']}: {value}{flag}"
+        )
     return "\n".join(lines)
 
 

@@ -131,6 +131,13 @@ def saliency(maps: torch.Tensor) -> torch.Tensor:
     return maps.detach().abs().amax(dim=1)
 
 
+def scaled_saliency(maps: torch.Tensor) -> torch.Tensor:
+    """``saliency`` in float64 on the CPU, each map divided by its maximum (SSIM's [0, 1] range)."""
+    values = saliency(maps).cpu().double()
+    peak = values.flatten(1).amax(dim=1).clamp_min(torch.finfo(values.dtype).tiny)
+    return values / peak.view(-1, 1, 1)
+
+
 def served_view(model: nn.Module) -> nn.Module:
     """The model as the checks explain it: itself in eval mode, else an eval() deep copy.
 

@@ -33,7 +33,7 @@ from gradpick.trust.engine import (
     check_methods,
     held_classes,
     picked_images,
-    saliency,
+    scaled_saliency,
     served_view,
 )
 from gradpick.trust.metrics import spearman, ssim
@@ -120,12 +120,6 @@ def randomise_layer(layer: nn.Module, seed: int, position: int) -> None:
             parameter.copy_((draw * scale).to(parameter.dtype))
 
 
-def _normalised(maps: torch.Tensor) -> torch.Tensor:
-    values = saliency(maps).cpu().double()
-    peak = values.flatten(1).amax(dim=1).clamp_min(torch.finfo(values.dtype).tiny)
-    return values / peak.view(-1, 1, 1)
-
-
 def randomisation_test(
     model: nn.Module,
     images: torch.Tensor,
@@ -163,7 +157,7 @@ def randomisation_test(
         return {m: attribute_maps(trial, images, indices, m, held, settings) for m in methods}
 
     original = maps_now()
-    scaled = {method: _normalised(maps) for method, maps in original.items()}
+    scaled = {method: scaled_saliency(maps) for method, maps in original.items()}
     steps: dict[str, list[RandomisationStep]] = {method: [] for method in methods}
     for position, name in enumerate(order):
         layer = _module(trial, name)
@@ -171,7 +165,7 @@ def randomisation_test(
         randomise_layer(layer, seed, position)
         randomised = tuple(order[: position + 1]) if mode == "cascade" else (name,)
         for method, maps in maps_now().items():
-            moved = _normalised(maps)
+            moved = scaled_saliency(maps)
             steps[method].append(
                 RandomisationStep(
                     layer=name,

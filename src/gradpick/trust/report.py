@@ -1,9 +1,9 @@
 """All trust checks on one pick, and their JSON report (what ``gradpick check`` writes).
 
 ``run_checks`` runs the randomisation test, IG completeness, the deletion and insertion
-curves and the class maps on ``images[indices]`` with one set of options; ``report_dict``
-turns the result into plain JSON values (NaN becomes null), its fields documented in the
-README's "Trust checks" section.
+curves, ROAD, the class maps and class sensitivity on ``images[indices]`` with one set of
+options; ``report_dict`` turns the result into plain JSON values (NaN becomes null), its fields
+documented in the README's "Trust checks" section and docs/trust-fields.md.
 """
 
 from __future__ import annotations
@@ -54,6 +54,22 @@ from gradpick.trust.randomisation import (
     check_mode,
     randomisation_test,
 )
+from gradpick.trust.road import (
+    DIAGONAL_WEIGHT,
+    DIRECT_WEIGHT,
+    ROAD_NOISE,
+    ROAD_SHARES,
+    RoadCurves,
+    check_noise,
+    check_shares,
+    road,
+)
+from gradpick.trust.sensitivity import (
+    INSENSITIVE_SPEARMAN,
+    KINDS,
+    ClassSensitivity,
+    class_sensitivity,
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,10 @@ class CheckOptions:
     max_steps: int = DEFAULT_MAX_STEPS
     deletion_steps: int = DEFAULT_STEPS
     top: int = DEFAULT_TOP
+    road_shares: tuple[float, ...] = ROAD_SHARES
+    """Shares of pixels ROAD removes, increasing, from 0 up to (not including) 1."""
+    road_noise: float = ROAD_NOISE
+    """Standard deviation of the noise ROAD adds to the filled pixels (images' units)."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -86,6 +106,8 @@ class CheckOptions:
         steps_to_try(self.ig_steps, self.tolerance, self.max_steps)
         check_count("Deletion and insertion steps", self.deletion_steps, MAX_CURVE_STEPS)
         check_count("The number of top classes", self.top, None)
+        object.__setattr__(self, "road_shares", check_shares(self.road_shares))
+        object.__setattr__(self, "road_noise", check_noise(self.road_noise))
 
 
 @dataclass(frozen=True)
@@ -98,6 +120,10 @@ class TrustReport:
     completeness: list[Completeness]
     faithfulness: dict[str, Curves]
     class_maps: ClassMaps
+    class_sensitivity: list[ClassSensitivity]
+    """One row per method and kind of other class (runner-up, random)."""
+    road: dict[str, RoadCurves]
+    """MoRF and LeRF curves under noisy linear imputation, by method."""
     noise_std: torch.Tensor
     """SmoothGrad's noise standard deviation for each pick [k]: noise x (max - min)."""
     milliseconds: dict[str, float]
@@ -163,10 +189,45 @@ def run_checks(
         )
     times["faithfulness"] = watch.milliseconds
     with Stopwatch(device) as watch:
+        imputed = road(
+            served,
+            images,
+            indices,
+            orders,
+            held,
+            options.road_shares,
+            options.road_noise,
+            options.seed,
+        )
+    times["road"] = watch.milliseconds
+    with Stopwatch(device) as watch:
         maps = class_maps(served, images, indices, options.top)
     times["class_maps"] = watch.milliseconds
-    spread = noise_std(images, indices, options.settings)
-    return TrustReport(tuple(indices), held, options, curves, rows, faithful, maps, spread, times)
+    with Stopwatch(device) as watch:
+        sensitivity = class_sensitivity(
+            served,
+            images,
+            indices,
+            options.methods,
+            held,
+            options.settings,
+            options.seed,
+            held_maps={method: curve.original for method, curve in curves.items()},
+        )
+    times["class_sensitivity"] = watch.milliseconds
+    return TrustReport(
+        indices=tuple(indices),
+        classes=held,
+        options=options,
+        randomisation=curves,
+        completeness=rows,
+        faithfulness=faithful,
+        class_maps=maps,
+        class_sensitivity=sensitivity,
+        road=imputed,
+        noise_std=noise_std(images, indices, options.settings),
+        milliseconds=times,
+    )
 
 
 def _number(value: float) -> float | None:
@@ -262,6 +323,57 @@ def _class_maps_dict(maps: ClassMaps) -> dict[str, Any]:
     }
 
 
+def _class_sensitivity_rows(rows: list[ClassSensitivity]) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": index,
+            "method": row.method,
+            "kind": row.kind,
+            "class": held,
+            "other_class": other,
+            "spearman": _number(spearman),
+            "ssim": _number(similarity),
+            "insensitive": flagged,
+        }
+        for row in rows
+        for index, held, other, spearman, similarity, flagged in zip(
+            row.indices,
+            row.classes.tolist(),
+            row.other_classes.tolist(),
+            row.spearman.tolist(),
+            row.ssim.tolist(),
+            row.insensitive.tolist(),
+            strict=True,
+        )
+    ]
+
+
+def _road_dict(curves: dict[str, RoadCurves], noise: float) -> dict[str, Any]:
+    def one(curve: RoadCurves) -> dict[str, Any]:
+        return {
+            "morf_auc": _spread(curve.morf_auc),
+            "lerf_auc": _spread(curve.lerf_auc),
+            "gap": _spread(curve.gap),
+            "morf_auc_per_image": _numbers(curve.morf_auc),
+            "lerf_auc_per_image": _numbers(curve.lerf_auc),
+            "gap_per_image": _numbers(curve.gap),
+            "morf_curve": _numbers(curve.morf.mean(dim=0)),
+            "lerf_curve": _numbers(curve.lerf.mean(dim=0)),
+            "morf_curve_per_image": [_numbers(row) for row in curve.morf],
+            "lerf_curve_per_image": [_numbers(row) for row in curve.lerf],
+        }
+
+    fractions = next(iter(curves.values())).fractions
+    return {
+        "fractions": _numbers(fractions),
+        "imputation": (
+            f"noisy linear: 8 neighbours, direct {DIRECT_WEIGHT:.4g}, diagonal "
+            f"{DIAGONAL_WEIGHT:.4g}, Gaussian noise std {noise:g}"
+        ),
+        "methods": {name: one(curve) for name, curve in curves.items()},
+    }
+
+
 def report_dict(report: TrustReport) -> dict[str, Any]:
     """The report as JSON values; the maps themselves stay out (see the explorer's Trust tab)."""
     options = report.options
@@ -286,6 +398,11 @@ def report_dict(report: TrustReport) -> dict[str, Any]:
                 "blur_sigma": BLUR_SIGMA,
             },
             "top_classes": options.top,
+            "class_sensitivity": {
+                "kinds": list(KINDS),
+                "insensitive_spearman": INSENSITIVE_SPEARMAN,
+            },
+            "road": {"shares": list(options.road_shares), "noise_std": options.road_noise},
             "seed": options.seed,
         },
         "randomisation": {
@@ -293,6 +410,8 @@ def report_dict(report: TrustReport) -> dict[str, Any]:
         },
         "completeness": [_completeness_dict(row) for row in report.completeness],
         "faithfulness": _faithfulness_dict(report.faithfulness, options.deletion_steps),
+        "road": _road_dict(report.road, options.road_noise),
         "class_maps": _class_maps_dict(report.class_maps),
+        "class_sensitivity": _class_sensitivity_rows(report.class_sensitivity),
         "milliseconds": dict(report.milliseconds),
     }
