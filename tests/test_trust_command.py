@@ -147,3 +147,26 @@ def test_classes_are_named_as_the_model_names_them_when_the_folder_does_not_fit(
     record = json.loads(out.read_text())
     assert record["classes"] == [data.CIFAR10_CLASSES.index("bird")]
     assert record["class_names"] == ["bird"]
+
+
+def test_the_json_report_has_road_and_class_sensitivity(capsys, folder, weights, tmp_path):
+    out = tmp_path / "checks.json"
+    arguments = ["--indices", "0, 4", "--methods", "gradient", *QUICK, "--json", str(out)]
+    status, printed, _ = check(capsys, folder, weights, *arguments)
+    assert status == 0, printed
+    record = json.loads(out.read_text())
+    batch = data.load_batch(data.image_folder(folder))
+    model = models.load("tutorial", weights)
+    options = CheckOptions(
+        methods=("gradient",), settings=MethodSettings(samples=3, steps=4), layers=2, ig_steps=6
+    )
+    expected = json.loads(
+        json.dumps(report_dict(run_checks(model, batch.float_images(), [0, 4], None, options)))
+    )
+    for field in ("road", "class_sensitivity"):
+        assert json.dumps(record[field]) == json.dumps(expected[field]), field
+    assert [row["kind"] for row in record["class_sensitivity"]] == ["runner_up"] * 2 + [
+        "random"
+    ] * 2
+    assert "ROAD (AUC under noisy linear imputation" in printed
+    assert "class sensitivity (Spearman" in printed

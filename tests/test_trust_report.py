@@ -116,3 +116,69 @@ def test_bad_method_settings_are_refused(settings: dict, message: str) -> None:
 def test_bad_options_are_refused_before_any_work(options: dict, message: str) -> None:
     with pytest.raises(InputError, match=message):
         CheckOptions(**options)
+
+
+def test_the_report_has_road_and_class_sensitivity_independent_of_batching(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    options = CheckOptions(
+        methods=("gradient", "smoothgrad"),
+        settings=MethodSettings(samples=3, seed=2),
+        layers=1,
+        ig_steps=8,
+        deletion_steps=4,
+        road_shares=(0.0, 0.3, 0.6),
+        seed=2,
+    )
+    together = run_checks(float64_cnn, float64_images, [4, 1], options=options)
+    first = run_checks(float64_cnn, float64_images, [4], options=options)
+    rest = run_checks(float64_cnn, float64_images, [1], options=options)
+    for method, curves in together.road.items():
+        for name in ("morf", "lerf"):
+            joined = torch.cat(
+                [getattr(first.road[method], name), getattr(rest.road[method], name)]
+            )
+            assert torch.allclose(getattr(curves, name), joined, rtol=1e-9, atol=1e-12)
+    record = report_dict(together)
+    assert json.loads(json.dumps(record, allow_nan=False)) == record
+    rows = record["class_sensitivity"]
+    assert len(rows) == 2 * 2 * 2  # methods x kinds x picks
+    assert set(rows[0]) == {
+        "index",
+        "method",
+        "kind",
+        "class",
+        "other_class",
+        "spearman",
+        "ssim",
+        "insensitive",
+    }
+    assert {(row["method"], row["kind"]) for row in rows} == {
+        (method, kind) for method in ("gradient", "smoothgrad") for kind in ("runner_up", "random")
+    }
+    assert all(row["class"] != row["other_class"] for row in rows)
+    assert [row["class"] for row in rows[:2]] == record["classes"]
+    imputed = record["road"]
+    assert imputed["fractions"] == [0.0, 0.3, 0.6]
+    smooth = imputed["methods"]["smoothgrad"]
+    assert set(smooth["morf_auc"]) == {"mean", "std"}
+    assert len(smooth["lerf_auc_per_image"]) == 2 and len(smooth["morf_curve"]) == 3
+    assert len(smooth["morf_curve_per_image"]) == 2
+    aucs = zip(smooth["lerf_auc_per_image"], smooth["morf_auc_per_image"], strict=True)
+    gap = [lerf - morf for lerf, morf in aucs]
+    assert smooth["gap_per_image"] == pytest.approx(gap)
+    assert record["settings"]["road"] == {"shares": [0.0, 0.3, 0.6], "noise_std": 0.01}
+    assert {"road", "class_sensitivity"} <= set(record["milliseconds"])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"road_shares": (0.5,)}, "ROAD shares"),
+        ({"road_shares": (0.0, 1.0)}, "ROAD shares"),
+        ({"road_noise": -1.0}, "ROAD's noise"),
+    ],
+)
+def test_bad_road_options_are_refused_before_any_work(options: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        CheckOptions(**options)
