@@ -169,4 +169,4 @@ def test_the_json_report_has_road_and_class_sensitivity(capsys, folder, weights,
         "random"
     ] * 2
     assert "ROAD (AUC under noisy linear imputation" in printed
-    assert "class sensitivity (Spearman" in printed
+    assert "class sensitivity (mean Spearman" in printed

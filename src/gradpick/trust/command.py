@@ -58,14 +58,18 @@ def summary(record: dict[str, Any]) -> str:
             f"  {method:<22} MoRF {_mean(row['morf_auc'])}  LeRF {_mean(row['lerf_auc'])}  "
             f"gap {_mean(row['gap'])}"
         )
-    lines.append("class sensitivity (Spearman of |map| against another class's map):")
-    for row in record["class_sensitivity"]:
-        flag = "  class-insensitive" if row["insensitive"] else ""
-        value = "n/a" if row["spearman"] is None else f"{row['spearman']:.3f}"
-        lines.append(
-            f"  #{row['index']:<5} {row['method']:<22} {row['kind']:<9} "
-            f"{row['class']} vs {row['other_class']}: {value}{flag}"
-        )
+    lines.append("class sensitivity (mean Spearman of |map| vs another class's; picks flagged):")
+    for method in record["settings"]["methods"]:
+        parts = []
+        for kind in record["settings"]["class_sensitivity"]["kinds"]:
+            rows = [
+                r for r in record["class_sensitivity"] if (r["method"], r["kind"]) == (method, kind)
+            ]
+            values = [row["spearman"] for row in rows if row["spearman"] is not None]
+            mean = f"{sum(values) / len(values):.3f}" if values else "n/a"
+            flagged = sum(row["insensitive"] for row in rows)
+            parts.append(f"{kind} {mean} ({flagged} of {len(rows)})")
+        lines.append(f"  {method:<22} " + "  ".join(parts))
     return "\n".join(lines)
 
 
