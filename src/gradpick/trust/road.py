@@ -25,7 +25,7 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -137,6 +137,44 @@ def _neighbours(field: torch.Tensor) -> torch.Tensor:
     return total
 
 
+def _dot(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """Per-system inner products [n, 1, 1, 1] of fields [n, 1, H, W], as one batched product."""
+    count = first.shape[0]
+    return torch.bmm(first.reshape(count, 1, -1), second.reshape(count, -1, 1)).view(-1, 1, 1, 1)
+
+
+def _ratio(top: torch.Tensor, bottom: torch.Tensor) -> torch.Tensor:
+    """top / bottom where bottom > 0, else 0 (a system already solved takes no more steps)."""
+    return torch.where(bottom > 0, top / bottom.clamp_min(torch.finfo(bottom.dtype).tiny), 0.0)
+
+
+def _conjugate_gradients(
+    operator: Callable[[torch.Tensor], torch.Tensor], right: torch.Tensor, most: int
+) -> torch.Tensor:
+    """Solve operator(x) = right for a batch of symmetric positive definite systems.
+
+    Each system has its own step sizes; all stop when every residual is within
+    ``SOLVE_TOLERANCE`` of its right-hand side, or after ``most`` steps (exact arithmetic needs
+    at most as many as there are unknowns). Updates are in place: this is the hot loop of ROAD.
+    """
+    solution = torch.zeros_like(right)
+    residual = right.clone()
+    direction = residual.clone()
+    squared = _dot(residual, residual)
+    limit = (SOLVE_TOLERANCE**2) * squared
+    for _ in range(most):
+        if bool((squared <= limit).all()):
+            break
+        product = operator(direction)
+        step = _ratio(squared, _dot(direction, product))
+        solution.addcmul_(step, direction)
+        residual.addcmul_(step, product, value=-1)
+        following = _dot(residual, residual)
+        direction.mul_(_ratio(following, squared)).add_(residual)
+        squared = following
+    return solution
+
+
 def impute(images: torch.Tensor, removed: torch.Tensor) -> torch.Tensor:
     """``images`` [n, C, H, W] with the ``removed`` [n, H, W] pixels linearly imputed (no noise).
 
@@ -155,36 +193,15 @@ def impute(images: torch.Tensor, removed: torch.Tensor) -> torch.Tensor:
     values = images.detach().to(device, torch.float64).reshape(-1, 1, height, width)
     unknown = removed.to(device).repeat_interleave(channels, dim=0).unsqueeze(1)
     unknown = unknown.to(torch.float64)
-    neighbours = _neighbours
-    weight = neighbours(torch.ones(1, 1, height, width, dtype=torch.float64, device=device))
+    weight = _neighbours(torch.ones(1, 1, height, width, dtype=torch.float64, device=device))
 
     def operator(field: torch.Tensor) -> torch.Tensor:
-        return unknown * (weight * field - neighbours(field))
-
-    def dot(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
-        return (first * second).sum(dim=(1, 2, 3), keepdim=True)
+        return torch.addcmul(_neighbours(field).neg_(), weight, field).mul_(unknown)
 
     known = values * (1 - unknown)
-    right = unknown * neighbours(known)
-    solution = torch.zeros_like(right)
-    residual = right.clone()
-    direction = residual.clone()
-    squared = dot(residual, residual)
-    limit = (SOLVE_TOLERANCE**2) * squared
-    for _ in range(int(unknown.flatten(1).sum(dim=1).max().item())):
-        if bool((squared <= limit).all()):
-            break
-        product = operator(direction)
-        curvature = dot(direction, product)
-        step = torch.where(curvature > 0, squared / curvature.clamp_min(1e-300), 0.0)
-        solution = solution + step * direction
-        residual = residual - step * product
-        following = dot(residual, residual)
-        direction = (
-            residual
-            + torch.where(squared > 0, following / squared.clamp_min(1e-300), 0.0) * direction
-        )
-        squared = following
+    right = _neighbours(known).mul_(unknown)
+    most = int(unknown.flatten(1).sum(dim=1).max().item())
+    solution = _conjugate_gradients(operator, right, most)
     filled = known + solution
     return filled.view(count, channels, height, width).to(home, dtype)
 
