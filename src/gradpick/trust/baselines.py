@@ -16,6 +16,14 @@ import torch.nn.functional as F
 
 from gradpick.errors import InputError
 
+__all__ = [
+    "BASELINES",
+    "BLUR_SIGMA",
+    "baseline_images",
+    "blurred",
+    "seeded_generator",
+]
+
 BASELINES = ("black", "uniform_noise", "blurred")
 BLUR_SIGMA = 2.0
 """Standard deviation in pixels of the Gaussian blur (a 32 x 32 image keeps its coarse shapes)."""

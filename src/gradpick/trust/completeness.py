@@ -39,6 +39,16 @@ from gradpick.trust.engine import (
     served_view,
 )
 
+__all__ = [
+    "Completeness",
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_TOLERANCE",
+    "FIRST_AUTO_STEPS",
+    "check_baseline",
+    "completeness",
+    "steps_to_try",
+]
+
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_MAX_STEPS = 512
 FIRST_AUTO_STEPS = 16

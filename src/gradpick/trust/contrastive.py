@@ -25,6 +25,12 @@ from gradpick.errors import InputError
 from gradpick.infer import call_model
 from gradpick.trust.engine import check_count, picked_images, served_view
 
+__all__ = [
+    "ClassMaps",
+    "DEFAULT_TOP",
+    "class_maps",
+]
+
 DEFAULT_TOP = 3
 
 

@@ -21,6 +21,23 @@ from gradpick.errors import InputError
 from gradpick.infer import call_model
 from gradpick.request import GradientRequest
 
+__all__ = [
+    "MAX_SAMPLES",
+    "MAX_STEPS",
+    "METHODS",
+    "MethodSettings",
+    "attribute_maps",
+    "check_count",
+    "check_methods",
+    "held_classes",
+    "logits_of",
+    "noise_std",
+    "picked_images",
+    "saliency",
+    "scaled_saliency",
+    "served_view",
+]
+
 METHODS: tuple[str, ...] = tuple(
     name for name in attribution.METHOD_NAMES if name not in attribution.LAYER_METHODS
 )

@@ -33,6 +33,18 @@ from gradpick.trust.engine import (
     served_view,
 )
 
+__all__ = [
+    "Curves",
+    "DEFAULT_STEPS",
+    "INSERTION_START",
+    "MAX_CURVE_STEPS",
+    "RANDOM",
+    "REMOVED",
+    "attribution_order",
+    "faithfulness",
+    "random_order",
+]
+
 RANDOM = "random"
 """The name of the random-order curves among the results."""
 DEFAULT_STEPS = 16

@@ -13,6 +13,16 @@ import torch.nn.functional as F
 
 from gradpick.errors import InputError
 
+__all__ = [
+    "SSIM_K1",
+    "SSIM_K2",
+    "SSIM_RADIUS",
+    "SSIM_SIGMA",
+    "ranks",
+    "spearman",
+    "ssim",
+]
+
 SSIM_SIGMA = 1.5
 SSIM_RADIUS = 5
 """The Gaussian window of Wang et al. (2004): sigma 1.5, 11 x 11 pixels."""

@@ -38,6 +38,17 @@ from gradpick.trust.engine import (
 )
 from gradpick.trust.metrics import spearman, ssim
 
+__all__ = [
+    "MODES",
+    "Progress",
+    "RandomisationCurve",
+    "RandomisationStep",
+    "check_mode",
+    "randomisable_layers",
+    "randomisation_test",
+    "randomise_layer",
+]
+
 MODES = ("cascade", "independent")
 Progress = Callable[[int, int], None]
 

@@ -71,6 +71,14 @@ from gradpick.trust.sensitivity import (
     class_sensitivity,
 )
 
+__all__ = [
+    "CheckOptions",
+    "TrustReport",
+    "mean_and_std",
+    "report_dict",
+    "run_checks",
+]
+
 
 @dataclass(frozen=True)
 class CheckOptions:
