@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from gradpick import data, store, stored
@@ -68,6 +69,20 @@ def _store_path(text: str | None) -> Path | None:
     return path
 
 
+def _print_run(
+    args: argparse.Namespace,
+    loaded: LoadedModel,
+    source: data.ImageSource,
+    positions: list[int],
+    notes: Sequence[str],
+) -> None:
+    """What both engines print first: the model, the batch, and what was skipped or adapted."""
+    print(f"model: {loaded.describe()}")
+    print(f"images: {batch_description(source, args, len(positions))}")
+    for note in notes:
+        print(f"note: {note}")
+
+
 def _batch_of(args: argparse.Namespace, positions: list[int]) -> dict[str, int | None]:
     """The batch ``infer`` read, recorded in its store so the explorer opens on it."""
     return {"start": args.start, "size": len(positions), "seed": args.seed}
@@ -91,10 +106,7 @@ def _infer_to_store(
         progress=reading_progress,
         batch=_batch_of(args, positions),
     )
-    print(f"model: {loaded.describe()}")
-    print(f"images: {batch_description(source, args, len(positions))}")
-    for note in run.notes:
-        print(f"note: {note}")
+    _print_run(args, loaded, source, positions, run.notes)
     print(
         f"wrote {run.rows:,} rows to {out} in {run.seconds:,.1f} s "
         f"({run.images_per_second:,.0f} images/s)"
@@ -136,10 +148,7 @@ def _infer_on_ray(
         embeddings=args.embeddings,
         log=lambda line: print(line, file=sys.stderr),
     )
-    print(f"model: {loaded.describe()}")
-    print(f"images: {batch_description(source, args, len(positions))}")
-    for note in run.notes:
-        print(f"note: {note}")
+    _print_run(args, loaded, source, positions, run.notes)
     print(
         f"time: {run.seconds:,.1f} s on {run.cluster} with {args.workers} worker(s), "
         f"{run.images_per_second:,.0f} images/s"
