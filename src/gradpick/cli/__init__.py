@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gradpick.cli import bench, check, eval, grads, infer, train
+from gradpick.cli import bench, check, compare, eval, grads, infer, train
 from gradpick.cli.arguments import Commands, Handler
 from gradpick.errors import GradpickError
 
@@ -24,6 +24,7 @@ SUBCOMMANDS: list[Callable[[Commands], None]] = [
     grads.register,
     check.register,
     bench.register,
+    compare.register,
 ]
 
 
