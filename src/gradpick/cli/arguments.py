@@ -137,7 +137,9 @@ class _NewModel(argparse.Action):
 class _ForModel(argparse.Action):
     """A model flag of a command that takes several: it belongs to the ``--model`` before it."""
 
-    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None
+    ) -> None:
         chosen = getattr(namespace, "models", None)
         if not chosen:
             parser.error(f"{option} belongs to a model: give it after that model's --model")
