@@ -15,6 +15,7 @@ from gradpick.cli.arguments import (
     add_model_arguments,
     data_source,
     load_models,
+    positive_int,
 )
 from gradpick.errors import InputError
 from gradpick.selection import parse_indices
@@ -118,6 +119,31 @@ def _summary(report: dict[str, Any], out: Path, drift_out: Path | None) -> None:
     print(f"wrote {out}" + ("" if drift_out is None else f" and {drift_out}"))
 
 
+def _cmd_bench_compare(args: argparse.Namespace) -> int:
+    from gradpick.bench import versus as bench
+
+    report = bench.run_compare_benchmark(
+        rows=args.rows, repeats=args.repeats, picks=args.picks, maps=not args.no_maps
+    )
+    print(bench.report_text(report))
+    report.write_json(args.json)
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+def _bench_compare_parser(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "bench-compare",
+        help="time a two-model comparison: two stored outputs, and the maps of k picks",
+    )
+    parser.add_argument("--rows", type=positive_int, default=10_000, help="images per store")
+    parser.add_argument("--repeats", type=positive_int, default=5, help="runs (median reported)")
+    parser.add_argument("--picks", type=positive_int, default=8, help="images mapped")
+    parser.add_argument("--no-maps", action="store_true", help="time the stored half only")
+    parser.add_argument("--json", default="bench-compare.json")
+    parser.set_defaults(handler=_cmd_bench_compare)
+
+
 def register(commands: Commands) -> None:
     parser = commands.add_parser(
         "compare",
@@ -147,3 +173,4 @@ def register(commands: Commands) -> None:
     parser.add_argument("--json", required=True, metavar="OUT.json", help="the report to write")
     parser.add_argument("--out", metavar="drift.parquet", help="the drift ranking to write")
     parser.set_defaults(handler=_cmd_compare)
+    _bench_compare_parser(commands)
