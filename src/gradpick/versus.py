@@ -232,18 +232,28 @@ def _class_map(
     return names[0], np.asarray([names[1].index(name) for name in names[0]], dtype=np.int64)
 
 
+def _shared_rows(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the positions both hold, in the first's order (a batch's own order)."""
+    if not len(second):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.argsort(second, kind="stable")
+    found = order[np.minimum(np.searchsorted(second, first, sorter=order), len(second) - 1)]
+    shared = second[found] == first
+    return np.flatnonzero(shared), found[shared]
+
+
 def pair(
     first: Side, second: Side, class_names: tuple[Sequence[str], Sequence[str]] | None = None
 ) -> Pairing:
-    """The two sides lined up on the positions both hold, in the first model's classes.
+    """The two sides lined up on the positions both hold (in the first's order), in the first
+    model's classes.
 
     Models with different numbers of outputs are compared by name, only when ``class_names``
     (the first's, the second's) are given and every one of the first's is the second's too.
     """
     names, second_classes = _class_map(first, second, class_names)
-    positions, rows_a, rows_b = np.intersect1d(
-        first.positions, second.positions, assume_unique=True, return_indices=True
-    )
+    rows_a, rows_b = _shared_rows(first.positions, second.positions)
+    positions = first.positions[rows_a]
     if not len(positions):
         raise InputError("The two models' outputs share no image.")
     back = np.full(second.logits.shape[1], OTHER, dtype=np.int64)
