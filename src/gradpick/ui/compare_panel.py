@@ -35,6 +35,8 @@ __all__ = ["MAPPED_PICKS", "Second", "flip_matrix", "render"]
 
 MAPPED_PICKS = 8
 """Picks mapped by both models at most: each costs two gradient steps."""
+SIDE = 128
+"""Pixels each picture is shown at."""
 CELL_LABELS = {
     "both_right": "both right",
     "first_only_right": "only the first right",
@@ -129,11 +131,11 @@ def flip_matrix(pairing: versus.Pairing) -> go.Figure:
     counts = [len(rows) for rows in groups.values()]
     largest = max(max(counts), 1)
     if pairing.labels is None:
-        x, y = ["same", "different"], ["predictions", "predictions"]
+        x, y, columns, rows = [0, 1], [0, 0], ["same", "different"], ["predictions"]
         colours = [figures.RIGHT, figures.WRONG]
     else:
-        x = ["second right", "second wrong", "second right", "second wrong"]
-        y = ["first right", "first right", "first wrong", "first wrong"]
+        x, y = [0, 1, 0, 1], [0, 0, 1, 1]
+        columns, rows = ["second right", "second wrong"], ["first right", "first wrong"]
         colours = [figures.RIGHT, figures.WRONG, figures.PICKED, figures.NEUTRAL]
     trace = {
         "type": "scatter",
@@ -157,7 +159,13 @@ def flip_matrix(pairing: versus.Pairing) -> go.Figure:
     figure.update_layout(
         height=320,
         margin={"l": 10, "r": 10, "t": 10, "b": 10},
-        yaxis={"autorange": "reversed"},
+        # numeric axes with named ticks: a cell's place on the page is plain arithmetic
+        xaxis={"tickvals": [0, 1][: len(columns)], "ticktext": columns, "range": [-0.6, 1.6]},
+        yaxis={
+            "tickvals": [0, 1][: len(rows)],
+            "ticktext": rows,
+            "range": [len(rows) - 0.4, -0.6],
+        },
         clickmode="event+select",
     )
     return figure
@@ -307,11 +315,16 @@ def _maps(loaded: Loaded, settings: Settings, second: Second, pairing: versus.Pa
     ):
         image, first, second_column = st.columns(3)
         first_label, second_label = names[pairing.first[row]], _name(names, pairing.second[row])
-        image.image(pictures.fit(pictures.as_hwc(loaded.batch.images[row]), 128), caption=f"#{row}")
-        first.image(_picture(first_map), caption=f"first: {first_label}")
+        image.image(
+            pictures.fit(pictures.as_hwc(loaded.batch.images[row]), SIDE),
+            caption=f"#{row}: {_true(pairing, row)}",
+            width=SIDE,
+        )
+        first.image(_picture(first_map), caption=f"first: {first_label}", width=SIDE)
         second_column.image(
             _picture(second_map),
             caption=f"second: {second_label} · Spearman {rho:.2f}, SSIM {similarity:.2f}",
+            width=SIDE,
         )
 
 
@@ -320,4 +333,10 @@ def _name(names: Sequence[str], index: int) -> str:
 
 
 def _picture(values: torch.Tensor) -> np.ndarray:
-    return pictures.fit(pictures.colorize(values.float().numpy(), 1.0), 128)
+    return pictures.fit(pictures.colorize(values.float().numpy(), 1.0), SIDE)
+
+
+def _true(pairing: versus.Pairing, row: int) -> str:
+    return (
+        "no label" if pairing.labels is None else f"true {pairing.class_names[pairing.labels[row]]}"
+    )
