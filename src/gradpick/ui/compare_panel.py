@@ -317,7 +317,7 @@ def _maps(loaded: Loaded, settings: Settings, second: Second, pairing: versus.Pa
         first_label, second_label = names[pairing.first[row]], _name(names, pairing.second[row])
         image.image(
             pictures.fit(pictures.as_hwc(loaded.batch.images[row]), SIDE),
-            caption=f"#{row}: {_true(pairing, row)}",
+            caption=f"index {row}, {_true(pairing, row)}",
             width=SIDE,
         )
         first.image(_picture(first_map), caption=f"first: {first_label}", width=SIDE)
