@@ -196,7 +196,11 @@ def render(loaded: Loaded, settings: Settings) -> None:
         return
     pairing = _pairing(loaded.key, loaded.option.identity, second.key, loaded, second)
     session = st.session_state
+    before = state.picked(session)
     state.absorb(session, keys.COMPARE_FLIPS, _cell_rows(pairing), len(loaded))
+    if state.picked(session) != before:
+        # the Explore tab drew the old picks earlier in this run: draw the new ones everywhere
+        st.rerun()
     st.caption(
         f"First: {loaded.served.name}; second: {second.identity.get('name', second.key)}; "
         f"{len(pairing):,} images, compared on each image's {pairing.reference_kind}."
