@@ -285,16 +285,18 @@ def _cells(pairing: Pairing) -> tuple[str, ...]:
     return AGREEMENT if pairing.labels is None else OUTCOMES
 
 
+def _cell_index(pairing: Pairing) -> np.ndarray:
+    """Each image's flip cell, an index into ``_cells(pairing)``."""
+    if pairing.labels is None:
+        return (pairing.first != pairing.second).astype(np.int64)
+    first_right = pairing.first == pairing.labels
+    second_right = pairing.second == pairing.labels
+    return np.select([first_right & second_right, first_right, second_right], [0, 1, 2], default=3)
+
+
 def flip_groups(pairing: Pairing) -> dict[str, np.ndarray]:
     """The row indices of each flip cell (``OUTCOMES``, or ``AGREEMENT`` without labels)."""
-    if pairing.labels is None:
-        cell = (pairing.first != pairing.second).astype(np.int64)
-    else:
-        first_right = pairing.first == pairing.labels
-        second_right = pairing.second == pairing.labels
-        cell = np.select(
-            [first_right & second_right, first_right, second_right], [0, 1, 2], default=3
-        )
+    cell = _cell_index(pairing)
     return {name: np.flatnonzero(cell == index) for index, name in enumerate(_cells(pairing))}
 
 
@@ -492,8 +494,7 @@ def drift_table(pairing: Pairing, maps: MapComparison | None = None) -> Any:
     stayed = pairing.first == pairing.second
     output_change = np.abs(pairing.probabilities[1] - pairing.probabilities[0])
     order, rank = ranked(stayed, map_change, output_change)
-    cells = _cells(pairing)
-    outcome = np.asarray(cells)[_cell_index(pairing)]
+    outcome = np.asarray(_cells(pairing))[_cell_index(pairing)]
     columns = {
         "rank": rank[order],
         "kind": np.where(stayed, "stayed", "flipped")[order],
@@ -513,13 +514,6 @@ def drift_table(pairing: Pairing, maps: MapComparison | None = None) -> Any:
     if columns["label"] is None:
         columns["label"] = pa.nulls(count, type=pa.int64())
     return pa.table(columns)
-
-
-def _cell_index(pairing: Pairing) -> np.ndarray:
-    cell = np.empty(len(pairing), dtype=np.int64)
-    for index, rows in enumerate(flip_groups(pairing).values()):
-        cell[rows] = index
-    return cell
 
 
 def ranked(
