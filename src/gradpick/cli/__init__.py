@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gradpick.cli import bench, check, eval, grads, infer, report, train
+from gradpick.cli import bench, check, compare, eval, grads, infer, report, train
 from gradpick.cli.arguments import Commands, Handler
 from gradpick.errors import GradpickError
 
@@ -25,6 +25,7 @@ SUBCOMMANDS: list[Callable[[Commands], None]] = [
     check.register,
     report.register,
     bench.register,
+    compare.register,
 ]
 
 

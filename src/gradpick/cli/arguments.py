@@ -28,6 +28,7 @@ __all__ = [
     "fitted_to_model",
     "fraction",
     "load_model",
+    "load_models",
     "output_class_names",
     "own_names",
     "positive_int",
@@ -127,33 +128,88 @@ MODEL_HELP = (
 )
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, positional: bool = False) -> None:
+class _NewModel(argparse.Action):
+    """``--model`` of a command that takes several: each starts a model of its own."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        namespace.models = [*(getattr(namespace, "models", None) or []), {"model": values}]
+
+
+class _ForModel(argparse.Action):
+    """A model flag of a command that takes several: it belongs to the ``--model`` before it."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None
+    ) -> None:
+        chosen = getattr(namespace, "models", None)
+        if not chosen:
+            parser.error(f"{option} belongs to a model: give it after that model's --model")
+        chosen[-1][self.dest] = values
+
+
+def add_model_arguments(
+    parser: argparse.ArgumentParser, positional: bool = False, per_model: bool = False
+) -> None:
+    """The model, its weights, device and input spec. ``per_model``: ``--model`` may be given
+    more than once, each followed by its own ``--weights`` and spec flags (``load_models``)."""
+    own: dict[str, Any] = {"action": _ForModel, "default": None} if per_model else {}
     if positional:
         parser.add_argument("model", help=MODEL_HELP)
+    elif per_model:
+        parser.add_argument("--model", action=_NewModel, dest="models", default=[], help=MODEL_HELP)
     else:
         parser.add_argument("--model", help=MODEL_HELP)
     parser.add_argument(
         "--weights",
+        **own,
         help="a state_dict file, .pt/.pth (read with weights_only) or .safetensors "
         "(default: the shipped weights; random weights for torchvision and timm)",
     )
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
     spec = parser.add_argument_group("input spec (set or override what the model's metadata says)")
-    spec.add_argument("--input-size", metavar="S|HxW", help="model input size, e.g. 224 or 224x160")
+    spec.add_argument(
+        "--input-size", metavar="S|HxW", help="model input size, e.g. 224 or 224x160", **own
+    )
     spec.add_argument(
         "--resize",
         type=int,
         metavar="R",
         help="shorter side before the centre crop (default: the input height, or the weights' "
         "own recipe)",
+        **own,
     )
-    spec.add_argument("--mean", nargs="+", type=float, metavar="M", help="per-channel mean (3)")
-    spec.add_argument("--std", nargs="+", type=float, metavar="S", help="per-channel std (3)")
+    spec.add_argument(
+        "--mean", nargs="+", type=float, metavar="M", help="per-channel mean (3)", **own
+    )
+    spec.add_argument(
+        "--std", nargs="+", type=float, metavar="S", help="per-channel std (3)", **own
+    )
 
 
 def load_model(args: argparse.Namespace) -> LoadedModel:
     name = args.model or (models.shipped_models() or list(models.ARCHITECTURES))[0]
     return zoo.load_model(name, args.weights, args.device, **spec_overrides(args))
+
+
+def load_models(args: argparse.Namespace, count: int) -> list[LoadedModel]:
+    """The ``count`` models of a ``per_model`` command, each with its own weights and spec."""
+    chosen: list[dict[str, Any]] = args.models or []
+    if len(chosen) != count:
+        raise InputError(
+            f"Give {count} models (--model NAME [--weights FILE], once for each); got "
+            f"{len(chosen)}."
+        )
+    return [
+        zoo.load_model(
+            flags["model"],
+            flags.get("weights"),
+            args.device,
+            **given_overrides(
+                flags.get("input_size"), flags.get("resize"), flags.get("mean"), flags.get("std")
+            ),
+        )
+        for flags in chosen
+    ]
 
 
 def spec_overrides(args: argparse.Namespace) -> SpecOverrides:

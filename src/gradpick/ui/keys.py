@@ -218,3 +218,23 @@ def download_key(suffix: str) -> str:
 def setting_key(name: str) -> str:
     """The slider key of an attribution method's setting (its parameter name)."""
     return name
+
+
+# The Compare view: the second model (sidebar) and the flip matrix.
+COMPARE_WITH = "compare_with"
+COMPARE_NAME = "compare_name"
+COMPARE_OUTPUTS = "compare_outputs"
+COMPARE_FLIPS = "compare_flips"
+COMPARE_DRIFT = "compare_drift"
+COMPARE_NOTHING, COMPARE_BY_NAME, COMPARE_STORED = "", "by name", "stored"
+"""The Compare-with selector's values besides a built-in model's identity."""
+__all__ += [
+    "COMPARE_BY_NAME",
+    "COMPARE_DRIFT",
+    "COMPARE_FLIPS",
+    "COMPARE_NAME",
+    "COMPARE_NOTHING",
+    "COMPARE_OUTPUTS",
+    "COMPARE_STORED",
+    "COMPARE_WITH",
+]

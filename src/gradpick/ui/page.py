@@ -21,6 +21,7 @@ from gradpick.infer import InferenceResult
 from gradpick.ui import (
     cache,
     checks_panel,
+    compare_panel,
     gradients_panel,
     keys,
     outputs,
@@ -149,7 +150,7 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
     if state.pending_selection(session, keys.PROBABILITY_CHART):
         st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
     outputs.absorb_selections(loaded)
-    explore, strategies, trust = st.tabs(["Explore", "Strategies", "Trust"])
+    explore, strategies, trust, compare = st.tabs(["Explore", "Strategies", "Trust", "Compare"])
     with explore:
         # The outputs sit above the gradients but are drawn after them: a click's heatmaps
         # reach the browser first, the charts' picked highlights follow.
@@ -162,3 +163,5 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
         strategies_panel.render(loaded, settings)
     with trust, guarded("The trust checks"):
         checks_panel.render(loaded, settings)
+    with compare, guarded("The comparison"):
+        compare_panel.render(loaded, settings)

@@ -36,6 +36,7 @@ def render(config: AppConfig) -> Settings:
         option = _usable(option, fallback, device)
         with about:
             _describe(option)
+        _compare_with(config, option)
         st.header("Gradients")
         labelled = source is None or _labels_reach_model(source, option, device)
         names = source.class_names if source is not None else ()
@@ -369,3 +370,35 @@ def _setting(parameter: attribution.Parameter) -> float | int:
         help=parameter.help,
     )
     return kind(value)
+
+
+def _compare_with(config: AppConfig, first: service.ModelOption) -> None:
+    """A second model for the Compare view: a built-in, any model name (local runs) or a
+    stored-outputs folder (local runs). A hosted demo compares its two shipped models."""
+    built_in = {option.identity: option.label for option in service.model_options()}
+    choices = {keys.COMPARE_NOTHING: "nothing", **built_in}
+    if config.allow_user_model:
+        choices[keys.COMPARE_BY_NAME] = "a model by name…"
+    if config.allow_local_folder:
+        choices[keys.COMPARE_STORED] = "a stored-outputs folder…"
+    others = [identity for identity in built_in if identity != first.identity]
+    default = others[0] if config.hosted and others else keys.COMPARE_NOTHING
+    chosen = st.selectbox(
+        "Compare with",
+        list(choices),
+        index=list(choices).index(default),
+        format_func=choices.__getitem__,
+        key=keys.COMPARE_WITH,
+        help="A second model on the same images: the Compare tab shows where they flip and "
+        "how their maps differ.",
+    )
+    if chosen == keys.COMPARE_BY_NAME:
+        st.text_input(
+            "Second model", key=keys.COMPARE_NAME, placeholder="torchvision:resnet18, pkg.mod:fn"
+        )
+    elif chosen == keys.COMPARE_STORED:
+        st.text_input(
+            "Second model's outputs",
+            key=keys.COMPARE_OUTPUTS,
+            placeholder="a gradpick infer --out folder",
+        )
