@@ -1,6 +1,6 @@
-"""The ``gradpick`` command line: train, eval, infer, grads, check and bench.
+"""The ``gradpick`` command line: one module per subcommand (``gradpick --help`` lists them).
 
-One module per command, each with a ``register`` that adds its subparser; the arguments they
+Each command module has a ``register`` that adds its subparser; the arguments they
 share are in ``gradpick.cli.arguments``. Every gradpick error is printed as one clear line
 (exit status 2), never as a traceback.
 """
