@@ -51,6 +51,7 @@ __all__ = [
     "Neighbours",
     "Triage",
     "confident_learning",
+    "list_matrix",
     "nearest_neighbours",
     "sample_warning",
     "triage",
@@ -252,11 +253,11 @@ def triage_store(opened: Any, k: int = NEIGHBOURS) -> tuple[Triage, Any]:
         )
     labelled = np.flatnonzero(~np.asarray(labels_column.is_null()))
     table = table.take(labelled)
-    logits = _list_matrix(table.column("logits"))
+    logits = list_matrix(table.column("logits"))
     probabilities = torch.from_numpy(logits).double().softmax(dim=1).numpy()
     labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)
     embeddings = (
-        _list_matrix(table.column("embedding")) if "embedding" in table.column_names else None
+        list_matrix(table.column("embedding")) if "embedding" in table.column_names else None
     )
     found = triage(probabilities, labels, embeddings, k=k)
     frame = found.table(
@@ -306,7 +307,7 @@ def _checked(probabilities: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray,
     return probabilities, labels
 
 
-def _list_matrix(column: Any) -> np.ndarray:
+def list_matrix(column: Any) -> np.ndarray:
     """A Parquet list<float> column of equal-length rows as an [N, D] float32 array."""
     flat = column.combine_chunks()
     width = len(flat[0]) if len(flat) else 0

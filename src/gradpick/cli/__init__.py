@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gradpick.cli import bench, check, eval, grads, infer, train
+from gradpick.cli import triage as triage_command
 from gradpick.cli.arguments import Commands, Handler
 from gradpick.errors import GradpickError
 
@@ -24,6 +25,7 @@ SUBCOMMANDS: list[Callable[[Commands], None]] = [
     grads.register,
     check.register,
     bench.register,
+    triage_command.register,
 ]
 
 
