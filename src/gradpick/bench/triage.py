@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -119,7 +118,7 @@ def noise_row(
     right = np.array(
         [
             moved[name][0] == label
-            for name, label in zip(names, frame["suggested_label"])
+            for name, label in zip(names, frame["suggested_label"], strict=True)
             if name in moved
         ],
     )

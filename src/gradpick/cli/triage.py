@@ -19,7 +19,7 @@ import numpy as np
 from gradpick import store
 from gradpick.cli.arguments import Commands, positive_int
 from gradpick.triage import NEIGHBOURS, sample_warning, triage_store
-from gradpick.verdicts import VerdictBook, stale_verdicts, write_relabelling
+from gradpick.verdicts import VerdictBook, split_stale, write_relabelling
 
 __all__ = ["register", "summary"]
 
@@ -59,10 +59,7 @@ def _export(opened: store.OpenedStore, frame: Any, out: str) -> str:
     latest = book.latest()
     names = opened.table.column("name").to_pylist()
     positions = opened.table.column("position").to_pylist()
-    by_position = dict(zip(positions, names, strict=True))
-    ordered = [by_position.get(position, "") for position in range(max(positions) + 1)]
-    stale = stale_verdicts(latest, ordered)
-    current = {p: v for p, v in latest.items() if v not in stale}
+    current, stale = split_stale(latest, positions, names)
     given = dict(
         zip(frame["position"].tolist(), frame["given_label"].astype(np.int64).tolist(), strict=True)
     )

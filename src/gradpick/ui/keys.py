@@ -218,3 +218,24 @@ def download_key(suffix: str) -> str:
 def setting_key(name: str) -> str:
     """The slider key of an attribution method's setting (its parameter name)."""
     return name
+
+
+# The Triage tab's widgets and session values.
+TRIAGE_RESULT = "triage_result"
+TRIAGE_SESSION_VERDICTS = "triage_session_verdicts"
+TRIAGE_PROBLEM = "triage_problem"
+TRIAGE_NEIGHBOUR = "triage_neighbour"
+TRIAGE_NOTE = "triage_note"
+TRIAGE_CLASS = "triage_class"
+TRIAGE_VERDICT = "triage_verdict"
+TRIAGE_TABLE = "triage_table"
+__all__ += [
+    "TRIAGE_CLASS",
+    "TRIAGE_NEIGHBOUR",
+    "TRIAGE_NOTE",
+    "TRIAGE_PROBLEM",
+    "TRIAGE_RESULT",
+    "TRIAGE_SESSION_VERDICTS",
+    "TRIAGE_TABLE",
+    "TRIAGE_VERDICT",
+]

@@ -28,6 +28,7 @@ from gradpick.ui import (
     sidebar,
     state,
     strategies_panel,
+    triage_panel,
 )
 from gradpick.ui.config import (
     HOSTED_MAX_BATCH_SIZE,
@@ -141,7 +142,7 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
     if state.pending_selection(session, keys.PROBABILITY_CHART):
         st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
     outputs.absorb_selections(loaded)
-    explore, strategies, trust = st.tabs(["Explore", "Strategies", "Trust"])
+    explore, strategies, trust, triage_tab = st.tabs(["Explore", "Strategies", "Trust", "Triage"])
     with explore:
         # The outputs sit above the gradients but are drawn after them: a click's heatmaps
         # reach the browser first, the charts' picked highlights follow.
@@ -154,3 +155,5 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
         strategies_panel.render(loaded, settings)
     with trust, guarded("The trust checks"):
         checks_panel.render(loaded, settings)
+    with triage_tab, guarded("The triage"):
+        triage_panel.render(loaded, settings)
