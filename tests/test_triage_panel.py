@@ -4,11 +4,14 @@ there again when the page reopens; stale verdicts shown, not applied; a corrupt 
 from __future__ import annotations
 
 import re
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from test_app import store_of_the_stand_in
 
 from gradpick.ui import keys
 from gradpick.verdicts import Verdict, VerdictBook
@@ -76,6 +79,10 @@ def test_a_verdict_is_kept_the_next_suspect_follows_and_it_is_there_again(
     assert table["verdict"].iloc[:2].tolist() == ["fine", "label wrong"]
     assert suspect(again) == table["name"].iloc[2]
 
+    again.selectbox(key=keys.TRIAGE_PICK_VERDICT).set_value("label_wrong").run()
+    again.button(key=keys.TRIAGE_PICK).click().run()
+    assert again.session_state[keys.PICKED] == [int(table["#"].iloc[1])]
+
 
 def test_a_stale_verdict_is_shown_not_applied_and_a_corrupt_file_is_reported(
     generated: Path,
@@ -96,3 +103,19 @@ def test_a_stale_verdict_is_shown_not_applied_and_a_corrupt_file_is_reported(
     assert not app.exception
     assert any("cannot be read" in e.value for e in app.error)
     assert suspect(app) == first
+
+
+def test_stored_outputs_without_embeddings_skip_the_neighbours_and_keep_verdicts_beside(
+    generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "images"
+    shutil.copytree(generated / "test", folder)
+    store_of_the_stand_in(folder, tmp_path / "outputs")  # logits and labels, no embeddings
+    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(tmp_path / "outputs")])
+    app = open_app()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert any("neighbours skipped" in c.value for c in app.caption)
+    assert verdicts_file(app) == (tmp_path / "outputs.verdicts.sqlite").resolve()
+    first = suspect(app)
+    app.button(key=keys.per_source(keys.TRIAGE_VERDICT, "ambiguous")).click().run()
+    assert [v.name for v in VerdictBook.beside(tmp_path / "outputs").history()] == [first]

@@ -229,10 +229,14 @@ TRIAGE_NOTE = "triage_note"
 TRIAGE_CLASS = "triage_class"
 TRIAGE_VERDICT = "triage_verdict"
 TRIAGE_TABLE = "triage_table"
+TRIAGE_PICK_VERDICT = "triage_pick_verdict"
+TRIAGE_PICK = "triage_pick"
 __all__ += [
     "TRIAGE_CLASS",
     "TRIAGE_NEIGHBOUR",
     "TRIAGE_NOTE",
+    "TRIAGE_PICK",
+    "TRIAGE_PICK_VERDICT",
     "TRIAGE_PROBLEM",
     "TRIAGE_RESULT",
     "TRIAGE_SESSION_VERDICTS",

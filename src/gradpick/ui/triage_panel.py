@@ -94,6 +94,30 @@ def _record(book: VerdictBook | None, position: int, name: str, verdict: str) ->
     _session_book()[position] = judged
 
 
+def _pick_judged(indices: dict[str, list[int]]) -> None:
+    """The picking rule: every image of the batch with the chosen verdict."""
+    chosen = st.session_state.get(keys.TRIAGE_PICK_VERDICT) or next(iter(VERDICTS))
+    said = VERDICTS[chosen]
+    state.set_picked(st.session_state, indices[chosen], f"Picked the images judged {said}.")
+
+
+def _picking_rule(loaded: Loaded, current: dict[int, Verdict]) -> None:
+    """Pick, for the other tabs, every image judged label wrong (or model wrong, ...)."""
+    index_of = {int(p): i for i, p in enumerate(loaded.batch.positions)}
+    indices = {
+        verdict: sorted(index_of[p] for p, v in current.items() if v.verdict == verdict)
+        for verdict in VERDICTS
+    }
+    left, right = st.columns([2, 1])
+    left.selectbox(
+        "Pick the images judged",
+        list(VERDICTS),
+        format_func=lambda v: f"{VERDICTS[v]} ({len(indices[v])})",
+        key=keys.TRIAGE_PICK_VERDICT,
+    )
+    right.button("Pick them", key=keys.TRIAGE_PICK, on_click=_pick_judged, args=(indices,))
+
+
 def _inspect(index: int) -> None:
     state.set_picked(st.session_state, [index], f"Picked #{index} from the triage.")
 
@@ -238,3 +262,4 @@ def render(loaded: Loaded, settings: Settings) -> None:
         _evidence(loaded, found, index, names)
         _verdict_buttons(loaded, found, index, book, names)
     _listing(loaded, found, current, names)
+    _picking_rule(loaded, current)
