@@ -144,3 +144,20 @@ def test_a_store_of_the_training_split_is_called_in_sample() -> None:
     metadata["source"]["root"] = "/data/cifar10-jpg/test"
     assert triage.sample_warning(metadata) is None
     assert triage.sample_warning({"model": {}, "source": {"root": "/x/train"}}) is None
+
+
+def test_neighbours_of_wide_rows_equal_brute_force() -> None:
+    """Rows wider than k groups take the grouped first pass: still exactly the k nearest."""
+    rng = np.random.default_rng(5)
+    embeddings = rng.normal(size=(1000, 8)).astype(np.float32)
+    labels = rng.integers(0, 4, 1000)
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    similarity = unit.astype(np.float64) @ unit.T.astype(np.float64)
+    np.fill_diagonal(similarity, -np.inf)
+    expected = np.argsort(-similarity, axis=1, kind="stable")[:, :7]
+    for chunk in (333, 4096):
+        found = triage.nearest_neighbours(embeddings, labels, 4, k=7, chunk_rows=chunk)
+        np.testing.assert_array_equal(found.indices, expected)
+        np.testing.assert_allclose(
+            found.similarities, np.take_along_axis(similarity, expected, 1), rtol=1e-5
+        )

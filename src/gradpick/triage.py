@@ -51,6 +51,7 @@ __all__ = [
     "Neighbours",
     "Triage",
     "confident_learning",
+    "list_matrix",
     "nearest_neighbours",
     "sample_warning",
     "triage",
@@ -63,6 +64,8 @@ NEIGHBOUR_WEIGHT = 0.2
 """w of the combined score: the neighbours reorder, the model's probability leads."""
 CHUNK_ROWS = 4096
 """Rows of the similarity matrix held at once: 4096 x 50,000 float32 is 0.8 GB at most."""
+GROUP = 32
+"""Columns per group in ``_top_k``'s first pass."""
 
 
 @dataclass(frozen=True)
@@ -139,12 +142,30 @@ def nearest_neighbours(
         block = unit[start : start + chunk_rows] @ unit.T
         rows = torch.arange(block.shape[0])
         block[rows, rows + start] = -math.inf
-        values, found = block.topk(k, dim=1, sorted=True)
+        values, found = _top_k(block, k)
         indices[start : start + len(rows)] = found.numpy()
         similarities[start : start + len(rows)] = values.numpy()
     cells = np.repeat(np.arange(count) * classes, k) + labels[indices].ravel()
     label_shares = np.bincount(cells, minlength=count * classes).reshape(count, classes) / k
     return Neighbours(indices=indices, similarities=similarities, label_shares=label_shares)
+
+
+def _top_k(block: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's k largest values and their columns, largest first (``topk``, but about ten
+    times faster on wide rows): the columns in groups of GROUP, a row's k largest values lie in
+    its k groups with the largest maxima (a value among the k largest has fewer than k larger
+    ones, so fewer than k groups beat its own), so only those k * GROUP values are ranked."""
+    rows, width = block.shape
+    whole = width // GROUP * GROUP
+    if whole < k * GROUP:
+        return block.topk(k, dim=1, sorted=True)
+    grouped = block[:, :whole].reshape(rows, whole // GROUP, GROUP)
+    groups = grouped.amax(dim=2).topk(k, dim=1, sorted=False).indices
+    columns = (groups[:, :, None] * GROUP + torch.arange(GROUP)).reshape(rows, -1)
+    tail = torch.arange(whole, width).expand(rows, -1)
+    columns = torch.cat([columns, tail], dim=1)
+    values, where = block.gather(1, columns).topk(k, dim=1, sorted=True)
+    return values, columns.gather(1, where)
 
 
 @dataclass(frozen=True)
@@ -252,11 +273,11 @@ def triage_store(opened: Any, k: int = NEIGHBOURS) -> tuple[Triage, Any]:
         )
     labelled = np.flatnonzero(~np.asarray(labels_column.is_null()))
     table = table.take(labelled)
-    logits = _list_matrix(table.column("logits"))
+    logits = list_matrix(table.column("logits"))
     probabilities = torch.from_numpy(logits).double().softmax(dim=1).numpy()
     labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)
     embeddings = (
-        _list_matrix(table.column("embedding")) if "embedding" in table.column_names else None
+        list_matrix(table.column("embedding")) if "embedding" in table.column_names else None
     )
     found = triage(probabilities, labels, embeddings, k=k)
     frame = found.table(
@@ -306,7 +327,7 @@ def _checked(probabilities: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray,
     return probabilities, labels
 
 
-def _list_matrix(column: Any) -> np.ndarray:
+def list_matrix(column: Any) -> np.ndarray:
     """A Parquet list<float> column of equal-length rows as an [N, D] float32 array."""
     flat = column.combine_chunks()
     width = len(flat[0]) if len(flat) else 0

@@ -33,6 +33,7 @@ __all__ = [
     "VERDICTS",
     "Verdict",
     "VerdictBook",
+    "split_stale",
     "stale_verdicts",
     "write_relabelling",
 ]
@@ -115,6 +116,10 @@ class VerdictBook:
     def record_all(self, verdicts: Iterable[Verdict]) -> None:
         """Append several verdicts in one transaction: all of them or none."""
         rows = [(v.position, v.name, v.verdict, v.new_label, v.note, v.time) for v in verdicts]
+        try:  # the app's own store may not be written yet; its verdicts still are
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise DataError(f"{self.path}: the verdict was not saved ({error}).") from None
         connection = self._connect()
         try:
             with connection:
@@ -160,6 +165,19 @@ def stale_verdicts(verdicts: Mapping[int, Verdict], names: Sequence[str]) -> lis
         for position, verdict in verdicts.items()
         if position >= len(names) or names[position] != verdict.name
     ]
+
+
+def split_stale(
+    verdicts: Mapping[int, Verdict], positions: Sequence[int], names: Sequence[str]
+) -> tuple[dict[int, Verdict], list[Verdict]]:
+    """The verdicts on these images (``positions`` with their ``names``, any subset of a
+    source), split into those still in force and the stale ones (``stale_verdicts``); verdicts
+    on other positions are neither."""
+    by_position = dict(zip((int(p) for p in positions), names, strict=True))
+    ours = {p: v for p, v in verdicts.items() if p in by_position}
+    ordered = [by_position.get(i, "") for i in range(max(by_position, default=-1) + 1)]
+    stale = stale_verdicts(ours, ordered)
+    return {p: v for p, v in ours.items() if v not in stale}, stale
 
 
 def write_relabelling(

@@ -174,6 +174,7 @@ class LoadedModel:
             "weights_sha256": self.weights_sha256,
             "card_sha256": None if self.card is None else self.card.get("sha256"),
             "card_test_accuracy": None if self.card is None else self.card.get("test_accuracy"),
+            "trained_on": None if self.card is None else self.card.get("trained_on"),
             "classes": self.classes,
             "input_spec": self.spec.to_json(),
         }

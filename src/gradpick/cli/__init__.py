@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gradpick.cli import bench, check, compare, eval, grads, infer, report, train
+from gradpick.cli import triage as triage_command
 from gradpick.cli.arguments import Commands, Handler
 from gradpick.errors import GradpickError
 
@@ -26,6 +27,7 @@ SUBCOMMANDS: list[Callable[[Commands], None]] = [
     report.register,
     bench.register,
     compare.register,
+    triage_command.register,
 ]
 
 

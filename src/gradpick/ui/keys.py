@@ -238,3 +238,27 @@ __all__ += [
     "COMPARE_STORED",
     "COMPARE_WITH",
 ]
+
+# The Triage tab's widgets and session values.
+TRIAGE_RESULT = "triage_result"
+TRIAGE_SESSION_VERDICTS = "triage_session_verdicts"
+TRIAGE_PROBLEM = "triage_problem"
+TRIAGE_NEIGHBOUR = "triage_neighbour"
+TRIAGE_NOTE = "triage_note"
+TRIAGE_CLASS = "triage_class"
+TRIAGE_VERDICT = "triage_verdict"
+TRIAGE_TABLE = "triage_table"
+TRIAGE_PICK_VERDICT = "triage_pick_verdict"
+TRIAGE_PICK = "triage_pick"
+__all__ += [
+    "TRIAGE_CLASS",
+    "TRIAGE_NEIGHBOUR",
+    "TRIAGE_NOTE",
+    "TRIAGE_PICK",
+    "TRIAGE_PICK_VERDICT",
+    "TRIAGE_PROBLEM",
+    "TRIAGE_RESULT",
+    "TRIAGE_SESSION_VERDICTS",
+    "TRIAGE_TABLE",
+    "TRIAGE_VERDICT",
+]

@@ -29,6 +29,7 @@ from gradpick.ui import (
     sidebar,
     state,
     strategies_panel,
+    triage_panel,
 )
 from gradpick.ui.config import (
     HOSTED_MAX_BATCH_SIZE,
@@ -150,7 +151,9 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
     if state.pending_selection(session, keys.PROBABILITY_CHART):
         st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
     outputs.absorb_selections(loaded)
-    explore, strategies, trust, compare = st.tabs(["Explore", "Strategies", "Trust", "Compare"])
+    explore, strategies, trust, compare, triage_tab = st.tabs(
+        ["Explore", "Strategies", "Trust", "Compare", "Triage"]
+    )
     with explore:
         # The outputs sit above the gradients but are drawn after them: a click's heatmaps
         # reach the browser first, the charts' picked highlights follow.
@@ -165,3 +168,5 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
         checks_panel.render(loaded, settings)
     with compare, guarded("The comparison"):
         compare_panel.render(loaded, settings)
+    with triage_tab, guarded("The triage"):
+        triage_panel.render(loaded, settings)

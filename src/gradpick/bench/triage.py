@@ -1,0 +1,242 @@
+"""``gradpick bench-triage``: label triage on a noisy copy of a labelled folder, against cleanlab.
+
+For each noise share, a seeded script (``noisy_copy``) builds a temporary folder of symbolic
+links to the folder's files (CIFAR-10's test split by default), a share of them placed under a
+wrong class; every link is named ``<true class>-<file>`` whether moved or not, so names collide
+nowhere and say nothing. The shipped model infers that folder into a store with embeddings
+(``gradpick.stored.infer_to_store``), exactly as ``gradpick infer --out --embeddings`` would, and
+``gradpick.triage.triage_store`` ranks its rows. Against the moved files:
+
+* precision of the first M rows, M the number moved, for gradpick's ranking and for cleanlab's
+  self-confidence ranking (``cleanlab.rank.get_label_quality_scores``) on the same stored
+  probabilities;
+* F1 of the flagged set, gradpick's against cleanlab's ``find_label_issues``;
+* the share of flagged moved files whose suggested label is their true class.
+
+Targets: at least cleanlab's figure on both, and suggested labels right for at least 80%. Last,
+the time to score 50,000 rows: the first store's probabilities and embeddings stacked five times
+(the cost depends on the row count, not on what the rows hold). cleanlab is a test dependency;
+this benchmark needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gradpick import data, store, zoo
+from gradpick.bench.rows import markdown_table
+from gradpick.errors import InputError
+from gradpick.stored import infer_to_store
+from gradpick.triage import list_matrix, triage, triage_store
+
+__all__ = [
+    "NOISE_SHARES",
+    "SUGGESTION_TARGET",
+    "TIMED_ROWS",
+    "TIME_TARGET_SECONDS",
+    "NoiseRow",
+    "noisy_copy",
+    "noise_row",
+    "report_text",
+    "run",
+    "scoring_seconds",
+]
+
+NOISE_SHARES = (0.02, 0.05, 0.10)
+SUGGESTION_TARGET = 0.8
+TIMED_ROWS = 50_000
+TIME_TARGET_SECONDS = 2.0
+
+
+def noisy_copy(root: Path, out: Path, share: float, seed: int = 0) -> dict[str, tuple[int, int]]:
+    """Link every file of the ImageFolder ``root`` into ``out``, ``share`` of them (seeded) under
+    a wrong class drawn uniformly from the others. Returns {link name: (true class, given class)}
+    of the moved ones; the user's files are only linked to, never touched."""
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+    files = [(c, f) for c, name in enumerate(classes) for f in sorted((root / name).iterdir())]
+    generator = np.random.default_rng(seed)
+    moved_rows = generator.choice(len(files), size=round(share * len(files)), replace=False)
+    shifts = generator.integers(1, len(classes), size=len(moved_rows))
+    given = np.array([c for c, _ in files])
+    given[moved_rows] = (given[moved_rows] + shifts) % len(classes)
+    for name in classes:
+        (out / name).mkdir(parents=True)
+    moved: dict[str, tuple[int, int]] = {}
+    for (true, file), label in zip(files, given, strict=True):
+        link = f"{classes[label]}/{classes[true]}-{file.name}"
+        (out / link).symlink_to(file.resolve())
+        if label != true:
+            moved[link] = (true, int(label))
+    return moved
+
+
+@dataclass(frozen=True)
+class NoiseRow:
+    """One noise share's figures."""
+
+    share: float
+    moved: int
+    precision: float
+    """gradpick: share of the first M rows that were moved."""
+    cleanlab_precision: float
+    """cleanlab's self-confidence ranking, same measure."""
+    flagged: int
+    f1: float
+    cleanlab_flagged: int
+    cleanlab_f1: float
+    suggestion_right: float
+    """Share of flagged moved files whose suggested label is their true class."""
+    infer_seconds: float
+
+
+def _f1(flagged: np.ndarray, truth: np.ndarray) -> float:
+    hits = float((flagged & truth).sum())
+    return 2 * hits / max(float(flagged.sum() + truth.sum()), 1.0)
+
+
+def noise_row(
+    opened: store.OpenedStore, moved: dict[str, tuple[int, int]], share: float, seconds: float
+) -> NoiseRow:
+    """Score one store of a noisy copy against its moved files, with cleanlab beside."""
+    from cleanlab.filter import find_label_issues
+    from cleanlab.rank import get_label_quality_scores
+
+    found, frame = triage_store(opened)
+    names = frame["name"].to_numpy()
+    truth = np.array([name in moved for name in names])
+    count = len(moved)
+    precision = float(truth[:count].mean())
+    flagged = frame["flagged"].to_numpy()
+    right = np.array(
+        [
+            moved[name][0] == label
+            for name, label in zip(names, frame["suggested_label"], strict=True)
+            if name in moved
+        ],
+    )
+    flagged_moved = flagged[truth]
+    suggestion_right = float(right[flagged_moved].mean()) if flagged_moved.any() else 0.0
+
+    table = opened.table
+    logits = list_matrix(table.column("logits"))
+    probabilities = torch.from_numpy(logits).double().softmax(dim=1).numpy()
+    labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)
+    stored_truth = np.array([name in moved for name in table.column("name").to_pylist()])
+    quality = get_label_quality_scores(labels, probabilities, method="self_confidence")
+    first = np.argsort(quality, kind="stable")[:count]
+    issues = find_label_issues(labels, probabilities)
+    return NoiseRow(
+        share=share,
+        moved=count,
+        precision=precision,
+        cleanlab_precision=float(stored_truth[first].mean()),
+        flagged=int(flagged.sum()),
+        f1=_f1(flagged, truth),
+        cleanlab_flagged=int(issues.sum()),
+        cleanlab_f1=_f1(issues, stored_truth),
+        suggestion_right=suggestion_right,
+        infer_seconds=seconds,
+    )
+
+
+def scoring_seconds(opened: store.OpenedStore, rows: int = TIMED_ROWS, repeats: int = 3) -> float:
+    """Median seconds to triage ``rows`` rows (the store's rows stacked), neighbours included."""
+    table = opened.table
+    logits = list_matrix(table.column("logits"))
+    copies = -(-rows // len(logits))
+    probabilities = np.tile(torch.from_numpy(logits).softmax(dim=1).numpy(), (copies, 1))[:rows]
+    embeddings = np.tile(list_matrix(table.column("embedding")), (copies, 1))[:rows]
+    # stacked copies would be each other's exact neighbours; a little noise keeps it honest
+    embeddings = embeddings + np.random.default_rng(0).normal(0, 1e-3, embeddings.shape).astype(
+        np.float32
+    )
+    labels = np.tile(np.asarray(table.column("label").to_numpy(), dtype=np.int64), copies)[:rows]
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        triage(probabilities, labels, embeddings)
+        times.append(time.perf_counter() - started)
+    return float(np.median(times))
+
+
+def run(
+    root: str | Path,
+    shares: Sequence[float] = NOISE_SHARES,
+    model: str = "resnet20",
+    seed: int = 0,
+    progress: Callable[[str], None] = lambda line: None,
+) -> tuple[list[NoiseRow], float]:
+    """Every noise share's row, and the seconds to score ``TIMED_ROWS`` rows."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise InputError(f"{root}: no such folder (an ImageFolder tree, one folder per class).")
+    loaded = zoo.load_model(model)
+    rows: list[NoiseRow] = []
+    timed = 0.0
+    with tempfile.TemporaryDirectory(prefix="gradpick-triage-") as scratch:
+        for share in shares:
+            folder = Path(scratch) / f"noisy-{share:g}"
+            moved = noisy_copy(root, folder, share, seed)
+            source = data.image_folder(folder, loaded.spec)
+            out = Path(scratch) / f"outputs-{share:g}"
+            progress(f"{share:.0%} noise: inferring {len(source):,} images ({len(moved)} moved)")
+            done = infer_to_store(
+                loaded, source, range(len(source)), out, embeddings=True, batch_size=500
+            )
+            opened = store.open_store(out)
+            rows.append(noise_row(opened, moved, share, done.seconds))
+            progress(json.dumps(asdict(rows[-1])))
+            if share == shares[0]:
+                timed = scoring_seconds(opened)
+    return rows, timed
+
+
+def report_text(rows: Sequence[NoiseRow], seconds: float) -> str:
+    """The markdown table with each figure's target."""
+    columns = [
+        "noise",
+        "moved",
+        "precision@M gradpick",
+        "cleanlab self-confidence",
+        "flagged F1 gradpick",
+        "cleanlab find_label_issues",
+        "suggested label right",
+    ]
+    lines = markdown_table(
+        columns,
+        (
+            (
+                f"{row.share:.0%}",
+                row.moved,
+                f"{row.precision:.3f}" + ("" if row.precision >= row.cleanlab_precision else " ✗"),
+                f"{row.cleanlab_precision:.3f}",
+                f"{row.f1:.3f} ({row.flagged} flagged)"
+                + ("" if row.f1 >= row.cleanlab_f1 else " ✗"),
+                f"{row.cleanlab_f1:.3f} ({row.cleanlab_flagged} flagged)",
+                f"{row.suggestion_right:.1%}"
+                + ("" if row.suggestion_right >= SUGGESTION_TARGET else " ✗"),
+            )
+            for row in rows
+        ),
+        right=columns[1:],
+    )
+    verdict = "met" if seconds < TIME_TARGET_SECONDS else "missed"
+    return "\n".join(
+        [
+            *lines,
+            "",
+            "Targets: precision and F1 at least cleanlab's on the same stored probabilities (✗ "
+            f"marks a miss); suggested label right for at least {SUGGESTION_TARGET:.0%} of the "
+            "flagged moved files.",
+            f"Scoring {TIMED_ROWS:,} rows (neighbours included): {seconds:.2f} s (target under "
+            f"{TIME_TARGET_SECONDS:g} s: {verdict}).",
+        ]
+    )
