@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gradpick import data, export
+from gradpick import attribution, data, export, layers
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
@@ -77,7 +77,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     # A batch index seeds SmoothGrad's noise and the random orders, so the batch is read up to
     # the largest picked index: the numbers match the explorer's for the same batch.
     images = as_model_input(source.read(positions[: max(indices) + 1]))
+    at_layer = any(method in attribution.LAYER_METHODS for method in options.methods)
     context = {
+        # The layer methods' layer by name (None for none): a bad name is refused before any work.
+        "layer": layers.resolve(loaded.module, args.layer, images).name if at_layer else None,
         "model": loaded.identity(),
         "source": {
             "description": source.description,
