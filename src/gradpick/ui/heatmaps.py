@@ -53,6 +53,8 @@ class HeatmapRequest:
     strategy: str = "recompute"
     settings: tuple[tuple[str, float | int], ...] = ()
     """The method's settings that differ from its defaults, as (name, value) pairs."""
+    layer: str | None = None
+    """A layer method's layer by its dotted name (None: the automatic one)."""
 
     def engine_target(self) -> tuple[str, int | None]:
         """(target, classes) as ``input_gradients`` takes them."""
@@ -132,7 +134,8 @@ def compute(
             "These images have no labels, so there is no loss to explain; choose the logit "
             "of the predicted class or of a chosen class as the target."
         )
-    method = attribution.build(request.method, dict(request.settings))
+    layer = request.layer if request.method in attribution.LAYER_METHODS else None
+    method = attribution.build(request.method, dict(request.settings), layer)
     if strategies.get(request.strategy).whole_batch:
         _check_whole_batch_cost(model, batch, request.strategy)
     with _step_threads(model):

@@ -218,3 +218,11 @@ def download_key(suffix: str) -> str:
 def setting_key(name: str) -> str:
     """The slider key of an attribution method's setting (its parameter name)."""
     return name
+
+
+# ----------------------------------------------------------------------------- layer maps
+
+__all__ += ["LAYER"]
+
+LAYER = "layer"
+"""Prefix of the layer select box's key, one per model (``per_source(LAYER, identity)``)."""
