@@ -61,7 +61,8 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     with main:
         _legend(tiles, unit, settings.shared_scale)
         # A layer method's map is the same in every channel: its image, map and overlay only.
-        detailed = len(picked) <= DETAILED_ROWS and result.layer_maps is None
+        few = len(picked) <= DETAILED_ROWS
+        detailed = few and result.layer_maps is None
         if result.layer_maps is None:
             st.caption(PANELS_FULL if detailed else PANELS_COMPACT)
         else:
@@ -76,7 +77,11 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
                 for title, tile in zip(titles, tiles, strict=True)
             ]
             st.image(
-                [heatmaps.strip(tile, compact=not detailed) for tile in tiles], caption=captions
+                [
+                    heatmaps.strip(tile, compact=not few, channels=result.layer_maps is None)
+                    for tile in tiles
+                ],
+                caption=captions,
             )
     elapsed = (time.perf_counter() - started) * 1000
     server_time.metric(

@@ -209,14 +209,15 @@ def tiles(images: torch.Tensor, maps: torch.Tensor, shared_scale: bool) -> list[
     return result
 
 
-def strip(tile: Tiles, compact: bool = False, gap: int = 6) -> np.ndarray:
+def strip(tile: Tiles, compact: bool = False, gap: int = 6, channels: bool = True) -> np.ndarray:
     """One picked image's panels side by side as RGBA, transparent between them: image,
     heatmap, overlay and the signed red, green and blue maps; ``compact`` keeps the first three
-    at half the size (every other row and column of a whole-pixel enlargement: still sharp)."""
+    at half the size (every other row and column of a whole-pixel enlargement: still sharp);
+    ``channels=False`` leaves the channel maps out (a layer map is the same in every one)."""
     panels = [tile.image, tile.heat, tile.overlay]
     if compact:
         panels = [panel[::2, ::2] for panel in panels]
-    else:
+    elif channels:
         panels += tile.channels
     height = panels[0].shape[0]
     spacer = np.zeros((height, gap, 4), dtype=np.uint8)
