@@ -59,7 +59,7 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
         server_time = st.empty()
         memory_slot = st.container()
     with main:
-        _legend(tiles, unit, settings.shared_scale)
+        _legend(tiles, unit, settings.shared_scale, channels=result.layer_maps is None)
         # A layer method's map is the same in every channel: its image, map and overlay only.
         few = len(picked) <= DETAILED_ROWS
         detailed = few and result.layer_maps is None
@@ -135,7 +135,7 @@ def _memory_readouts(memory: MemoryReport | None) -> None:
         st.caption(figure.counts)
 
 
-def _legend(tiles: list[heatmaps.Tiles], unit: str, shared: bool) -> None:
+def _legend(tiles: list[heatmaps.Tiles], unit: str, shared: bool, channels: bool = True) -> None:
     columns = st.columns(2)
     saliency_range = f"0 to {tiles[0].limit:.3g}" if shared else "0 to each image's limit"
     channel_range = (
@@ -144,7 +144,10 @@ def _legend(tiles: list[heatmaps.Tiles], unit: str, shared: bool) -> None:
         else "± each image's limit"
     )
     columns[0].image(heatmaps.colourbar(), caption=f"saliency |{unit}|: {saliency_range}")
-    columns[1].image(heatmaps.colourbar(signed=True), caption=f"channels, {unit}: {channel_range}")
+    if channels:  # a layer map has no signed channel maps to explain
+        columns[1].image(
+            heatmaps.colourbar(signed=True), caption=f"channels, {unit}: {channel_range}"
+        )
 
 
 def _detail(
