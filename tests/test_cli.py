@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gradpick import data, export, models, store, zoo
+from gradpick import attribution, data, export, layers, models, store, zoo
 from gradpick.cli import main
 from gradpick.gradients import input_gradients
 from gradpick.infer import embedding_layer
@@ -567,3 +567,113 @@ def test_a_batch_of_one_class_of_a_sorted_folder_says_so(capsys, fitting, weight
     assert status == 0 and "note:" not in out
     status, out, _ = run(capsys, "infer", *arguments, "--size", "8")
     assert status == 0 and "note:" not in out  # four images each of class_00 and class_01
+
+
+def _hand_gradcam(model: torch.nn.Module, images: torch.Tensor, labels, layer: str):
+    """Grad-CAM of the loss at ``layer`` by a forward hook and autograd, one image at a time."""
+    maps = []
+    kept: list[torch.Tensor] = []
+    for image, label in zip(images, labels, strict=True):
+        handle = model.get_submodule(layer).register_forward_hook(
+            lambda module, inputs, output: kept.append(output)
+        )
+        try:
+            logits = model(image[None].clone().requires_grad_(True))
+        finally:
+            handle.remove()
+        loss = torch.nn.functional.cross_entropy(
+            logits, torch.tensor([int(label)]), reduction="sum"
+        )
+        (gradient,) = torch.autograd.grad(loss, kept[-1])
+        weights = gradient.mean(dim=(2, 3), keepdim=True)
+        maps.append(torch.relu((weights * kept[-1]).sum(dim=1))[0].detach())
+    return torch.stack(maps)
+
+
+@pytest.mark.parametrize("suffix", export.SUFFIXES)
+def test_grads_exports_gradcam_at_a_named_layer(capsys, fitting, weights, tmp_path, suffix):
+    out = tmp_path / f"cam{suffix}"
+    arguments = ["--indices", "3, 7", "--method", "gradcam", "--layer", "conv2"]
+    status, printed, err = run(
+        capsys, "grads", *model_arguments(fitting, weights), *arguments, "--out", str(out)
+    )
+    assert status == 0, err
+    assert "Grad-CAM at layer conv2 (10x10 grid)" in printed
+    batch = data.load_batch(data.image_folder(fitting))
+    model = models.load("tutorial", weights)
+    expected = _hand_gradcam(model, batch.float_images()[[3, 7]], batch.labels[[3, 7]], "conv2")
+    if suffix == ".npz":
+        saved = dict(np.load(out, allow_pickle=False))
+        layer = str(saved["layer"])
+    else:
+        saved = {
+            k: np.asarray(v)
+            for k, v in torch.load(out, weights_only=True).items()
+            if isinstance(v, torch.Tensor)
+        }
+        layer = torch.load(out, weights_only=True)["layer"]
+    assert layer == "conv2"
+    np.testing.assert_allclose(saved["layer_maps"], expected.numpy(), rtol=1e-4, atol=1e-6)
+    upsampled = torch.nn.functional.interpolate(
+        expected[:, None], size=(32, 32), mode="bilinear", align_corners=False
+    )[:, 0]
+    assert saved["maps"].shape == (2, 32, 32)
+    np.testing.assert_allclose(saved["maps"], upsampled.numpy(), rtol=1e-4, atol=1e-6)
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["layer"] == {"name": "conv2", "grid": [10, 10]}
+    assert sidecar["arrays"][-2:] == ["layer_maps", "layer"]
+    assert sidecar["method"]["name"] == "gradcam"
+
+
+def test_grads_without_a_layer_uses_the_automatic_one(capsys, fitting, weights, tmp_path):
+    out = tmp_path / "cam.npz"
+    status, printed, err = run(
+        capsys, "grads", *model_arguments(fitting, weights), "--indices", "1",
+        "--method", "hirescam", "--out", str(out),
+    )  # fmt: skip
+    assert status == 0, err
+    model = models.load("tutorial", weights)
+    assert str(np.load(out)["layer"]) == layers.probe(model, (32, 32)).automatic == "pool"
+    assert "HiResCAM at layer pool (5x5 grid)" in printed
+
+
+def test_grads_exports_an_input_gradient_method_as_its_saliency(capsys, fitting, weights, tmp_path):
+    out = tmp_path / "smooth.npz"
+    status, _, err = run(
+        capsys, "grads", *model_arguments(fitting, weights), "--indices", "2, 5",
+        "--method", "smoothgrad", "--setting", "samples=3", "--out", str(out),
+    )  # fmt: skip
+    assert status == 0, err
+    saved = dict(np.load(out, allow_pickle=False))
+    assert "layer_maps" not in saved and "layer" not in saved
+    batch = data.load_batch(data.image_folder(fitting))
+    model = models.load("tutorial", weights)
+    picked = batch.float_images()[[2, 5]]  # the CLI reads the picks alone: rows 0 and 1
+    noisy = attribution.attribute(
+        model, picked, [0, 1], batch.labels[[2, 5]], method="smoothgrad", samples=3
+    ).maps
+    np.testing.assert_allclose(saved["channel_maps"], noisy.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(saved["maps"], noisy.abs().amax(dim=1).numpy(), rtol=1e-5, atol=1e-7)
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["layer"] is None and sidecar["method"]["settings"]["samples"] == 3
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--method", "gradcamm"], "Unknown attribution method 'gradcamm'; use one of gradient"),
+        (["--method", "gradcam", "--layer", "conv3"], "no layer 'conv3'; close matches: conv"),
+        (["--layer", "conv2"], "works on the input pixels, not at a layer"),
+        (["--method", "gradcam", "--layer", "fc1"], "Layer 'fc1''s output is not a spatial map"),
+        (["--method", "gradcam", "--strategy", "summed"], "runs strategy recompute"),
+        (["--method", "smoothgrad", "--setting", "steps=3"], "one of SmoothGrad's settings"),
+        (["--method", "smoothgrad", "--setting", "samples=x"], "'x' is not a number"),
+        (["--method", "smoothgrad", "--setting", "samples=0"], "samples must be a whole number"),
+    ],
+)
+def test_grads_bad_method_or_layer_is_one_clear_line(capsys, fitting, weights, extra, message):
+    status, out, err = run(
+        capsys, "grads", *model_arguments(fitting, weights), "--indices", "0", *extra
+    )
+    assert status == 2 and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -27,7 +27,7 @@ def test_images_are_the_pixels_the_gradients_are_taken_with_respect_to(
     arrays = export.arrays(_plain_export(result, request))
     assert list(arrays) == list(export.ARRAYS)
     np.testing.assert_array_equal(arrays["images"], images[[4, 0, 4]].numpy())
-    assert arrays["images"].shape == arrays["gradients"].shape == arrays["maps"].shape
+    assert arrays["images"].shape == arrays["gradients"].shape == arrays["channel_maps"].shape
     picked = images[[4, 0, 4]].clone().requires_grad_(True)
     loss = nn.functional.cross_entropy(tiny_cnn(picked), labels[[4, 0, 4]], reduction="sum")
     (expected,) = torch.autograd.grad(loss, picked)

@@ -186,9 +186,28 @@ def test_exports_hold_the_same_numbers(tiny_cnn: nn.Module, batch: ImageBatch) -
     np.testing.assert_array_equal(arrays["gradients"], result.gradients.gradients.numpy())
     np.testing.assert_array_equal(arrays["images"], batch.float_images()[PICKED].numpy())
     loaded = torch.load(io.BytesIO(export.pt_bytes(exported)), weights_only=True)
-    assert torch.equal(loaded["maps"], result.maps)
+    assert torch.equal(loaded["channel_maps"], result.maps)
+    assert torch.equal(loaded["maps"], result.maps.abs().amax(dim=1))  # as the heatmaps show
     assert loaded["indices"].tolist() == PICKED and loaded["target"] == "loss"
     assert loaded["names"] == [batch.names[i] for i in PICKED]
+
+
+def test_a_layer_methods_download_holds_its_layer_maps_and_layer(
+    tiny_cnn: nn.Module, batch: ImageBatch
+) -> None:
+    request = HeatmapRequest(target_mode="predicted", method="gradcam", layer="2")
+    result = heatmaps.compute(tiny_cnn, batch, PICKED, request)
+    exported = _export(result, batch, request)
+    arrays = np.load(io.BytesIO(export.npz_bytes(exported)), allow_pickle=False)
+    assert arrays.files == [*export.ARRAYS, *export.LAYER_ARRAYS]
+    assert str(arrays["layer"]) == "2" and arrays["layer_maps"].shape == (len(PICKED), 8, 8)
+    upsampled = torch.nn.functional.interpolate(
+        torch.from_numpy(arrays["layer_maps"])[:, None], size=(32, 32), mode="bilinear"
+    )[:, 0]
+    np.testing.assert_allclose(arrays["maps"], upsampled.numpy(), rtol=1e-5, atol=1e-7)
+    report = json.loads(export.metadata_json(exported))
+    assert report["layer"] == {"name": "2", "grid": [8, 8]}
+    assert report["explorer"]["request"]["layer"] == "2"
 
 
 def test_report_says_what_was_asked_what_came_out_and_what_it_cost(

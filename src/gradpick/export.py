@@ -6,8 +6,13 @@ makes it from the batch the picks come from, for both); the README's table is th
 documentation for users.
 
 * ``.npz``: the arrays, ``numpy.load(path, allow_pickle=False)``.
-* ``.pt``: the same arrays as tensors (``names`` a list of str) plus ``method`` and ``target``,
-  for ``torch.load(path, weights_only=True)``.
+* ``.pt``: the same arrays as tensors (``names`` a list of str, ``layer`` a str) plus
+  ``method`` and ``target``, for ``torch.load(path, weights_only=True)``.
+
+Every method's ``maps`` are one map per image at the input size, as the explorer draws them
+(``render.saliency``: the largest |value| over channels, which for a layer method is its
+upsampled map); a layer method adds its maps at the layer's grid and the layer's name
+(``LAYER_ARRAYS``).
 * JSON (the CLI's sidecar ``x.json``, the explorer's report): the fields of ``FIELDS``.
 """
 
@@ -24,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gradpick import attribution
+from gradpick import attribution, render
 from gradpick.attribution import Attribution
 from gradpick.data import ImageBatch
 from gradpick.errors import InputError
@@ -35,6 +40,7 @@ from gradpick.versions import installed_version, library_versions
 __all__ = [
     "ARRAYS",
     "FIELDS",
+    "LAYER_ARRAYS",
     "SCHEMA",
     "stamp",
     "SUFFIXES",
@@ -51,7 +57,7 @@ __all__ = [
     "write",
 ]
 
-SCHEMA = "gradpick-gradients/1"
+SCHEMA = "gradpick-gradients/2"
 SUFFIXES = (".pt", ".npz")
 
 ARRAYS: dict[str, str] = {
@@ -59,18 +65,29 @@ ARRAYS: dict[str, str] = {
     "positions": "int64 [k]: each picked image's position in its source",
     "names": "str [k]: each picked image's name in its source",
     "images": "float [k, C, H, W]: the pixels, in [0, 1], the gradients are taken with respect to",
-    "gradients": "float [k, C, H, W]: d target_i / d images[i] (times 1/k for reduction mean)",
-    "maps": "float [k, C, H, W]: the attribution method's maps (the gradients for 'gradient')",
+    "gradients": "float [k, C, H, W]: d target_i / d images[i] (times 1/k for reduction mean); "
+    "for a layer method d target_i / d the layer's activation [k, C', h, w]",
+    "channel_maps": "float [k, C, H, W]: the attribution method's maps per channel (the "
+    "gradients for 'gradient'; a layer method's upsampled map in every channel)",
+    "maps": "float32 [k, H, W]: one map per image at the input size, as the explorer draws it: "
+    "the largest |value| of channel_maps over channels (a layer method's upsampled map)",
     "classes": "int64 [k]: the class whose loss or logit each target is",
     "target_values": "float [k]: each target's value",
 }
 """Name and meaning of every array, in the order they are written."""
 
+LAYER_ARRAYS: dict[str, str] = {
+    "layer_maps": "float [k, h, w]: a layer method's ReLU'd maps at the layer's grid, before "
+    "upsampling",
+    "layer": "str: the layer's dotted name in the model, as model.named_modules() names it",
+}
+"""The arrays a layer method (Grad-CAM, ...) adds after ``ARRAYS``, in the order written."""
+
 FIELDS: dict[str, str] = {
     "schema": f"'{SCHEMA}'",
     "gradients_file": "the arrays' file name (None for a report downloaded on its own)",
     "arrays": "the names of the arrays in the file",
-    "shape": "[k, C, H, W] of gradients, maps and images",
+    "shape": "[k, C, H, W] of images and channel_maps (and gradients, but a layer method's)",
     "dtype": "their dtype, e.g. 'float32'",
     "rows": "what row i means",
     "k": "the number of picked images (repeats included)",
@@ -84,6 +101,7 @@ FIELDS: dict[str, str] = {
     "classes": "as the array",
     "class_names": "the names of those classes",
     "method": "{name, label, settings} of the attribution method",
+    "layer": "{name, grid: [h, w]} of a layer method's layer, or None for an input-gradient one",
     "strategy": "the gradient strategy",
     "reduction": "'sum' or 'mean'",
     "device": "where the gradients were computed",
@@ -187,19 +205,24 @@ def source_record(
 
 
 def arrays(export: Export) -> dict[str, np.ndarray]:
-    """The arrays of ``ARRAYS``, on the CPU."""
-    step = export.result.gradients
+    """The arrays of ``ARRAYS`` (then ``LAYER_ARRAYS`` for a layer method), on the CPU."""
+    result = export.result
+    step = result.gradients
     values = {
         "indices": np.asarray(export.indices, dtype=np.int64),
         "positions": np.asarray(export.positions, dtype=np.int64),
         "names": np.asarray(list(export.names), dtype=np.str_),
         "images": export.images.detach().cpu().numpy(),
         "gradients": step.gradients.detach().cpu().numpy(),
-        "maps": export.result.maps.detach().cpu().numpy(),
+        "channel_maps": result.maps.detach().cpu().numpy(),
+        "maps": render.saliency(result.maps),
         "classes": step.classes.numpy().astype(np.int64),
         "target_values": step.target_values.numpy(),
     }
     assert list(values) == list(ARRAYS)
+    if result.layer_maps is not None:
+        values["layer_maps"] = result.layer_maps.detach().cpu().numpy()
+        values["layer"] = np.asarray(result.layer, dtype=np.str_)
     return values
 
 
@@ -214,9 +237,11 @@ def pt_bytes(export: Export) -> bytes:
     buffer = io.BytesIO()
     values = arrays(export)
     names = [str(name) for name in values.pop("names")]
+    layer = values.pop("layer", None)
     tensors = {name: torch.from_numpy(array) for name, array in values.items()}
     extras = {
         "names": names,
+        **({} if layer is None else {"layer": str(layer)}),
         "method": export.result.method,
         "target": export.result.gradients.target,
     }
@@ -233,9 +258,9 @@ def metadata(export: Export, gradients_file: str | None = None) -> dict[str, Any
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "gradients_file": gradients_file,
-        "arrays": list(ARRAYS),
-        "shape": list(step.gradients.shape),
-        "dtype": str(step.gradients.dtype).removeprefix("torch."),
+        "arrays": list(ARRAYS) + (list(LAYER_ARRAYS) if result.layer_maps is not None else []),
+        "shape": list(result.maps.shape),
+        "dtype": str(result.maps.dtype).removeprefix("torch."),
         "rows": "row i is d target_i / d image[indices[i]], pixels in [0, 1]",
         "k": len(step.indices),
         "indices": [int(index) for index in export.indices],
@@ -248,6 +273,9 @@ def metadata(export: Export, gradients_file: str | None = None) -> dict[str, Any
         "classes": classes,
         "class_names": [class_name(export.class_names, c) for c in classes],
         "method": {"name": method.name, "label": method.label, "settings": dict(result.settings)},
+        "layer": None
+        if result.layer_maps is None
+        else {"name": result.layer, "grid": list(result.layer_maps.shape[1:])},
         "strategy": step.strategy,
         "reduction": step.reduction,
         "device": step.device,

@@ -296,6 +296,9 @@ def resolve(model: nn.Module, name: str | None, images: torch.Tensor) -> LayerIn
         chosen = found.get(found.automatic)
         assert chosen is not None
         return chosen
+    known = found.get(name)
+    if known is not None:
+        return known  # a spatial layer the forward reaches: no need to list every module
     inner, _ = user_model(model)
     names = [module_name for module_name, _ in inner.named_modules() if module_name]
     if name not in names:

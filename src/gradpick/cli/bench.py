@@ -29,6 +29,8 @@ __all__ = ["register"]
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.explorer:
         return _bench_explorer(args)
+    if args.cam:
+        return _bench_cam(args)
     from gradpick.bench import strategies as bench
 
     given: dict[str, Any] = {
@@ -50,6 +52,30 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     print(bench.report_text(report))
     report.write_json(args.json or "bench.json")
     print(f"\nwrote {args.json or 'bench.json'}")
+    return 0
+
+
+def _bench_cam(args: argparse.Namespace) -> int:
+    from gradpick.bench import cam
+
+    given: dict[str, Any] = {
+        "model": args.cam_model,
+        "sizes": args.n,
+        "picks": args.k,
+        "repeats": args.repeats,
+        "threads": args.threads,
+    }
+    overrides: dict[str, Any] = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in given.items()
+        if value is not None
+    }
+    config = replace(cam.QUICK if args.quick else cam.CamBenchConfig(), **overrides)
+    report = cam.run_cam_benchmark(config, progress=lambda line: print(line, file=sys.stderr))
+    print(cam.report_text(report))
+    path = args.json or "bench-cam.json"
+    report.write_json(path)
+    print(f"\nwrote {path}")
     return 0
 
 
@@ -171,6 +197,17 @@ def _bench_parser(commands: Commands) -> None:
         "--threads",
         type=positive_int,
         help="torch intra-op threads (default: torch's own; --quick uses 1, steady on busy cores)",
+    )
+    parser.add_argument(
+        "--cam",
+        action="store_true",
+        help="time Grad-CAM of k picks against a hand-written hook, pytorch-grad-cam and "
+        "torch-cam instead (CPU; --n, --k, --repeats, --threads apply)",
+    )
+    parser.add_argument(
+        "--cam-model",
+        choices=("resnet20", "resnet18"),
+        help="with --cam: the model (random weights; resnet18 is torchvision's, at 224 pixels)",
     )
     parser.add_argument(
         "--explorer",

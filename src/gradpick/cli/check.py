@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gradpick import data, export
+from gradpick import attribution, data, export, layers
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
@@ -23,7 +23,7 @@ from gradpick.trust import command
 from gradpick.trust.baselines import BASELINES
 from gradpick.trust.completeness import DEFAULT_MAX_STEPS, DEFAULT_TOLERANCE
 from gradpick.trust.contrastive import DEFAULT_TOP
-from gradpick.trust.engine import METHODS, MethodSettings
+from gradpick.trust.engine import CHECKABLE, METHODS, MethodSettings
 from gradpick.trust.faithfulness import DEFAULT_STEPS
 from gradpick.trust.randomisation import MODES
 from gradpick.trust.report import CheckOptions
@@ -44,7 +44,7 @@ def _options_of(args: argparse.Namespace) -> CheckOptions:
     """The options the arguments ask for, validated (InputError) before any work."""
     return CheckOptions(
         methods=tuple(args.methods),
-        settings=MethodSettings(args.samples, args.noise, args.steps, args.check_seed),
+        settings=MethodSettings(args.samples, args.noise, args.steps, args.check_seed, args.layer),
         randomisation=args.randomisation,
         layers=args.layers,
         baselines=tuple(args.baselines),
@@ -77,7 +77,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     # A batch index seeds SmoothGrad's noise and the random orders, so the batch is read up to
     # the largest picked index: the numbers match the explorer's for the same batch.
     images = as_model_input(source.read(positions[: max(indices) + 1]))
+    at_layer = any(method in attribution.LAYER_METHODS for method in options.methods)
     context = {
+        # The layer methods' layer by name (None for none): a bad name is refused before any work.
+        "layer": layers.resolve(loaded.module, args.layer, images).name if at_layer else None,
         "model": loaded.identity(),
         "source": {
             "description": source.description,
@@ -105,7 +108,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
     """The check-specific options (model, data and --indices are every command's)."""
     defaults = MethodSettings()
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=CHECKABLE)
+    parser.add_argument(
+        "--layer",
+        help="the layer of the layer methods (gradcam, ...), by its dotted name in the model "
+        "(default: chosen automatically)",
+    )
     parser.add_argument(
         "--class",
         dest="class_",

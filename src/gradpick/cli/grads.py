@@ -1,4 +1,5 @@
-"""``gradpick grads``: exact input gradients of picked images, printed and exported."""
+"""``gradpick grads``: exact input gradients or attribution maps of picked images, printed and
+exported; ``--method`` takes any registered method, ``--layer`` the layer of a layer method."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from gradpick.cli.arguments import (
 from gradpick.errors import InputError
 from gradpick.gradients import REDUCTIONS, TARGETS, GradientResult
 from gradpick.infer import as_model_input
+from gradpick.layers import LAYER_STRATEGIES
 from gradpick.measure import MemoryFigure, MemoryReport
 from gradpick.request import GradientRequest
 from gradpick.selection import parse_indices
@@ -40,11 +42,39 @@ def _output_path(text: str | None) -> Path | None:
     return path
 
 
+def _settings(pairs: list[str], method: str) -> dict[str, float | int]:
+    """``--setting NAME=VALUE`` pairs as the method's settings (checked by the method itself)."""
+    chosen = attribution.get(method)
+    own = {parameter.name: parameter for parameter in chosen.parameters}
+    settings: dict[str, float | int] = {}
+    for pair in pairs:
+        name, _, text = pair.partition("=")
+        if name not in own or not text:
+            raise InputError(
+                f"--setting takes NAME=VALUE with NAME one of {chosen.label}'s settings "
+                f"({', '.join(own) or 'none'}); got '{pair}'."
+            )
+        try:
+            settings[name] = int(text) if own[name].whole else float(text)
+        except ValueError:
+            raise InputError(f"--setting {name}: '{text}' is not a number.") from None
+    return settings
+
+
+def _method(args: argparse.Namespace) -> attribution.AttributionMethod:
+    """The method ``--method``, ``--setting`` and ``--layer`` ask for, before any work."""
+    return attribution.build(args.method, _settings(args.setting, args.method), args.layer)
+
+
 def _print_gradients(
-    result: GradientResult, indices: list[int], names: list[str], class_names: tuple[str, ...]
+    result: GradientResult,
+    magnitudes: list[float],
+    indices: list[int],
+    names: list[str],
+    class_names: tuple[str, ...],
+    heading: str,
 ) -> None:
-    print(f"{'index':>6}  {'image':<28} {'class':<12} {result.target:>10}  {'max |grad|':>10}")
-    magnitudes = result.gradients.detach().abs().flatten(1).amax(dim=1).tolist()
+    print(f"{'index':>6}  {'image':<28} {'class':<12} {result.target:>10}  {heading:>10}")
     for index, name, value, chosen, magnitude in zip(
         indices,
         names,
@@ -115,6 +145,12 @@ def _read_picked(
 
 def _cmd_grads(args: argparse.Namespace) -> int:
     out = _output_path(args.out)
+    method = _method(args)
+    if method.takes_layer and args.strategy not in LAYER_STRATEGIES:
+        raise InputError(
+            f"{method.label} runs strategy {', '.join(LAYER_STRATEGIES)} (the picks only), "
+            f"not '{args.strategy}'."
+        )
     loaded = load_model(args)
     source = data_source(args.data, args.split, loaded.spec)
     positions = data.batch_positions(len(source), args.start, args.size, args.seed)
@@ -133,14 +169,27 @@ def _cmd_grads(args: argparse.Namespace) -> int:
         reduction=args.reduction,
         measure_memory=args.measure_memory,
     )
-    attributed = attribution.Gradient().attribute(request)
+    attributed = method.attribute(request)
     result = attributed.gradients
     print(f"model: {loaded.describe()}")
     print(f"images: {len(indices):,} picked from {batch_description(source, args, len(positions))}")
-    _print_gradients(result, indices, [batch.names[row] for row in rows], batch.class_names)
+    if attributed.layer_maps is not None:
+        grid = "x".join(str(side) for side in attributed.layer_maps.shape[1:])
+        print(f"method: {method.label} at layer {attributed.layer} ({grid} grid)")
+    elif method.name != attribution.Gradient.name:
+        print(f"method: {method.label}")
+    magnitudes = attributed.maps.detach().abs().flatten(1).amax(dim=1).tolist()
+    heading = "max |grad|" if method.name == attribution.Gradient.name else "max |map|"
+    names = [batch.names[row] for row in rows]
+    _print_gradients(result, magnitudes, indices, names, batch.class_names, heading)
     print(
         f"{result.strategy} (reduction {result.reduction}): "
         f"{result.timing:,.1f} ms on {result.device}"
+        + (
+            f"; {method.label} {attributed.milliseconds:,.1f} ms"
+            if method.name != attribution.Gradient.name
+            else ""
+        )
     )
     if result.memory is not None:
         print(_memory_line(result.memory))
@@ -170,11 +219,12 @@ def _cmd_grads(args: argparse.Namespace) -> int:
 def register(commands: Commands) -> None:
     parser = commands.add_parser(
         "grads",
-        help="exact input gradients of picked images, written to .pt or .npz",
-        description="Compute d target_j / d image_j for the picked images of a batch and "
-        "write them to FILE.pt or FILE.npz with a JSON sidecar FILE.json: the README's export "
-        "schema (the picked pixels, indices, targets, strategy, timing, memory, model and "
-        "library versions).",
+        help="exact input gradients (or any attribution method's maps) of picked images, "
+        "written to .pt or .npz",
+        description="Compute d target_j / d image_j (or the maps of --method, e.g. Grad-CAM at "
+        "--layer) for the picked images of a batch and write them to FILE.pt or FILE.npz with "
+        "a JSON sidecar FILE.json: the export schema (the picked pixels, indices, maps, "
+        "targets, strategy, timing, memory, model and library versions).",
     )
     add_batch_arguments(parser)
     add_model_arguments(parser)
@@ -204,6 +254,27 @@ def register(commands: Commands) -> None:
         help=strategies.help_text(),
     )
     parser.add_argument("--reduction", default="sum", choices=REDUCTIONS)
+    parser.add_argument(
+        "--method",
+        default=attribution.Gradient.name,
+        metavar="NAME",
+        help=f"the attribution method: {', '.join(attribution.METHOD_NAMES)} (default: "
+        f"{attribution.Gradient.name}); the layer methods ({', '.join(attribution.LAYER_METHODS)})"
+        " run strategy recompute",
+    )
+    parser.add_argument(
+        "--layer",
+        metavar="NAME",
+        help="a layer method's layer, by its dotted name in the model as named_modules() "
+        "names it, e.g. layer3 (default: chosen automatically)",
+    )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the method, e.g. samples=8 for smoothgrad (repeat for more)",
+    )
     parser.add_argument(
         "--measure-memory", action="store_true", help="also report saved-for-backward and peak"
     )

@@ -41,7 +41,15 @@ __all__ = [
 METHODS: tuple[str, ...] = tuple(
     name for name in attribution.METHOD_NAMES if name not in attribution.LAYER_METHODS
 )
-"""The methods the checks run: the input-gradient ones (layer maps are not wired in yet)."""
+"""The methods the checks run by default: the input-gradient ones."""
+CHECKABLE: tuple[str, ...] = attribution.METHOD_NAMES
+"""Every method a check can be asked to run: the layer methods too (at ``MethodSettings.layer``).
+
+A layer method's map is its upsampled class activation map, so each check reads it as it reads
+an input gradient's saliency. A ReLU'd map can be all zero (a randomised head often gives no
+positive evidence for the held class): its Spearman correlation is then NaN (null in the JSON),
+since a constant map has no order, and its deletion order is the pixels' own order.
+"""
 MAX_SAMPLES = 1024
 """Most SmoothGrad copies per image a check may ask for."""
 MAX_STEPS = 4096
@@ -71,6 +79,9 @@ class MethodSettings:
     noise: float = float(_registered_default("noise"))
     steps: int = int(_registered_default("steps"))
     seed: int = int(_registered_default("seed"))
+    layer: str | None = None
+    """The layer of the layer methods, by its dotted name in the user's model (None: the
+    automatic one); the input-gradient methods ignore it."""
 
     @classmethod
     def from_chosen(cls, chosen: Mapping[str, float | int]) -> MethodSettings:
@@ -89,11 +100,19 @@ class MethodSettings:
                 f"number from 0 to 1; got {self.noise!r}."
             )
         check_count("The seed", self.seed, None, least=0)
+        if self.layer is not None and not isinstance(self.layer, str):
+            raise InputError(f"The layer is a module's dotted name; got {self.layer!r}.")
 
     def of(self, method: str) -> dict[str, float | int]:
         """Those of these settings that the registered ``method`` takes (none for gradients)."""
         own = {parameter.name for parameter in attribution.get(method).parameters}
-        return {name: value for name, value in vars(self).items() if name in own}
+        return {
+            name: value for name, value in vars(self).items() if name in own and name != "layer"
+        }
+
+    def layer_of(self, method: str) -> str | None:
+        """The layer ``method`` runs at: ``layer`` for a layer method, None for the others."""
+        return self.layer if method in attribution.LAYER_METHODS else None
 
 
 def check_count(name: str, value: object, most: int | None, least: int = 1) -> int:
@@ -112,11 +131,11 @@ def check_count(name: str, value: object, most: int | None, least: int = 1) -> i
 def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
     chosen = tuple(dict.fromkeys(methods))
     if not chosen:
-        raise InputError(f"Choose at least one attribution method: {', '.join(METHODS)}.")
-    unknown = [method for method in chosen if method not in METHODS]
+        raise InputError(f"Choose at least one attribution method: {', '.join(CHECKABLE)}.")
+    unknown = [method for method in chosen if method not in CHECKABLE]
     if unknown:
         raise InputError(
-            f"Unknown attribution method '{unknown[0]}'; use one of {', '.join(METHODS)}."
+            f"Unknown attribution method '{unknown[0]}'; use one of {', '.join(CHECKABLE)}."
         )
     return chosen
 
@@ -129,9 +148,11 @@ def attribute_maps(
     classes: torch.Tensor,
     settings: MethodSettings,
 ) -> torch.Tensor:
-    """Signed maps [k, C, H, W] of d logit[classes] / d images[indices] by ``method``."""
+    """Maps [k, C, H, W] of logit[classes] at images[indices] by ``method``: signed input
+    gradients, or a layer method's upsampled map at ``settings.layer`` (in every channel)."""
     request = GradientRequest.build(model, images, list(indices), target="logit", classes=classes)
-    return attribution.build(method, settings.of(method)).attribute(request).maps
+    chosen = attribution.build(method, settings.of(method), settings.layer_of(method))
+    return chosen.attribute(request).maps
 
 
 def noise_std(

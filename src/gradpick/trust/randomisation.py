@@ -8,6 +8,12 @@ same images for the same held classes and compared with its map from the trained
 Spearman rank correlation of |attribution| and by SSIM (each map scaled to [0, 1] by its
 maximum). The served model is never touched.
 
+A layer method (Grad-CAM and its family, at ``MethodSettings.layer``) goes through the same
+cascade over every layer, not only those above its layer: the layers above it change
+d target / d activation, and those at and below it change the activation itself, so every one
+of them can move its map, and every method's curve has the same steps. A ReLU'd map that
+becomes all zero has no order: its Spearman correlation is NaN (null in the report).
+
 Example::
 
     curves = randomisation_test(model, images, [3, 7], methods=("gradient",))

@@ -7,7 +7,7 @@ session tagged with the selection and options it was run on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -17,10 +17,10 @@ import torch
 
 from gradpick import attribution
 from gradpick.trust.baselines import BASELINES
-from gradpick.trust.engine import METHODS, MethodSettings
+from gradpick.trust.engine import CHECKABLE, METHODS, MethodSettings
 from gradpick.trust.faithfulness import INSERTION_START, RANDOM, REMOVED
 from gradpick.trust.report import CheckOptions, TrustReport, mean_and_std, run_checks
-from gradpick.ui import figures, heatmaps, keys, service, state
+from gradpick.ui import figures, heatmaps, keys, layer_select, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
 
@@ -41,14 +41,15 @@ class StoredChecks:
     report: TrustReport
 
 
-def _options(settings: Settings) -> CheckOptions:
-    """The check options from the tab's widgets; SmoothGrad and IG follow the sidebar."""
+def _options(loaded: Loaded, settings: Settings) -> CheckOptions:
+    """The check options from the tab's widgets; SmoothGrad and IG follow the sidebar, a layer
+    method's layer the Explore tab's layer box."""
     request = settings.request
-    chosen = request.method if request.method in METHODS else METHODS[0]
+    chosen = request.method if request.method in CHECKABLE else METHODS[0]
     columns = st.columns(3)
     methods = columns[0].multiselect(
         "Methods",
-        METHODS,
+        CHECKABLE,
         default=[chosen],
         format_func=_method_label,
         key=keys.TRUST_METHODS,
@@ -82,7 +83,9 @@ def _options(settings: Settings) -> CheckOptions:
     )
     return CheckOptions(
         methods=tuple(methods),
-        settings=MethodSettings.from_chosen(dict(request.settings)),
+        settings=replace(
+            MethodSettings.from_chosen(dict(request.settings)), layer=layer_select.chosen(loaded)
+        ),
         randomisation=mode,
         layers=int(layers) or None,
         baselines=tuple(baselines),
@@ -111,7 +114,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
         "no class to hold fixed). SmoothGrad and Integrated Gradients use the sidebar's "
         "samples, noise and steps."
     )
-    options = _options(settings)
+    options = _options(loaded, settings)
     key = (loaded.key, loaded.option.identity, str(loaded.device), tuple(checked), classes, options)
     session = st.session_state
     if st.button("Run the trust checks", type="primary", key=keys.TRUST_RUN):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
@@ -11,7 +12,7 @@ import streamlit as st
 from gradpick import attribution, export, render, selection
 from gradpick.attribution import Attribution
 from gradpick.measure import MemoryReport
-from gradpick.ui import cache, figures, heatmaps, keys, service, state
+from gradpick.ui import cache, figures, heatmaps, keys, layer_select, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.session import Loaded, Settings
@@ -21,6 +22,7 @@ DETAILED_ROWS = 12
 """Up to this many picks get a full row each (with channel maps); more get a compact grid."""
 PANELS_FULL = "image · saliency |gradient| · overlay · red · green · blue (signed)"
 PANELS_COMPACT = "image · saliency |gradient| · overlay"
+PANELS_LAYER = "image · layer map · overlay"
 
 
 def absorb_target_click() -> None:
@@ -43,7 +45,8 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
             "table rows, type indices, or use a rule."
         )
         return
-    request = settings.request
+    request = layer_select.with_layer(loaded, settings.request)
+    settings = dataclasses.replace(settings, request=request)
     cached_by = (loaded.key, loaded.option.identity, str(loaded.device), tuple(picked))
     result = cache.attribution(*cached_by, request, loaded.model, loaded.batch)
     titles = service.describe_indices(loaded.batch, loaded.result, picked)
@@ -56,16 +59,29 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
         server_time = st.empty()
         memory_slot = st.container()
     with main:
-        _legend(tiles, unit, settings.shared_scale)
-        detailed = len(picked) <= DETAILED_ROWS
-        st.caption(PANELS_FULL if detailed else PANELS_COMPACT)
+        _legend(tiles, unit, settings.shared_scale, channels=result.layer_maps is None)
+        # A layer method's map is the same in every channel: its image, map and overlay only.
+        few = len(picked) <= DETAILED_ROWS
+        detailed = few and result.layer_maps is None
+        if result.layer_maps is None:
+            st.caption(PANELS_FULL if detailed else PANELS_COMPACT)
+        else:
+            grid = " × ".join(str(side) for side in result.layer_maps.shape[1:])
+            st.caption(
+                f"{PANELS_LAYER}: {attribution.get(request.method).label} at layer "
+                f"{result.layer} ({grid} grid, upsampled bilinearly to the image)"
+            )
         with st.container(key=keys.HEATMAPS_CONTAINER):
             captions = [
                 title if settings.shared_scale else f"{title} · saliency 0 to {tile.limit:.3g}"
                 for title, tile in zip(titles, tiles, strict=True)
             ]
             st.image(
-                [heatmaps.strip(tile, compact=not detailed) for tile in tiles], caption=captions
+                [
+                    heatmaps.strip(tile, compact=not few, channels=result.layer_maps is None)
+                    for tile in tiles
+                ],
+                caption=captions,
             )
     elapsed = (time.perf_counter() - started) * 1000
     server_time.metric(
@@ -119,7 +135,7 @@ def _memory_readouts(memory: MemoryReport | None) -> None:
         st.caption(figure.counts)
 
 
-def _legend(tiles: list[heatmaps.Tiles], unit: str, shared: bool) -> None:
+def _legend(tiles: list[heatmaps.Tiles], unit: str, shared: bool, channels: bool = True) -> None:
     columns = st.columns(2)
     saliency_range = f"0 to {tiles[0].limit:.3g}" if shared else "0 to each image's limit"
     channel_range = (
@@ -128,7 +144,10 @@ def _legend(tiles: list[heatmaps.Tiles], unit: str, shared: bool) -> None:
         else "± each image's limit"
     )
     columns[0].image(heatmaps.colourbar(), caption=f"saliency |{unit}|: {saliency_range}")
-    columns[1].image(heatmaps.colourbar(signed=True), caption=f"channels, {unit}: {channel_range}")
+    if channels:  # a layer map has no signed channel maps to explain
+        columns[1].image(
+            heatmaps.colourbar(signed=True), caption=f"channels, {unit}: {channel_range}"
+        )
 
 
 def _detail(

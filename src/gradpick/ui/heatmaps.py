@@ -53,6 +53,8 @@ class HeatmapRequest:
     strategy: str = "recompute"
     settings: tuple[tuple[str, float | int], ...] = ()
     """The method's settings that differ from its defaults, as (name, value) pairs."""
+    layer: str | None = None
+    """A layer method's layer by its dotted name (None: the automatic one)."""
 
     def engine_target(self) -> tuple[str, int | None]:
         """(target, classes) as ``input_gradients`` takes them."""
@@ -132,7 +134,8 @@ def compute(
             "These images have no labels, so there is no loss to explain; choose the logit "
             "of the predicted class or of a chosen class as the target."
         )
-    method = attribution.build(request.method, dict(request.settings))
+    layer = request.layer if request.method in attribution.LAYER_METHODS else None
+    method = attribution.build(request.method, dict(request.settings), layer)
     if strategies.get(request.strategy).whole_batch:
         _check_whole_batch_cost(model, batch, request.strategy)
     with _step_threads(model):
@@ -206,14 +209,15 @@ def tiles(images: torch.Tensor, maps: torch.Tensor, shared_scale: bool) -> list[
     return result
 
 
-def strip(tile: Tiles, compact: bool = False, gap: int = 6) -> np.ndarray:
+def strip(tile: Tiles, compact: bool = False, gap: int = 6, channels: bool = True) -> np.ndarray:
     """One picked image's panels side by side as RGBA, transparent between them: image,
     heatmap, overlay and the signed red, green and blue maps; ``compact`` keeps the first three
-    at half the size (every other row and column of a whole-pixel enlargement: still sharp)."""
+    at half the size (every other row and column of a whole-pixel enlargement: still sharp);
+    ``channels=False`` leaves the channel maps out (a layer map is the same in every one)."""
     panels = [tile.image, tile.heat, tile.overlay]
     if compact:
         panels = [panel[::2, ::2] for panel in panels]
-    else:
+    elif channels:
         panels += tile.channels
     height = panels[0].shape[0]
     spacer = np.zeros((height, gap, 4), dtype=np.uint8)

@@ -262,3 +262,10 @@ __all__ += [
     "TRIAGE_TABLE",
     "TRIAGE_VERDICT",
 ]
+
+# ----------------------------------------------------------------------------- layer maps
+
+__all__ += ["LAYER"]
+
+LAYER = "layer"
+"""Prefix of the layer select box's key, one per model (``per_source(LAYER, identity)``)."""

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 from torch import nn
 
-from gradpick import units
+from gradpick import attribution, layers, units
 from gradpick.compare import FLOOR, StrategyRun
 from gradpick.ui import cache, experiments, figures, keys, service, state
 from gradpick.ui.guard import guarded
@@ -26,6 +26,12 @@ def render(loaded: Loaded, settings: Settings) -> None:
     if not picked:
         st.info("Pick some images in the Explore tab first; the comparisons run on them.")
         return
+    if settings.request.method in attribution.LAYER_METHODS:
+        st.info(
+            f"{attribution.get(settings.request.method).label}'s layer gradients run strategy "
+            f"{', '.join(layers.LAYER_STRATEGIES)} only (the picked images alone); the "
+            "strategies below are compared on the input-gradient step."
+        )
     compared = picked[: experiments.MAX_COMPARED]
     shown = f"the first {len(compared)} of {len(picked)}" if len(picked) > len(compared) else ""
     st.caption(
