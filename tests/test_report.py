@@ -258,7 +258,7 @@ def test_the_command_writes_a_report(
     out = tmp_path / "picks.html"
     status = _command(
         "--data", str(generated_folder), "--model", "tutorial", "--size", "20",
-        "--indices", "1, 4", "--method", "smoothgrad", "--samples", "3", "--out", str(out),
+        "--indices", "1, 4", "--method", "smoothgrad", "--setting", "samples=3", "--out", str(out),
     )  # fmt: skip
     assert status == 0
     assert f"wrote {out}" in capsys.readouterr().out
@@ -279,8 +279,8 @@ def test_the_command_refuses_bad_options_before_any_work(tmp_path: Path) -> None
             "1",
             "--method",
             "smoothgrad",
-            "--samples",
-            "0",
+            "--setting",
+            "samples=0",
             "--out",
             str(tmp_path / "r.html"),
         )

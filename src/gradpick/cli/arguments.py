@@ -8,9 +8,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from gradpick import data, models, units, zoo
+from gradpick import attribution, data, models, strategies, units, zoo
 from gradpick.devices import DEVICE_CHOICES
 from gradpick.errors import InputError
+from gradpick.gradients import TARGETS
 from gradpick.infer import fit_classes, labels_fit, output_names
 from gradpick.spec import InputSpec
 from gradpick.zoo import LoadedModel, SpecOverrides, given_overrides
@@ -21,6 +22,7 @@ __all__ = [
     "Handler",
     "add_batch_arguments",
     "add_data_arguments",
+    "add_method_arguments",
     "add_model_arguments",
     "batch_description",
     "bounded",
@@ -28,6 +30,7 @@ __all__ = [
     "fitted_to_model",
     "fraction",
     "load_model",
+    "method_of",
     "load_models",
     "output_class_names",
     "own_names",
@@ -245,6 +248,72 @@ def fitted_to_model(batch: data.ImageBatch, loaded: LoadedModel, target: str) ->
             "loss has no true class; use --target logit (optionally with --class)."
         )
     return fitted
+
+
+def add_method_arguments(parser: argparse.ArgumentParser) -> None:
+    """What to explain and how: ``--target``, ``--class``, ``--strategy``, and the attribution
+    method with its settings and layer (``--method``, ``--setting NAME=VALUE``, ``--layer``)."""
+    parser.add_argument("--target", default="loss", choices=TARGETS)
+    parser.add_argument(
+        "--class",
+        dest="class_",
+        metavar="CLASS",
+        help="with --target logit: the class (index or name) whose logit to differentiate "
+        "(default: each image's predicted class)",
+    )
+    parser.add_argument(
+        "--strategy",
+        default=strategies.NAMES[0],
+        choices=strategies.NAMES,
+        help=strategies.help_text(),
+    )
+    parser.add_argument(
+        "--method",
+        default=attribution.METHOD_NAMES[0],
+        metavar="NAME",
+        help=f"the attribution method: {', '.join(attribution.METHOD_NAMES)} (default: "
+        f"{attribution.METHOD_NAMES[0]}); the layer methods "
+        f"({', '.join(attribution.LAYER_METHODS)}) run strategy recompute",
+    )
+    parser.add_argument(
+        "--layer",
+        metavar="NAME",
+        help="a layer method's layer, by its dotted name in the model as named_modules() "
+        "names it, e.g. layer3 (default: chosen automatically)",
+    )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the method, e.g. samples=8 for smoothgrad (repeat for more)",
+    )
+
+
+def _method_settings(pairs: list[str], method: str) -> dict[str, float | int]:
+    """``--setting NAME=VALUE`` pairs as the method's settings (checked by the method itself)."""
+    chosen = attribution.get(method)
+    own = {parameter.name: parameter for parameter in chosen.parameters}
+    settings: dict[str, float | int] = {}
+    for pair in pairs:
+        name, _, text = pair.partition("=")
+        if name not in own or not text:
+            raise InputError(
+                f"--setting takes NAME=VALUE with NAME one of {chosen.label}'s settings "
+                f"({', '.join(own) or 'none'}); got '{pair}'."
+            )
+        try:
+            settings[name] = int(text) if own[name].whole else float(text)
+        except ValueError:
+            raise InputError(f"--setting {name}: '{text}' is not a number.") from None
+    return settings
+
+
+def method_of(args: argparse.Namespace) -> attribution.AttributionMethod:
+    """The ``gradpick.attribution`` method ``--method``, ``--setting`` and ``--layer`` ask for,
+    checked before any work is done."""
+    settings = _method_settings(args.setting, args.method)
+    return attribution.build(args.method, settings, args.layer)
 
 
 def batch_description(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:

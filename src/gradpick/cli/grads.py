@@ -10,16 +10,18 @@ from gradpick import attribution, data, export, strategies, units
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
+    add_method_arguments,
     add_model_arguments,
     batch_description,
     class_argument,
     data_source,
     fitted_to_model,
     load_model,
+    method_of,
     reading_progress,
 )
 from gradpick.errors import InputError
-from gradpick.gradients import REDUCTIONS, TARGETS, GradientResult
+from gradpick.gradients import REDUCTIONS, GradientResult
 from gradpick.infer import as_model_input
 from gradpick.layers import LAYER_STRATEGIES
 from gradpick.measure import MemoryFigure, MemoryReport
@@ -40,30 +42,6 @@ def _output_path(text: str | None) -> Path | None:
     if not path.parent.is_dir():
         raise InputError(f"--out: the folder {path.parent} does not exist.")
     return path
-
-
-def _settings(pairs: list[str], method: str) -> dict[str, float | int]:
-    """``--setting NAME=VALUE`` pairs as the method's settings (checked by the method itself)."""
-    chosen = attribution.get(method)
-    own = {parameter.name: parameter for parameter in chosen.parameters}
-    settings: dict[str, float | int] = {}
-    for pair in pairs:
-        name, _, text = pair.partition("=")
-        if name not in own or not text:
-            raise InputError(
-                f"--setting takes NAME=VALUE with NAME one of {chosen.label}'s settings "
-                f"({', '.join(own) or 'none'}); got '{pair}'."
-            )
-        try:
-            settings[name] = int(text) if own[name].whole else float(text)
-        except ValueError:
-            raise InputError(f"--setting {name}: '{text}' is not a number.") from None
-    return settings
-
-
-def _method(args: argparse.Namespace) -> attribution.AttributionMethod:
-    """The method ``--method``, ``--setting`` and ``--layer`` ask for, before any work."""
-    return attribution.build(args.method, _settings(args.setting, args.method), args.layer)
 
 
 def _print_gradients(
@@ -145,7 +123,7 @@ def _read_picked(
 
 def _cmd_grads(args: argparse.Namespace) -> int:
     out = _output_path(args.out)
-    method = _method(args)
+    method = method_of(args)
     if method.takes_layer and args.strategy not in LAYER_STRATEGIES:
         raise InputError(
             f"{method.label} runs strategy {', '.join(LAYER_STRATEGIES)} (the picks only), "
@@ -239,42 +217,8 @@ def register(commands: Commands) -> None:
         help='source positions, e.g. "3, 7, 10-12": the images\' places in the source, as a '
         "store's position column and ImageBatch.positions name them; each must be in the batch",
     )
-    parser.add_argument("--target", default="loss", choices=TARGETS)
-    parser.add_argument(
-        "--class",
-        dest="class_",
-        metavar="CLASS",
-        help="with --target logit: the class (index or name) whose logit to differentiate "
-        "(default: each image's predicted class)",
-    )
-    parser.add_argument(
-        "--strategy",
-        default=strategies.NAMES[0],
-        choices=strategies.NAMES,
-        help=strategies.help_text(),
-    )
+    add_method_arguments(parser)
     parser.add_argument("--reduction", default="sum", choices=REDUCTIONS)
-    parser.add_argument(
-        "--method",
-        default=attribution.Gradient.name,
-        metavar="NAME",
-        help=f"the attribution method: {', '.join(attribution.METHOD_NAMES)} (default: "
-        f"{attribution.Gradient.name}); the layer methods ({', '.join(attribution.LAYER_METHODS)})"
-        " run strategy recompute",
-    )
-    parser.add_argument(
-        "--layer",
-        metavar="NAME",
-        help="a layer method's layer, by its dotted name in the model as named_modules() "
-        "names it, e.g. layer3 (default: chosen automatically)",
-    )
-    parser.add_argument(
-        "--setting",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting of the method, e.g. samples=8 for smoothgrad (repeat for more)",
-    )
     parser.add_argument(
         "--measure-memory", action="store_true", help="also report saved-for-backward and peak"
     )

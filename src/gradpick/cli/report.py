@@ -9,20 +9,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gradpick import attribution, data, export, report, strategies
+from gradpick import data, export, report, strategies
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
+    add_method_arguments,
     add_model_arguments,
     batch_description,
     class_argument,
     data_source,
     fitted_to_model,
     load_model,
+    method_of,
     output_class_names,
 )
 from gradpick.errors import InputError
-from gradpick.gradients import TARGETS
 from gradpick.selection import parse_indices
 from gradpick.trust.report import CheckOptions
 
@@ -52,35 +53,7 @@ def register(commands: Commands) -> None:
     add_batch_arguments(parser)
     add_model_arguments(parser)
     parser.add_argument("--indices", required=True, help='batch indices, e.g. "3, 7, 10-12"')
-    parser.add_argument("--method", default="gradient", choices=attribution.METHOD_NAMES)
-    parser.add_argument("--target", default="loss", choices=TARGETS)
-    parser.add_argument(
-        "--class",
-        dest="class_",
-        metavar="CLASS",
-        help="with --target logit: the class (index or name) whose logit to explain "
-        "(default: each image's predicted class)",
-    )
-    parser.add_argument(
-        "--strategy",
-        default=strategies.NAMES[0],
-        choices=strategies.NAMES,
-        help=strategies.help_text(),
-    )
-    seen: set[str] = set()
-    for method in attribution.METHODS.values():
-        for parameter in method.parameters:
-            if parameter.name in seen:
-                continue
-            seen.add(parameter.name)
-            flag = "method-seed" if parameter.name == "seed" else parameter.name
-            parser.add_argument(
-                f"--{flag}",
-                dest=f"setting_{parameter.name}",
-                type=int if parameter.whole else float,
-                metavar="N" if parameter.whole else "X",
-                help=f"{method.label}: {parameter.help} (default {parameter.default})",
-            )
+    add_method_arguments(parser)
     parser.add_argument(
         "--shared-scale",
         action="store_true",
@@ -99,20 +72,10 @@ def register(commands: Commands) -> None:
     parser.set_defaults(handler=run)
 
 
-def _settings(args: argparse.Namespace) -> dict[str, float | int]:
-    """The method settings given on the command line (the rest keep their defaults)."""
-    prefix = "setting_"
-    return {
-        name.removeprefix(prefix): value
-        for name, value in vars(args).items()
-        if name.startswith(prefix) and value is not None
-    }
-
-
 def run(args: argparse.Namespace) -> int:
     """Compute the picks' maps and write the report; the exit status."""
     out = output_path(args.out)
-    method = attribution.build(args.method, _settings(args))
+    method = method_of(args)
     checks = CheckOptions() if args.check else None
     loaded = load_model(args)
     source = data_source(args.data, args.split, loaded.spec)
