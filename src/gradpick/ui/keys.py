@@ -218,3 +218,29 @@ def download_key(suffix: str) -> str:
 def setting_key(name: str) -> str:
     """The slider key of an attribution method's setting (its parameter name)."""
     return name
+
+
+# Deep links and named selections.
+__all__ += [
+    "EXPLORER_TAB",
+    "LINK_NOTES",
+    "LINK_OPENED",
+    "SELECTION_NAME",
+    "SELECTION_NOTE",
+    "SELECTION_SAVE",
+    "SELECTIONS_KEPT",
+    "SELECTIONS_MESSAGE",
+    "SELECTION_REOPENED",
+]
+EXPLORER_TAB = "explorer_tab"
+LINK_OPENED = "link_opened"
+"""Set once the session's URL was read: a link seeds only the first run."""
+LINK_NOTES = "link_notes"
+SELECTION_NAME = "selection_name"
+SELECTION_NOTE = "selection_note"
+SELECTION_SAVE = "selection_save"
+SELECTIONS_KEPT = "selections_kept"
+"""A hosted session's named selections: kept in the session, never on the server's disk."""
+SELECTIONS_MESSAGE = "selections_message"
+SELECTION_REOPENED = "selection_reopened"
+"""Set by a reopen button: the page reruns whole, so the sidebar follows the selection."""
