@@ -225,12 +225,17 @@ __all__ += [
     "EXPLORER_TAB",
     "LINK_NOTES",
     "LINK_OPENED",
+    "SELECTION_CHOSEN",
+    "SELECTION_DELETE",
     "SELECTION_NAME",
+    "SELECTION_NEW_NAME",
     "SELECTION_NOTE",
+    "SELECTION_RENAME",
+    "SELECTION_REOPEN",
+    "SELECTION_REOPENED",
     "SELECTION_SAVE",
     "SELECTIONS_KEPT",
     "SELECTIONS_MESSAGE",
-    "SELECTION_REOPENED",
 ]
 EXPLORER_TAB = "explorer_tab"
 LINK_OPENED = "link_opened"
@@ -239,6 +244,11 @@ LINK_NOTES = "link_notes"
 SELECTION_NAME = "selection_name"
 SELECTION_NOTE = "selection_note"
 SELECTION_SAVE = "selection_save"
+SELECTION_CHOSEN = "selection_chosen"
+SELECTION_REOPEN = "selection_reopen"
+SELECTION_DELETE = "selection_delete"
+SELECTION_NEW_NAME = "selection_new_name"
+SELECTION_RENAME = "selection_rename"
 SELECTIONS_KEPT = "selections_kept"
 """A hosted session's named selections: kept in the session, never on the server's disk."""
 SELECTIONS_MESSAGE = "selections_message"

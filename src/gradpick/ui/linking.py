@@ -73,7 +73,7 @@ def open_link(config: AppConfig) -> None:
         if params:
             view, notes = links.from_params(params, allowed(config))
             session[keys.LINK_NOTES] = notes + apply_view(session, view, config)
-    notes = session.get(keys.LINK_NOTES) or []
+    notes = session.pop(keys.LINK_NOTES, None)
     if notes:
         st.warning("This link was opened with changes:\n\n" + "\n".join(f"- {n}" for n in notes))
 
@@ -81,6 +81,10 @@ def open_link(config: AppConfig) -> None:
 def apply_view(session: state.State, view: links.View, config: AppConfig) -> list[str]:
     """Set the widgets' state to ``view`` (before they are drawn); notes on what did not fit."""
     notes: list[str] = []
+    if view.kind is None and (view.picks or view.size or view.start or view.seed is not None):
+        # The batch without its source: the one the page opens on.
+        kind = "stored" if config.outputs and config.allow_local_folder else "cifar10"
+        view = replace(view, kind=kind, outputs=config.outputs or "")
     if view.kind is not None:
         base = DataChoice(
             kind=view.kind,
@@ -114,8 +118,8 @@ def apply_view(session: state.State, view: links.View, config: AppConfig) -> lis
         if value is not None:
             session[key] = value
     ranges = allowed(config).methods.get(view.method or "", {})
-    for name, value in view.settings:
-        session[keys.setting_key(name)] = int(value) if ranges[name].whole else float(value)
+    for name, number in view.settings:
+        session[keys.setting_key(name)] = int(number) if ranges[name].whole else number
     return notes
 
 
