@@ -236,6 +236,7 @@ __all__ += [
     "SELECTION_SAVE",
     "SELECTIONS_KEPT",
     "SELECTIONS_MESSAGE",
+    "SELECTIONS_STORE",
 ]
 EXPLORER_TAB = "explorer_tab"
 LINK_OPENED = "link_opened"
@@ -252,5 +253,7 @@ SELECTION_RENAME = "selection_rename"
 SELECTIONS_KEPT = "selections_kept"
 """A hosted session's named selections: kept in the session, never on the server's disk."""
 SELECTIONS_MESSAGE = "selections_message"
+SELECTIONS_STORE = "selections_store"
+"""(batch and model, the path of their store): where their selections are kept."""
 SELECTION_REOPENED = "selection_reopened"
 """Set by a reopen button: the page reruns whole, so the sidebar follows the selection."""

@@ -29,9 +29,15 @@ def shelf_of(loaded: Loaded, settings: Settings, config: AppConfig) -> Shelf:
         return kept
     if loaded.choice.kind == "stored":
         return SelectionShelf.beside(Path(loaded.choice.outputs.strip()))
-    assert settings.source is not None
-    source = settings.source.at_spec(loaded.served.spec)
-    return SelectionShelf.beside(stored.own_store_path(loaded.served, source, loaded.batch))
+    # The store's path hashes the folder's listing (a stat per file): once per batch and model.
+    which = (loaded.key, loaded.option.identity)
+    memo = st.session_state.get(keys.SELECTIONS_STORE)
+    if not (isinstance(memo, tuple) and memo[0] == which):
+        assert settings.source is not None
+        source = settings.source.at_spec(loaded.served.spec)
+        memo = (which, stored.own_store_path(loaded.served, source, loaded.batch))
+        st.session_state[keys.SELECTIONS_STORE] = memo
+    return SelectionShelf.beside(memo[1])
 
 
 def render(loaded: Loaded, settings: Settings, params: Mapping[str, str]) -> None:
