@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gradpick.errors import DataError, InputError
+from gradpick import beside
+from gradpick.errors import InputError
 
 __all__ = [
     "VERDICTS",
@@ -46,8 +47,6 @@ VERDICTS = {
 }
 """Each verdict's stored name and how the page says it."""
 SUFFIX = ".verdicts.sqlite"
-BUSY_SECONDS = 30.0
-"""How long a writer waits for another to finish: eight sessions at once wait milliseconds."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS verdicts (
@@ -94,20 +93,7 @@ class VerdictBook:
     @classmethod
     def beside(cls, store_path: str | Path) -> VerdictBook:
         """The verdicts of the store at ``store_path``: a sibling file, outside its folder."""
-        store = Path(store_path).expanduser().resolve()
-        return cls(store.with_name(store.name + SUFFIX))
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            connection = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None)
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(_SCHEMA)
-        except sqlite3.DatabaseError as error:
-            raise DataError(
-                f"{self.path}: the verdicts file cannot be read ({error}); the store itself is "
-                "fine. Move the file aside to start a new one."
-            ) from None
-        return connection
+        return cls(beside.sibling(store_path, SUFFIX))
 
     def record(self, verdict: Verdict) -> None:
         """Append one verdict, committed before this returns."""
@@ -116,38 +102,24 @@ class VerdictBook:
     def record_all(self, verdicts: Iterable[Verdict]) -> None:
         """Append several verdicts in one transaction: all of them or none."""
         rows = [(v.position, v.name, v.verdict, v.new_label, v.note, v.time) for v in verdicts]
-        try:  # the app's own store may not be written yet; its verdicts still are
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise DataError(f"{self.path}: the verdict was not saved ({error}).") from None
-        connection = self._connect()
-        try:
-            with connection:
-                connection.execute("BEGIN IMMEDIATE")
-                connection.executemany(
-                    "INSERT INTO verdicts (position, name, verdict, new_label, note, time) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-        except sqlite3.DatabaseError as error:
-            raise DataError(f"{self.path}: the verdict was not saved ({error}).") from None
-        finally:
-            connection.close()
+        with beside.writing(self.path, _SCHEMA, "verdicts", "verdict") as connection:
+            connection.executemany(
+                "INSERT INTO verdicts (position, name, verdict, new_label, note, time) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
 
     def history(self) -> list[Verdict]:
         """Every verdict ever recorded, oldest first; empty when there is no file yet."""
         if not self.path.exists():
             return []
-        connection = self._connect()
+        connection = beside.connect(self.path, _SCHEMA, "verdicts")
         try:
             rows = connection.execute(
                 "SELECT position, name, verdict, new_label, note, time FROM verdicts ORDER BY id"
             ).fetchall()
         except sqlite3.DatabaseError as error:
-            raise DataError(
-                f"{self.path}: the verdicts file cannot be read ({error}); the store itself is "
-                "fine. Move the file aside to start a new one."
-            ) from None
+            raise beside.unreadable(self.path, "verdicts", error) from None
         finally:
             connection.close()
         return [Verdict(*row) for row in rows]

@@ -269,3 +269,41 @@ __all__ += ["LAYER"]
 
 LAYER = "layer"
 """Prefix of the layer select box's key, one per model (``per_source(LAYER, identity)``)."""
+
+# Deep links and named selections.
+__all__ += [
+    "EXPLORER_TAB",
+    "LINK_NOTES",
+    "LINK_OPENED",
+    "SELECTION_CHOSEN",
+    "SELECTION_DELETE",
+    "SELECTION_NAME",
+    "SELECTION_NEW_NAME",
+    "SELECTION_NOTE",
+    "SELECTION_RENAME",
+    "SELECTION_REOPEN",
+    "SELECTION_REOPENED",
+    "SELECTION_SAVE",
+    "SELECTIONS_KEPT",
+    "SELECTIONS_MESSAGE",
+    "SELECTIONS_STORE",
+]
+EXPLORER_TAB = "explorer_tab"
+LINK_OPENED = "link_opened"
+"""Set once the session's URL was read: a link seeds only the first run."""
+LINK_NOTES = "link_notes"
+SELECTION_NAME = "selection_name"
+SELECTION_NOTE = "selection_note"
+SELECTION_SAVE = "selection_save"
+SELECTION_CHOSEN = "selection_chosen"
+SELECTION_REOPEN = "selection_reopen"
+SELECTION_DELETE = "selection_delete"
+SELECTION_NEW_NAME = "selection_new_name"
+SELECTION_RENAME = "selection_rename"
+SELECTIONS_KEPT = "selections_kept"
+"""A hosted session's named selections: kept in the session, never on the server's disk."""
+SELECTIONS_MESSAGE = "selections_message"
+SELECTIONS_STORE = "selections_store"
+"""(batch and model, the path of their store): where their selections are kept."""
+SELECTION_REOPENED = "selection_reopened"
+"""Set by a reopen button: the page reruns whole, so the sidebar follows the selection."""

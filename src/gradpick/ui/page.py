@@ -24,7 +24,9 @@ from gradpick.ui import (
     compare_panel,
     gradients_panel,
     keys,
+    linking,
     outputs,
+    selections_panel,
     service,
     sidebar,
     state,
@@ -127,6 +129,7 @@ def main() -> None:
     gradients_panel.absorb_target_click()
     if config.problem is not None:
         st.error(config.problem)
+    linking.open_link(config)
     settings = sidebar.render(config)
     st.title("gradpick")
     st.caption(
@@ -151,10 +154,11 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
     if state.pending_selection(session, keys.PROBABILITY_CHART):
         st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
     outputs.absorb_selections(loaded)
-    explore, strategies, trust, compare, triage_tab = st.tabs(
-        ["Explore", "Strategies", "Trust", "Compare", "Triage"]
-    )
+    params = linking.follow(loaded, settings)
+    explore, strategies, trust, compare, triage_tab = st.tabs(linking.TABS, key=keys.EXPLORER_TAB)
     with explore:
+        with guarded("The link and the named selections"):
+            selections_panel.render(loaded, settings, params)
         # The outputs sit above the gradients but are drawn after them: a click's heatmaps
         # reach the browser first, the charts' picked highlights follow.
         outputs_area = st.container()

@@ -1,0 +1,66 @@
+"""An SQLite file beside a store, for what people add to it (verdicts, named selections).
+
+Beside the store's folder, not in it: inferring again replaces the folder, never what people
+added. SQLite commits each transaction atomically, serialises writers from any number of
+sessions or processes (each write takes the lock with ``BEGIN IMMEDIATE``), and survives a
+process killed mid-write, so nothing committed is lost and nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from gradpick.errors import DataError
+
+__all__ = ["BUSY_SECONDS", "connect", "sibling", "unreadable", "writing"]
+
+BUSY_SECONDS = 30.0
+"""How long a writer waits for another to finish: eight sessions at once wait milliseconds."""
+
+
+def sibling(store_path: str | Path, suffix: str) -> Path:
+    """The file beside the store at ``store_path``: ``outputs/`` → ``outputs<suffix>``."""
+    store = Path(store_path).expanduser().resolve()
+    return store.with_name(store.name + suffix)
+
+
+def unreadable(path: Path, what: str, error: Exception) -> DataError:
+    """The error of a damaged file: which one, and that the store itself is untouched."""
+    return DataError(
+        f"{path}: the {what} file cannot be read ({error}); the store itself is fine. Move the "
+        "file aside to start a new one."
+    )
+
+
+def connect(path: Path, schema: str, what: str) -> sqlite3.Connection:
+    """A connection in autocommit mode with the table of ``schema`` made if missing."""
+    try:
+        connection = sqlite3.connect(path, timeout=BUSY_SECONDS, isolation_level=None)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute(schema)
+    except sqlite3.DatabaseError as error:
+        raise unreadable(path, what, error) from None
+    return connection
+
+
+@contextmanager
+def writing(path: Path, schema: str, what: str, saving: str) -> Iterator[sqlite3.Connection]:
+    """One transaction holding the write lock: committed when the block ends, else undone
+    (``saving`` names what was being saved, for the error). The folder is made when missing:
+    the app's own store of a batch may not be written yet, and its verdicts still are."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DataError(f"{path}: the {saving} was not saved ({error}).") from None
+    connection = connect(path, schema, what)
+    try:
+        with connection:
+            connection.execute("BEGIN IMMEDIATE")
+            yield connection
+    except sqlite3.DatabaseError as error:
+        raise DataError(f"{path}: the {saving} was not saved ({error}).") from None
+    finally:
+        connection.close()
