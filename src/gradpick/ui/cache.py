@@ -31,6 +31,26 @@ from gradpick.ui import figures, heatmaps, hover, service
 from gradpick.ui.service import DataChoice, ModelOption
 from gradpick.zoo import LoadedModel
 
+__all__ = [
+    "PROGRESS_THRESHOLD",
+    "attribution",
+    "batch",
+    "confusion_figure",
+    "hover_atlas",
+    "hover_lines",
+    "inference",
+    "model",
+    "ProgressBar",
+    "projection",
+    "served",
+    "source",
+    "step_memory",
+    "store_is_current",
+    "stored_outputs",
+    "stored_result",
+    "thumbnail_sheet",
+]
+
 PROGRESS_THRESHOLD = 2000
 """Batches at least this large get a progress bar; smaller ones finish before it would draw."""
 

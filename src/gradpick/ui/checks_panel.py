@@ -24,6 +24,12 @@ from gradpick.ui import figures, heatmaps, keys, layer_select, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
 
+__all__ = [
+    "MAX_CHECKED",
+    "render",
+    "StoredChecks",
+]
+
 
 def _method_label(name: str) -> str:
     """A registered method's label; other curve names (the random order) stand as they are."""

@@ -18,6 +18,24 @@ from pathlib import Path
 from gradpick.errors import InputError
 from gradpick.units import MB
 
+__all__ = [
+    "CLASSES_ENV",
+    "CLOUD_ROOT",
+    "HOSTED_ENV",
+    "HOSTED_MAX_BATCH_SIZE",
+    "HOSTED_MAX_IMAGE_BYTES",
+    "HOSTED_MAX_UPLOAD_FILES",
+    "MAX_WEIGHTS_BYTES",
+    "MODEL_ENV",
+    "WEIGHTS_ENV",
+    "app_config",
+    "AppConfig",
+    "hosted_mode",
+    "parse_outputs",
+    "parse_user_model",
+    "UserModelArgs",
+]
+
 HOSTED_ENV = "GRADPICK_HOSTED"
 MODEL_ENV = "GRADPICK_MODEL"
 WEIGHTS_ENV = "GRADPICK_WEIGHTS"

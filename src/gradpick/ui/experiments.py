@@ -28,6 +28,34 @@ from gradpick.ui.heatmaps import (
     whole_batch_bytes,
 )
 
+__all__ = [
+    "AGREEMENT",
+    "LEAKAGE_MODEL",
+    "MAX_COMPARED",
+    "REPEATS",
+    "SWEEP_BUDGET_SECONDS",
+    "SWEEP_K",
+    "SWEEP_N",
+    "TIME_BUDGET_SECONDS",
+    "affordable_strategies",
+    "Agreement",
+    "agreement",
+    "compare_all",
+    "Comparison",
+    "leakage",
+    "mean_scaling",
+    "MeanScaling",
+    "naive_loop",
+    "NaiveLoop",
+    "run_comparison",
+    "run_table",
+    "Setup",
+    "sweep",
+    "sweep_series",
+    "SweepPoint",
+    "SweepSeries",
+]
+
 REPEATS = 3
 TIME_BUDGET_SECONDS = 20.0
 """A strategy estimated to take longer (all its runs together) is skipped, and says so."""

@@ -24,6 +24,35 @@ from PIL import Image
 from gradpick import render, strategies, units
 from gradpick.compare import FLOOR
 
+__all__ = [
+    "CHART_CONFIG",
+    "CLASS_COLOURS",
+    "NEUTRAL",
+    "PICKED",
+    "RIGHT",
+    "SELECT_MODES",
+    "THUMBNAIL_GAP",
+    "THUMBNAIL_SIDE",
+    "WEBGL_ABOVE",
+    "WRONG",
+    "colourscale",
+    "confusion_matrix",
+    "embedding_scatter",
+    "faithfulness_lines",
+    "heatmap_panels",
+    "outputs_scatter",
+    "probability_bars",
+    "randomisation_lines",
+    "Series",
+    "strategy_bars",
+    "strategy_colour",
+    "sweep_lines",
+    "thumbnail_grid",
+    "thumbnail_sheet",
+    "Trace",
+    "TrustSeries",
+]
+
 RIGHT = "#2f9e44"
 WRONG = "#e03131"
 PICKED = "#f08c00"

@@ -18,6 +18,15 @@ from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.session import Loaded, Settings
 from gradpick.units import UNIT_NOTE, format_bytes
 
+__all__ = [
+    "DETAILED_ROWS",
+    "PANELS_COMPACT",
+    "PANELS_FULL",
+    "PANELS_LAYER",
+    "absorb_target_click",
+    "render_panel",
+]
+
 DETAILED_ROWS = 12
 """Up to this many picks get a full row each (with channel maps); more get a compact grid."""
 PANELS_FULL = "image · saliency |gradient| · overlay · red · green · blue (signed)"

@@ -10,6 +10,11 @@ import streamlit as st
 
 from gradpick.errors import GradpickError
 
+__all__ = [
+    "LOG",
+    "guarded",
+]
+
 LOG = logging.getLogger("gradpick.ui")
 
 

@@ -25,6 +25,27 @@ from gradpick.infer import as_model_input
 from gradpick.measure import MemoryReport
 from gradpick.request import GradientRequest
 
+__all__ = [
+    "APP_LIBRARIES",
+    "DISPLAY_SIDE",
+    "STEP_CPU_THREADS",
+    "TARGET_LABELS",
+    "TARGET_MODES",
+    "WHOLE_BATCH_BUDGET",
+    "colourbar",
+    "compute",
+    "export_of",
+    "gradient_request",
+    "HeatmapRequest",
+    "quantity",
+    "step_memory",
+    "strip",
+    "tiles",
+    "Tiles",
+    "unit",
+    "whole_batch_bytes",
+]
+
 TARGET_MODES = ("loss", "predicted", "class")
 TARGET_LABELS = {
     "loss": "Loss on the true label",

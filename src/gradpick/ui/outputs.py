@@ -22,6 +22,18 @@ from gradpick.ui import cache, figures, hover, keys, media, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded
 
+__all__ = [
+    "COLOURING_LABELS",
+    "GRID_COLUMNS",
+    "PAGE_SIZES",
+    "PROJECTION_LABELS",
+    "RULE_LABELS",
+    "VIEWS",
+    "absorb_selections",
+    "readouts",
+    "render",
+]
+
 GRID_COLUMNS = 10
 PAGE_SIZES = (100, 50, 200)
 RULE_LABELS = {

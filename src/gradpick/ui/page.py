@@ -44,6 +44,11 @@ from gradpick.ui.session import Loaded, Settings
 from gradpick.units import format_bytes
 from gradpick.zoo import LoadedModel
 
+__all__ = [
+    "HOSTED_NOTE",
+    "main",
+]
+
 HOSTED_NOTE = (
     f"Hosted demo: local folders and your own model code are off; uploads take at most "
     f"{HOSTED_MAX_UPLOAD_FILES} images of {format_bytes(HOSTED_MAX_IMAGE_BYTES, 0)} each, and "

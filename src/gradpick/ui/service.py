@@ -29,6 +29,35 @@ from gradpick.spec import InputSpec
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
 from gradpick.zoo import RANDOM_WEIGHTS_SEED, LoadedModel, SpecOverrides, given_overrides
 
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "LOCAL_KINDS",
+    "LOG",
+    "SOURCE_KINDS",
+    "SOURCE_LABELS",
+    "batch_table",
+    "check_batch_size",
+    "DataChoice",
+    "describe_indices",
+    "device_options",
+    "DeviceOption",
+    "load_model",
+    "model_options",
+    "ModelOption",
+    "named_outputs",
+    "open_source",
+    "option_named",
+    "read_batch",
+    "scatter_values",
+    "screen_uploads",
+    "sorted_by_class",
+    "source_record",
+    "Upload",
+    "uploaded_weights_option",
+    "user_model_option",
+    "with_spec_text",
+]
+
 DEFAULT_BATCH_SIZE = 1000
 SOURCE_KINDS = ("cifar10", "folder", "upload", "stored")
 SOURCE_LABELS = {

@@ -16,6 +16,11 @@ from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.service import DataChoice, ModelOption
 from gradpick.zoo import LoadedModel
 
+__all__ = [
+    "Loaded",
+    "Settings",
+]
+
 
 @dataclass(frozen=True)
 class Settings:

@@ -25,6 +25,10 @@ from gradpick.ui.service import (
 )
 from gradpick.ui.session import Settings
 
+__all__ = [
+    "render",
+]
+
 
 def render(config: AppConfig) -> Settings:
     with st.sidebar:

@@ -28,6 +28,23 @@ from gradpick.ui.keys import (
     TEXT_VERSION,
 )
 
+__all__ = [
+    "absorb",
+    "apply",
+    "clear",
+    "confusion_cells",
+    "edit_text",
+    "Extractor",
+    "follow_batch",
+    "fresh_selection",
+    "pending_selection",
+    "picked",
+    "set_picked",
+    "State",
+    "table_rows",
+    "text_key",
+]
+
 State = MutableMapping[Any, Any]
 """st.session_state (whose keys may be str or int) or, in tests, a plain dict."""
 Extractor = Callable[[Mapping[str, Any] | None], list[int]]

@@ -19,6 +19,10 @@ from gradpick.ui import cache, experiments, figures, keys, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
 
+__all__ = [
+    "render",
+]
+
 
 def render(loaded: Loaded, settings: Settings) -> None:
     picked = state.picked(st.session_state)
