@@ -241,7 +241,7 @@ def test_a_store_opens_from_any_folder_and_after_moving_with_its_images(
     import shutil
 
     from gradpick.cli import main
-    from gradpick.ui import stored
+    from gradpick import stored
 
     project = tmp_path / "project"
     project.mkdir()
@@ -287,7 +287,7 @@ def test_a_ray_run_missing_or_repeating_a_position_is_not_published(
     """The cluster's parts must hold each image once: a lost or retried block is refused."""
     import pyarrow.parquet as pq
 
-    from gradpick.distributed import _check_every_row_once
+    from gradpick.distributed import _check_every_row_once, _written_positions
     from gradpick.errors import ClusterError
 
     partial = tmp_path / ".out.partial-0123456789ab"
@@ -298,8 +298,8 @@ def test_a_ray_run_missing_or_repeating_a_position_is_not_published(
         )
         pq.write_table(table, partial / f"part-{part}.parquet")
     with pytest.raises(ClusterError, match=message + "; the store was not published"):
-        _check_every_row_once(partial, [0, 1, 2, 3])
-    _check_every_row_once(partial, sorted(written))  # the same rows, when they are the images
+        _check_every_row_once(_written_positions(partial), [0, 1, 2, 3])
+    _check_every_row_once(_written_positions(partial), sorted(written))  # the same rows, when they are the images
 
 
 def test_a_users_own_parquet_is_neither_replaced_nor_taken_for_a_store_around_out(
