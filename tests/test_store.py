@@ -240,8 +240,8 @@ def test_a_store_opens_from_any_folder_and_after_moving_with_its_images(
 ) -> None:
     import shutil
 
-    from gradpick.cli import main
     from gradpick import stored
+    from gradpick.cli import main
 
     project = tmp_path / "project"
     project.mkdir()
@@ -299,7 +299,8 @@ def test_a_ray_run_missing_or_repeating_a_position_is_not_published(
         pq.write_table(table, partial / f"part-{part}.parquet")
     with pytest.raises(ClusterError, match=message + "; the store was not published"):
         _check_every_row_once(_written_positions(partial), [0, 1, 2, 3])
-    _check_every_row_once(_written_positions(partial), sorted(written))  # the same rows, when they are the images
+    # The same rows pass when they are the images asked for.
+    _check_every_row_once(_written_positions(partial), sorted(written))
 
 
 def test_a_users_own_parquet_is_neither_replaced_nor_taken_for_a_store_around_out(
