@@ -525,3 +525,12 @@ def test_cli_takes_safetensors_weights(
     save_file(seeded(lambda: models.build("tutorial")).state_dict(), path)
     status = main(["infer", "--model", "tutorial", "--weights", str(path), "--data", str(folder)])
     assert status == 0 and f"weights {path}" in capsys.readouterr().out
+
+
+def test_shipped_weights_are_named_within_the_package_not_by_a_server_path() -> None:
+    """Identities go into exports, reports and stores, also from the hosted demo."""
+    import gradpick
+
+    loaded = zoo.load_model("resnet20")
+    assert loaded.identity()["weights"] == "gradpick/assets/resnet20.pt"
+    assert str(Path(gradpick.__file__).parent) not in json.dumps(loaded.identity())

@@ -290,7 +290,9 @@ def _built_in(
     return _Built(
         models.load(name, device="cpu"),
         spec,
-        str(path),
+        # Named within the package, never by the server's own path: identities travel in
+        # exports, reports and links, also from the hosted demo.
+        f"gradpick/assets/{path.name}",
         weights_io.sha256_file(path),
         weights_origin="shipped weights",
         card=models.model_card(name),
