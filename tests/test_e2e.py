@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -207,6 +208,15 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: A
         page.get_by_role("heading", name="Gradients of the picked images"),
         page.get_by_role("button", name="Report (.json)"),
     )
+    # The HTML report of the same picks: each pick's image, map and overlay embedded, nothing
+    # loaded from anywhere.
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Report (.html)").click()
+    document = Path(download.value.path()).read_text()
+    embedded = re.findall(r'<img[^>]*data-pick="(\d+)"[^>]*data-panel="(\w+)"', document)
+    assert sorted({int(pick) for pick, _ in embedded}) == sorted(expected)
+    assert {panel for _, panel in embedded} == {"image", "saliency", "overlay"}
+    assert not re.search(r'(?:src|href)="(?:https?:)?//', document)
     (ARTIFACTS / "e2e-timings.json").write_text(
         json.dumps(
             {

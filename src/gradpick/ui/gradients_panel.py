@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from gradpick import attribution, export, render, selection
+from gradpick import attribution, export, render, report, selection
 from gradpick.attribution import Attribution
 from gradpick.measure import MemoryReport
 from gradpick.ui import cache, figures, heatmaps, keys, layer_select, service, state
@@ -208,6 +208,25 @@ def _detail(
     )
 
 
+def _report_html(
+    loaded: Loaded, exported: export.Export, picked: list[int], shared_scale: bool
+) -> bytes:
+    """The picks as one self-contained HTML page (``gradpick.report``), with the Trust tab's
+    checks when they last ran on exactly these picks of this batch."""
+    stored = st.session_state.get(keys.TRUST_CHECKS)
+    trust = None
+    if stored is not None and stored.key[0] == loaded.key:  # the checks' key starts with the batch
+        trust = stored.report if list(stored.report.indices) == picked else None
+    document = report.build_report(
+        exported,
+        loaded.result.probabilities[picked],
+        loaded.served.card,
+        trust,
+        shared_scale=shared_scale,
+    )
+    return document.encode()
+
+
 def _downloads(
     loaded: Loaded,
     settings: Settings,
@@ -238,7 +257,7 @@ def _downloads(
         titles,
         shared_scale=settings.shared_scale,
     )
-    columns = st.columns(4)
+    columns = st.columns(5)
     downloads: tuple[tuple[str, Callable[[], bytes], str], ...] = (
         (
             "Gradients (.pt)",
@@ -252,6 +271,11 @@ def _downloads(
         ),
         ("Heatmap grid (.png)", grid, "png"),
         ("Report (.json)", functools.partial(export.metadata_json, exported), "json"),
+        (
+            "Report (.html)",
+            functools.partial(_report_html, loaded, exported, picked, settings.shared_scale),
+            "html",
+        ),
     )
     for column, (label, data, suffix) in zip(columns, downloads, strict=True):
         column.download_button(
