@@ -18,6 +18,7 @@ __all__ = [
     "GradientResult",
     "input_gradients",
     "attribution",
+    "beside",
     "compare",
     "data",
     "devices",
@@ -36,6 +37,7 @@ __all__ = [
     "report",
     "request",
     "selection",
+    "selections",
     "spec",
     "store",
     "stored",
@@ -46,6 +48,7 @@ __all__ = [
     "units",
     "verdicts",
     "versions",
+    "versus",
     "weights",
     "zoo",
 ]
@@ -57,6 +60,7 @@ and the explorer (``gradpick.ui``) are importable as usual but are not library A
 if TYPE_CHECKING:
     from gradpick import (
         attribution,
+        beside,
         compare,
         data,
         devices,
@@ -75,6 +79,7 @@ if TYPE_CHECKING:
         report,
         request,
         selection,
+        selections,
         spec,
         store,
         stored,
@@ -85,6 +90,7 @@ if TYPE_CHECKING:
         units,
         verdicts,
         versions,
+        versus,
         weights,
         zoo,
     )
