@@ -3,15 +3,11 @@ file."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from writers import kill_after, write_at_once
 
 from gradpick.errors import DataError, InputError
 from gradpick.selections import NamedSelection, SelectionShelf, SessionShelf, Shelf
@@ -29,10 +25,6 @@ _WRITER = textwrap.dedent(
             print(i, flush=True)
     """
 )
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
 @pytest.fixture(params=["file", "session"])
@@ -79,30 +71,14 @@ def test_the_file_sits_beside_the_store_and_survives_a_new_shelf(tmp_path: Path)
 
 def test_eight_writers_at_once_lose_nothing(tmp_path: Path) -> None:
     path = tmp_path / "s.selections.sqlite"
-    writers = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(w), "30"], env=_env())
-        for w in range(8)
-    ]
-    assert [writer.wait(timeout=120) for writer in writers] == [0] * 8
+    assert write_at_once(_WRITER, path, 8, 30) == [0] * 8
     kept = {(s.name, s.picks, s.note) for s in SelectionShelf(path).all()}
     assert kept == {(f"w{w}-{i}", (w, i), f"by {w}") for w in range(8) for i in range(30)}
 
 
 def test_a_writer_killed_mid_write_leaves_every_committed_selection(tmp_path: Path) -> None:
     path = tmp_path / "s.selections.sqlite"
-    writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(path), "0", "1000000"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
-    assert writer.stdout is not None
-    confirmed = -1
-    deadline = time.monotonic() + 60
-    while confirmed < 100 and time.monotonic() < deadline:
-        confirmed = int(writer.stdout.readline())
-    writer.send_signal(signal.SIGKILL)
-    writer.wait(timeout=30)
+    confirmed = kill_after(_WRITER, path, 100)
     numbers = sorted(s.picks[1] for s in SelectionShelf(path).all())
     assert numbers == list(range(len(numbers)))
     assert len(numbers) > confirmed >= 100

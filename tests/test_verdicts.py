@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import csv
-import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from writers import kill_after, write_at_once
 
 from gradpick.errors import DataError, InputError
 from gradpick.verdicts import Verdict, VerdictBook, stale_verdicts, write_relabelling
@@ -30,10 +26,6 @@ _WRITER = textwrap.dedent(
 )
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-
-
 def test_a_book_sits_beside_its_store_and_keeps_the_latest(tmp_path: Path) -> None:
     (tmp_path / "outputs").mkdir()
     book = VerdictBook.beside(tmp_path / "outputs")
@@ -50,30 +42,14 @@ def test_a_book_sits_beside_its_store_and_keeps_the_latest(tmp_path: Path) -> No
 
 def test_eight_writers_at_once_lose_nothing(tmp_path: Path) -> None:
     path = tmp_path / "s.verdicts.sqlite"
-    writers = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(w), "40"], env=_env())
-        for w in range(8)
-    ]
-    assert [writer.wait(timeout=120) for writer in writers] == [0] * 8
+    assert write_at_once(_WRITER, path, 8, 40) == [0] * 8
     recorded = {(v.position, v.name) for v in VerdictBook(path).history()}
     assert recorded == {(w * 1000 + i, f"w{w}/{i}") for w in range(8) for i in range(40)}
 
 
 def test_a_writer_killed_mid_write_leaves_every_committed_verdict(tmp_path: Path) -> None:
     path = tmp_path / "s.verdicts.sqlite"
-    writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(path), "0", "1000000"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
-    assert writer.stdout is not None
-    confirmed = -1
-    deadline = time.monotonic() + 60
-    while confirmed < 200 and time.monotonic() < deadline:
-        confirmed = int(writer.stdout.readline())
-    writer.send_signal(signal.SIGKILL)
-    writer.wait(timeout=30)
+    confirmed = kill_after(_WRITER, path, 200)
     positions = [v.position for v in VerdictBook(path).history()]
     assert positions == list(range(len(positions)))
     assert len(positions) > confirmed >= 200
