@@ -27,6 +27,7 @@ from gradpick.data import ImageBatch, ImageSource
 from gradpick.infer import InferenceResult
 from gradpick.measure import MemoryReport
 from gradpick.store import OpenedStore
+from gradpick.trust.quick import QuickChecks
 from gradpick.ui import figures, heatmaps, hover, service
 from gradpick.ui.service import DataChoice, ModelOption
 from gradpick.zoo import LoadedModel
@@ -42,6 +43,7 @@ __all__ = [
     "model",
     "ProgressBar",
     "projection",
+    "quick_checks",
     "served",
     "source",
     "step_memory",
@@ -226,3 +228,21 @@ def step_memory(
     _batch: ImageBatch,
 ) -> MemoryReport | None:
     return heatmaps.step_memory(_model, _batch, indices, request)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def quick_checks(
+    batch_key: str,
+    model_identity: str,
+    device: str,
+    indices: tuple[int, ...],
+    request: heatmaps.HeatmapRequest,
+    _model: nn.Module,
+    _batch: ImageBatch,
+    _shown: Attribution,
+    _budget_s: float,
+) -> QuickChecks:
+    """The trust badges of the shown maps, cached like the maps: a rerun without a change (or
+    a return to earlier picks) costs nothing. The budget is not part of the key: the first run
+    decides which checks fitted."""
+    return heatmaps.quick_checks(_model, _batch, indices, request, _shown, _budget_s)

@@ -12,7 +12,7 @@ import streamlit as st
 from gradpick import attribution, export, render, report, selection
 from gradpick.attribution import Attribution
 from gradpick.measure import MemoryReport
-from gradpick.ui import cache, figures, heatmaps, keys, layer_select, service, state
+from gradpick.ui import badges, cache, figures, heatmaps, keys, layer_select, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.session import Loaded, Settings
@@ -80,18 +80,24 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
                 f"{PANELS_LAYER}: {attribution.get(request.method).label} at layer "
                 f"{result.layer} ({grid} grid, upsampled bilinearly to the image)"
             )
+        verdicts = badges.checks(loaded, request, result, picked, started)
         with st.container(key=keys.HEATMAPS_CONTAINER):
             captions = [
                 title if settings.shared_scale else f"{title} · saliency 0 to {tile.limit:.3g}"
                 for title, tile in zip(titles, tiles, strict=True)
             ]
-            st.image(
-                [
-                    heatmaps.strip(tile, compact=not few, channels=result.layer_maps is None)
-                    for tile in tiles
-                ],
-                caption=captions,
-            )
+            strips = [
+                heatmaps.strip(tile, compact=not few, channels=result.layer_maps is None)
+                for tile in tiles
+            ]
+            if verdicts is not None:
+                strips = [
+                    badges.dim(strip) if pick.verdict == badges.FAILS else strip
+                    for strip, pick in zip(strips, verdicts.picks, strict=True)
+                ]
+                captions = badges.captions_with(verdicts, captions)
+            st.image(strips, caption=captions)
+        badges.draw(verdicts, titles)
     elapsed = (time.perf_counter() - started) * 1000
     server_time.metric(
         "Server time for this update",

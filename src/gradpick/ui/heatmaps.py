@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,9 @@ from gradpick.errors import InputError
 from gradpick.infer import as_model_input
 from gradpick.measure import MemoryReport
 from gradpick.request import GradientRequest
+from gradpick.trust.engine import MethodSettings
+from gradpick.trust.quick import QuickChecks
+from gradpick.trust.quick import quick_checks as run_quick_checks
 
 __all__ = [
     "APP_LIBRARIES",
@@ -38,6 +41,7 @@ __all__ = [
     "gradient_request",
     "HeatmapRequest",
     "quantity",
+    "quick_checks",
     "step_memory",
     "strip",
     "tiles",
@@ -166,6 +170,43 @@ def compute(
 def _step_threads(model: nn.Module) -> AbstractContextManager[None]:
     on_cpu = model_device(model).type == "cpu"
     return devices.cpu_threads(STEP_CPU_THREADS if on_cpu else None)
+
+
+def quick_checks(
+    model: nn.Module,
+    batch: ImageBatch,
+    indices: Sequence[int],
+    request: HeatmapRequest,
+    shown: Attribution,
+    budget_s: float,
+) -> QuickChecks:
+    """The trust badges' checks of the shown maps (``gradpick.trust.quick``), for what they
+    explain (``shown.gradients``: its target and each pick's class), on one CPU thread like
+    the step.
+
+    Only a method seeded by the batch index (SmoothGrad's noise) needs the whole batch as
+    floats; the others get the picked images alone, so a click converts k images, not N.
+    """
+    seeded = any(
+        parameter.name == "seed" for parameter in attribution.get(request.method).parameters
+    )
+    images = batch.float_images() if seeded else batch.images[list(indices)].float() / 255.0
+    positions = list(indices) if seeded else list(range(len(indices)))
+    settings = replace(MethodSettings.from_chosen(dict(request.settings)), layer=shown.layer)
+    with _step_threads(model):
+        checks = run_quick_checks(
+            model,
+            images,
+            positions,
+            request.method,
+            shown.gradients.target,
+            shown.gradients.classes,
+            settings,
+            shown,
+            budget_s,
+        )
+    picks = (replace(pick, index=int(i)) for i, pick in zip(indices, checks.picks, strict=True))
+    return replace(checks, picks=tuple(picks))
 
 
 def step_memory(

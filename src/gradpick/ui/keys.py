@@ -270,6 +270,12 @@ __all__ += ["LAYER"]
 LAYER = "layer"
 """Prefix of the layer select box's key, one per model (``per_source(LAYER, identity)``)."""
 
+# The trust badges beside the maps.
+__all__ += ["TRUST_BADGES", "TRUST_BADGES_CONTAINER"]
+TRUST_BADGES = "trust_badges"
+"""The switch that turns the badges (and their checks) on and off."""
+TRUST_BADGES_CONTAINER = "trust_badges_shown"
+
 # Deep links and named selections.
 __all__ += [
     "EXPLORER_TAB",

@@ -1,0 +1,136 @@
+"""Trust badges beside the explorer's maps: a verdict per pick from ``gradpick.trust.quick``.
+
+Each map gets one coloured label per check (passes / weak / fails) with its figure; hovering a
+label shows what the figure means (a ``title`` tooltip). A failing map is drawn dimmed, its
+reason in its caption. The checks run with the click, within half of the click's server time
+so far (at least ``quick.DEFAULT_BUDGET_S``), and are cached like the maps; the switch turns
+them off, and then nothing runs.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import streamlit as st
+
+from gradpick.attribution import Attribution
+from gradpick.trust.quick import DEFAULT_BUDGET_S, FAILS, NOT_RUN, PASSES, WEAK, QuickChecks
+from gradpick.ui import cache, keys
+from gradpick.ui.guard import guarded
+from gradpick.ui.heatmaps import HeatmapRequest
+from gradpick.ui.session import Loaded
+
+__all__ = [
+    "BUDGET_SHARE",
+    "COLOURS",
+    "DIMMED",
+    "FAILS",
+    "budget_s",
+    "captions_with",
+    "checks",
+    "dim",
+    "draw",
+    "pick_html",
+    "switch",
+]
+
+BUDGET_SHARE = 0.5
+"""The badges may add at most this share of the click's server time before them."""
+COLOURS = {PASSES: "#1a7f37", WEAK: "#9a6700", FAILS: "#cf222e", NOT_RUN: "#6e7781"}
+DIMMED = 0.35
+"""Opacity of a failing map's pictures."""
+
+
+def switch() -> bool:
+    """The badges' on/off switch (on by default)."""
+    return st.toggle(
+        "Trust badges",
+        value=True,
+        key=keys.TRUST_BADGES,
+        help="A verdict per map from cheap checks run with each click: does the map change "
+        "for the runner-up class and with a randomised last layer (Spearman of |map|: below "
+        "0.7 passes, 0.9 and above fails), IG's completeness, ROAD when time allows. Off: "
+        "no check runs.",
+    )
+
+
+def budget_s(started: float) -> float:
+    """Seconds the checks may take: half the click's server time so far, at least the floor."""
+    return max(DEFAULT_BUDGET_S, BUDGET_SHARE * (time.perf_counter() - started))
+
+
+def checks(
+    loaded: Loaded,
+    request: HeatmapRequest,
+    shown: Attribution,
+    picked: Sequence[int],
+    started: float,
+) -> QuickChecks | None:
+    """The switch, then the checks of the shown maps (None when off or when they failed)."""
+    if not switch():
+        return None
+    with guarded("The trust badges"):
+        return cache.quick_checks(
+            loaded.key,
+            loaded.option.identity,
+            str(loaded.device),
+            tuple(picked),
+            request,
+            loaded.model,
+            loaded.batch,
+            shown,
+            budget_s(started),
+        )
+    return None
+
+
+def dim(picture: np.ndarray) -> np.ndarray:
+    """``picture`` (uint8 RGBA, as ``heatmaps.strip`` draws it) at opacity ``DIMMED``; an RGB
+    one faded towards white."""
+    if picture.shape[-1] == 4:
+        faded = picture.copy()
+        faded[..., 3] = (picture[..., 3].astype(np.float32) * DIMMED).round().astype(np.uint8)
+        return faded
+    blended = picture.astype(np.float32) * DIMMED + 255.0 * (1 - DIMMED)
+    return blended.round().astype(np.uint8)
+
+
+def captions_with(found: QuickChecks, captions: Sequence[str]) -> list[str]:
+    """The captions, a failing map's with its verdict and reason."""
+    return [
+        f"{caption} · fails: {pick.reason}" if pick.verdict == FAILS else caption
+        for caption, pick in zip(captions, found.picks, strict=True)
+    ]
+
+
+def pick_html(title: str, found: QuickChecks, position: int) -> str:
+    """One line of labels for one pick; the meaning of each is its hover text."""
+    pick = found.picks[position]
+    labels = [
+        f'<span title="{html.escape(badge.meaning)}" style="color:white;'
+        f"background:{COLOURS[badge.verdict]};border-radius:4px;padding:0 5px;"
+        f'margin-right:4px;font-size:0.8em">{html.escape(badge.label)} · {badge.verdict}</span>'
+        for badge in pick.badges
+    ]
+    return (
+        f'<div class="trust-badge" data-verdict="{pick.verdict}">'
+        f"<b>{html.escape(title)}</b> {''.join(labels)}</div>"
+    )
+
+
+def draw(found: QuickChecks | None, titles: Sequence[str]) -> None:
+    """The badge lines of every pick, in the order of the maps above them."""
+    if found is None:
+        return
+    with st.container(key=keys.TRUST_BADGES_CONTAINER):
+        st.markdown(
+            "".join(pick_html(title, found, i) for i, title in enumerate(titles)),
+            unsafe_allow_html=True,
+        )
+        st.caption(
+            f"Trust badges ({found.milliseconds:,.0f} ms): hover a label for its meaning; a "
+            "failing map is dimmed. The full checks are in the Trust tab."
+        )
