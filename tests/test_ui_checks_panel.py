@@ -8,9 +8,10 @@ from pathlib import Path
 from test_app import TUTORIAL, captioned_indices, no_errors, open_app, select
 
 from gradpick.data import CIFAR10_CLASSES
+from gradpick.trust.chunks import CHUNK
 from gradpick.trust.report import TrustReport
 from gradpick.ui import keys
-from gradpick.ui.checks_panel import MAX_CHECKED, StoredChecks
+from gradpick.ui.checks_panel import StoredChecks
 
 
 def frame_with(app, column: str):
@@ -78,10 +79,21 @@ def test_bad_check_options_show_an_error_and_keep_the_page(generated: Path) -> N
     assert captioned_indices(app) == [0, 5]
 
 
-def test_many_picks_are_checked_up_to_the_cap(generated: Path) -> None:
-    picks = list(range(MAX_CHECKED + 2))
+def test_more_picks_than_a_chunk_are_all_checked(generated: Path) -> None:
+    picks = list(range(CHUNK + 2))
     app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, picks)
-    assert any(f"the first {MAX_CHECKED} of {len(picks)}" in c.value for c in app.caption)
+    assert any(f"Runs on all {len(picks)} picked image(s)" in c.value for c in app.caption)
+    app.number_input(key="trust_layers").set_value(1)
+    app.number_input(key="trust_tolerance").set_value(0.2)  # a random net's tiny F(x) - F(b)
+    app.run()
+    app.button(key="run_trust_checks").click().run()
+    no_errors(app)
+    report: TrustReport = app.session_state[keys.TRUST_CHECKS].report
+    assert report.indices == tuple(picks)
+    table = frame_with(app, "relative error (%)")
+    assert list(table["image"]) == [f"#{index}" for index in picks]
+    # Every pick's row of class maps: its image, the top classes and the contrast.
+    assert [len(image.captions or []) for image in app.image].count(5) == len(picks)
 
 
 def test_a_chosen_class_is_the_class_every_check_explains(generated: Path) -> None:

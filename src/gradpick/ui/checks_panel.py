@@ -1,8 +1,9 @@
 """The Trust tab: sanity checks of the maps of the picked images, run when asked.
 
 The checks cost many gradient passes (every randomised layer recomputes every chosen method),
-so they run on a button press, on at most ``MAX_CHECKED`` picks, and their result stays in the
-session tagged with the selection and options it was run on.
+so they run on a button press, on every pick in chunks of ``chunks.CHUNK`` (a progress bar
+moves with each chunk's randomised layers; the result is that of one run over all picks), and
+their result stays in the session tagged with the selection and options it was run on.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ import torch
 
 from gradpick import attribution
 from gradpick.trust.baselines import BASELINES
+from gradpick.trust.chunks import CHUNK, run_checks_in_chunks
 from gradpick.trust.engine import CHECKABLE, METHODS, MethodSettings
 from gradpick.trust.faithfulness import INSERTION_START, RANDOM, REMOVED
-from gradpick.trust.report import CheckOptions, TrustReport, mean_and_std, run_checks
+from gradpick.trust.report import CheckOptions, TrustReport, mean_and_std
 from gradpick.ui import figures, heatmaps, keys, layer_select, service, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
 
 __all__ = [
-    "MAX_CHECKED",
     "render",
     "StoredChecks",
 ]
@@ -35,10 +36,6 @@ def _method_label(name: str) -> str:
     """A registered method's label; other curve names (the random order) stand as they are."""
     method = attribution.METHODS.get(name)
     return name if method is None else method.label
-
-
-MAX_CHECKED = 8
-"""The checks run on at most this many of the picked images."""
 
 
 @dataclass(frozen=True)
@@ -106,8 +103,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
     if not picked:
         st.info("Pick some images in the Explore tab first; the checks run on them.")
         return
-    checked = picked[:MAX_CHECKED]
-    shown = f"the first {len(checked)} of {len(picked)}" if len(picked) > len(checked) else ""
+    checked = list(picked)
     request = settings.request
     classes = request.target_class if request.target_mode == "class" else None
     explained = (
@@ -116,9 +112,9 @@ def render(loaded: Loaded, settings: Settings) -> None:
         else "each image's predicted logit"
     )
     st.caption(
-        f"Runs on {shown or len(checked)} picked image(s), explaining {explained} (a loss has "
-        "no class to hold fixed). SmoothGrad and Integrated Gradients use the sidebar's "
-        "samples, noise and steps."
+        f"Runs on all {len(checked)} picked image(s), {CHUNK} at a time, explaining "
+        f"{explained} (a loss has no class to hold fixed). SmoothGrad and Integrated "
+        "Gradients use the sidebar's samples, noise and steps."
     )
     options = _options(loaded, settings)
     key = (loaded.key, loaded.option.identity, str(loaded.device), tuple(checked), classes, options)
@@ -126,12 +122,17 @@ def render(loaded: Loaded, settings: Settings) -> None:
     if st.button("Run the trust checks", type="primary", key=keys.TRUST_RUN):
         with guarded("The trust checks"):
             bar = st.progress(0.0, text="Randomising layers…")
+            chunks = -(-len(checked) // CHUNK)
 
             def advance(done: int, total: int) -> None:
-                bar.progress(done / total, text=f"Randomised {done} of {total} layers")
+                bar.progress(
+                    done / total,
+                    text=f"Randomised {done} of {total} layers, over {chunks} chunk(s) of up "
+                    f"to {CHUNK} images",
+                )
 
             try:
-                report = run_checks(
+                report = run_checks_in_chunks(
                     loaded.model, loaded.batch.float_images(), checked, classes, options, advance
                 )
             finally:

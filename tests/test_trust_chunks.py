@@ -1,0 +1,77 @@
+"""The trust checks in chunks: the same report as one run over all the picks."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from gradpick.errors import InputError
+from gradpick.trust.chunks import run_checks_in_chunks
+from gradpick.trust.engine import MethodSettings
+from gradpick.trust.report import CheckOptions, report_dict, run_checks
+
+OPTIONS = CheckOptions(
+    methods=("gradient", "smoothgrad"),
+    settings=MethodSettings(samples=3, steps=8, seed=2),
+    layers=2,
+    baselines=("black", "blurred"),
+    ig_steps=8,
+    deletion_steps=4,
+    road_shares=(0.0, 0.5),
+    seed=2,
+)
+
+
+def assert_same(first: Any, second: Any, where: str = "") -> None:
+    """Equal JSON values, numbers to 1e-9 relative (a batch of 2 and of 5 may round apart)."""
+    if isinstance(first, dict):
+        assert first.keys() == second.keys(), where
+        for key in first:
+            if key != "milliseconds":
+                assert_same(first[key], second[key], f"{where}.{key}")
+    elif isinstance(first, list):
+        assert len(first) == len(second), where
+        for position, (a, b) in enumerate(zip(first, second, strict=True)):
+            assert_same(a, b, f"{where}[{position}]")
+    elif isinstance(first, float) and not isinstance(second, bool):
+        assert second is not None and math.isclose(first, second, rel_tol=1e-9, abs_tol=1e-12), (
+            where
+        )
+    else:
+        assert first == second, where
+
+
+def test_chunks_give_the_report_of_one_run(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    indices = [4, 1, 3, 0, 5]
+    whole = run_checks(float64_cnn, float64_images, indices, options=OPTIONS)
+    seen: list[tuple[int, int]] = []
+    chunked = run_checks_in_chunks(
+        float64_cnn, float64_images, indices, None, OPTIONS, lambda *step: seen.append(step), 2
+    )
+    assert chunked.indices == tuple(indices)
+    assert_same(report_dict(whole), report_dict(chunked))
+    for method in OPTIONS.methods:
+        one, other = whole.randomisation[method], chunked.randomisation[method]
+        assert torch.allclose(one.original, other.original, rtol=1e-9, atol=1e-12)
+        assert torch.allclose(one.steps[-1].maps, other.steps[-1].maps, rtol=1e-9, atol=1e-12)
+    assert torch.allclose(whole.class_maps.top_maps, chunked.class_maps.top_maps, rtol=1e-9)
+    # Three chunks of two randomised layers each: one bar from 1 of 6 to 6 of 6.
+    assert seen == [(done, 6) for done in range(1, 7)]
+
+
+def test_one_class_per_pick_is_split_with_the_chunks(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    options = CheckOptions(methods=("gradient",), layers=1, baselines=("black",), ig_steps=8)
+    classes = [3, 7, 1]
+    report = run_checks_in_chunks(float64_cnn, float64_images, [0, 1, 2], classes, options, chunk=2)
+    assert report.classes.tolist() == classes
+    assert [row.target_class for row in report.completeness] == classes
+    with pytest.raises(InputError, match="chunk size"):
+        run_checks_in_chunks(float64_cnn, float64_images, [0], options=options, chunk=0)
