@@ -97,7 +97,8 @@ def test_the_served_model_is_left_as_it_was(
     grads = [parameter.requires_grad for parameter in tiny_cnn.parameters()]
     held = predicted(tiny_cnn, images, [1, 2])
     quick_checks(tiny_cnn, images, [1, 2], method, "logit", held, budget_s=UNLIMITED)
-    quick_checks(tiny_cnn, images, [1, 2], method, "logit", held, budget_s=UNLIMITED)
+    found = quick_checks(tiny_cnn, images, [1, 2], method, "logit", held, budget_s=UNLIMITED)
+    assert [badge.check for badge in found.picks[0].badges] == ["class", "randomised", "road"]
     after = tiny_cnn.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before)
     assert [parameter.requires_grad for parameter in tiny_cnn.parameters()] == grads
