@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -67,12 +68,14 @@ from gradpick.bench.serving import (
 )
 from gradpick.data import CACHE_DIR_ENV, CIFAR10_DIR_ENV
 from gradpick.errors import InputError
+from gradpick.ui.keys import TRUST_BADGES_CONTAINER, selector
 
 __all__ = [
     "QUICK",
     "default_app",
     "ExplorerBenchConfig",
     "ExplorerReport",
+    "badges_time",
     "parse_taskset",
     "plain_reference",
     "report_text",
@@ -307,6 +310,16 @@ async def _thumbnail_clicks(page: Any, picks: list[int], steps: dict[str, Step])
         steps["server"].samples.append(server)
         steps["step"].samples.append(step)
         steps["beyond"].samples.append(server - step)
+        added = await badges_time(page)
+        if added is not None:
+            steps["badges"].samples.append(added)
+
+
+async def badges_time(page: Any) -> float | None:
+    """The trust badges' own readout of the click (ms), or None when the page shows none."""
+    text = await page.locator(selector(TRUST_BADGES_CONTAINER)).inner_text()
+    found = re.search(r"Trust badges \(([\d,.]+) ms\)", text)
+    return None if found is None else number(found.group(1))
 
 
 async def _sessions_at_once(
@@ -398,6 +411,7 @@ def _steps(large_size: int) -> dict[str, Step]:
         "plain_step": Step("same input_gradients call, plain process (torch's threads)"),
         "plain_step_one": Step("same call, plain process, one thread (as the page)"),
         "beyond": Step("server time beyond the gradient step", target="< 150 ms", limit_ms=150),
+        "badges": Step("trust badges: server time added per click"),
         "sessions": Step(
             "sessions at once: click → heatmaps",
             target="each < 2 s",
@@ -504,6 +518,9 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
             steps["step"].median / steps["plain_step"].median
         ),
     }
+    if steps["badges"].samples:
+        name = "trust badges / the rest of the click's server time (medians; target ≤ 0.5)"
+        ratios[name] = steps["badges"].median / (steps["server"].median - steps["badges"].median)
     if "large_inference" in readouts:
         name = f"inference in the app / plain process, N = {config.large_size:,} (target ≥ 0.9)"
         large = number(readouts["large_inference"])
@@ -534,6 +551,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         "plain_step",
         "plain_step_one",
         "beyond",
+        "badges",
         "sessions",
         "sessions_server",
         "sessions_browser",

@@ -4,12 +4,13 @@ commands."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gradpick import data, models
+from gradpick import data, devices, models
 from gradpick.cli.arguments import (
     Commands,
     add_data_arguments,
@@ -29,6 +30,8 @@ __all__ = ["register"]
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.explorer:
         return _bench_explorer(args)
+    if args.badges:
+        return _bench_badges(args)
     if args.cam:
         return _bench_cam(args)
     from gradpick.bench import strategies as bench
@@ -76,6 +79,21 @@ def _bench_cam(args: argparse.Namespace) -> int:
     path = args.json or "bench-cam.json"
     report.write_json(path)
     print(f"\nwrote {path}")
+    return 0
+
+
+def _bench_badges(args: argparse.Namespace) -> int:
+    from gradpick.bench import badges
+
+    if not os.environ.get(data.CIFAR10_DIR_ENV):
+        raise InputError(f"Set ${data.CIFAR10_DIR_ENV} to a CIFAR-10 folder (the test split).")
+    picks = args.k[0] if args.k else 1
+    clicks = args.clicks or (3 if args.quick else 10)
+    with devices.cpu_threads(args.threads):
+        rows = badges.badge_rows(
+            picks=picks, clicks=clicks, progress=lambda line: print(line, file=sys.stderr)
+        )
+    print(badges.report_text(rows))
     return 0
 
 
@@ -213,6 +231,12 @@ def _bench_parser(commands: Commands) -> None:
         "--explorer",
         action="store_true",
         help="time the Streamlit explorer in a real browser instead (reads $GRADPICK_CIFAR10_DIR)",
+    )
+    parser.add_argument(
+        "--badges",
+        action="store_true",
+        help="time the explorer's trust badges against the rest of a click's server work "
+        "instead, without a browser (reads $GRADPICK_CIFAR10_DIR; --k, --clicks apply)",
     )
     parser.add_argument(
         "--taskset",

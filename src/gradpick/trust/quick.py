@@ -58,6 +58,7 @@ from gradpick.trust.road import road
 from gradpick.trust.sensitivity import INSENSITIVE_SPEARMAN
 
 __all__ = [
+    "BUDGET_SHARE",
     "CHECKS",
     "DEFAULT_BUDGET_S",
     "FAILS",
@@ -95,6 +96,9 @@ DEFAULT_BUDGET_S = 0.1
 """Seconds all the checks of one call may take when the caller gives no budget: a check runs
 only when its expected cost (the shown map's own time for a map, ROAD's measured time per
 pick) fits in what is left of it."""
+BUDGET_SHARE = 0.5
+"""An explorer click's badges may take at most this share of the click's server time before
+them (``gradpick bench --badges`` and ``--explorer`` measure it)."""
 SKIPPED_NAMES = {"class": "class", "randomised": "randomisation", "road": "ROAD"}
 ROAD_GUESS_S = 0.5
 """Seconds per pick ROAD is assumed to cost until it has been measured once for an image size."""
@@ -294,13 +298,16 @@ def quick_checks(
     settings: MethodSettings | None = None,
     shown: Attribution | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
+    logits: torch.Tensor | None = None,
 ) -> QuickChecks:
     """The badges of ``method``'s maps of ``images[indices]``.
 
     ``target`` and ``classes`` are what the maps explain (``'loss'`` with each pick's label, or
     ``'logit'`` of each pick's class: ``GradientResult.classes``); ``shown``: the maps already
     computed for them (else computed here, outside the budget). ``budget_s``: seconds the
-    checks may take; one runs only when its expected cost fits in what is left.
+    checks may take; one runs only when its expected cost fits in what is left. ``logits``:
+    the model's logits of the picks [k, classes] when known (the explorer's inference), else
+    one forward finds each pick's runner-up class.
     """
     started = time.perf_counter()
     settings = settings or MethodSettings()
@@ -321,9 +328,9 @@ def quick_checks(
     columns: list[list[Badge]] = []
     skipped: list[str] = []
     if fits(map_cost):
-        logits = logits_of(served, picked).detach().cpu().double()
-        logits[torch.arange(len(indices)), held] = -torch.inf
-        against = _maps(served, images, indices, method, target, logits.argmax(dim=1), settings)
+        others = (logits_of(served, picked) if logits is None else logits).detach().cpu().double()
+        others[torch.arange(len(indices)), held] = -torch.inf
+        against = _maps(served, images, indices, method, target, others.argmax(dim=1), settings)
         columns.append([_spearman_badge("class", value) for value in _rho(own_saliency, against)])
     else:
         skipped.append("class")

@@ -3,8 +3,8 @@
 Each map gets one coloured label per check (passes / weak / fails) with its figure; hovering a
 label shows what the figure means (a ``title`` tooltip). A failing map is drawn dimmed, its
 reason in its caption. The checks run with the click, within half of the click's server time
-so far (at least ``quick.DEFAULT_BUDGET_S``), and are cached like the maps; the switch turns
-them off, and then nothing runs.
+so far (``quick.BUDGET_SHARE``; a check that does not fit is left to the Trust tab, and says
+so), and are cached like the maps; the switch turns them off, and then nothing runs.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ import numpy as np
 import streamlit as st
 
 from gradpick.attribution import Attribution
-from gradpick.trust.quick import DEFAULT_BUDGET_S, FAILS, NOT_RUN, PASSES, WEAK, QuickChecks
+from gradpick.trust.quick import BUDGET_SHARE, FAILS, NOT_RUN, PASSES, WEAK, QuickChecks
 from gradpick.ui import cache, keys
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.session import Loaded
 
 __all__ = [
-    "BUDGET_SHARE",
     "COLOURS",
     "DIMMED",
     "FAILS",
@@ -37,8 +36,6 @@ __all__ = [
     "switch",
 ]
 
-BUDGET_SHARE = 0.5
-"""The badges may add at most this share of the click's server time before them."""
 COLOURS = {PASSES: "#1a7f37", WEAK: "#9a6700", FAILS: "#cf222e", NOT_RUN: "#6e7781"}
 DIMMED = 0.35
 """Opacity of a failing map's pictures."""
@@ -58,8 +55,8 @@ def switch() -> bool:
 
 
 def budget_s(started: float) -> float:
-    """Seconds the checks may take: half the click's server time so far, at least the floor."""
-    return max(DEFAULT_BUDGET_S, BUDGET_SHARE * (time.perf_counter() - started))
+    """Seconds the checks may take: ``BUDGET_SHARE`` of the click's server time so far."""
+    return BUDGET_SHARE * (time.perf_counter() - started)
 
 
 def checks(
@@ -83,6 +80,7 @@ def checks(
             loaded.batch,
             shown,
             budget_s(started),
+            loaded.result.logits,
         )
     return None
 

@@ -241,8 +241,9 @@ def quick_checks(
     _batch: ImageBatch,
     _shown: Attribution,
     _budget_s: float,
+    _logits: torch.Tensor,
 ) -> QuickChecks:
     """The trust badges of the shown maps, cached like the maps: a rerun without a change (or
     a return to earlier picks) costs nothing. The budget is not part of the key: the first run
     decides which checks fitted."""
-    return heatmaps.quick_checks(_model, _batch, indices, request, _shown, _budget_s)
+    return heatmaps.quick_checks(_model, _batch, indices, request, _shown, _budget_s, _logits)

@@ -179,6 +179,7 @@ def quick_checks(
     request: HeatmapRequest,
     shown: Attribution,
     budget_s: float,
+    logits: torch.Tensor | None = None,
 ) -> QuickChecks:
     """The trust badges' checks of the shown maps (``gradpick.trust.quick``), for what they
     explain (``shown.gradients``: its target and each pick's class), on one CPU thread like
@@ -186,24 +187,24 @@ def quick_checks(
 
     Only a method seeded by the batch index (SmoothGrad's noise) needs the whole batch as
     floats; the others get the picked images alone, so a click converts k images, not N.
+    ``logits``: the batch's logits [N, classes] from inference (they name each runner-up).
     """
-    seeded = any(
-        parameter.name == "seed" for parameter in attribution.get(request.method).parameters
-    )
-    images = batch.float_images() if seeded else batch.images[list(indices)].float() / 255.0
-    positions = list(indices) if seeded else list(range(len(indices)))
+    seeded = any(p.name == "seed" for p in attribution.get(request.method).parameters)
     settings = replace(MethodSettings.from_chosen(dict(request.settings)), layer=shown.layer)
-    with _step_threads(model):
+    rows = torch.tensor(list(indices), dtype=torch.long)
+    with _step_threads(model):  # index_select: advanced indexing spins on busy cores
+        images = batch.float_images() if seeded else batch.images.index_select(0, rows) / 255.0
         checks = run_quick_checks(
             model,
             images,
-            positions,
+            list(indices) if seeded else list(range(len(indices))),
             request.method,
             shown.gradients.target,
             shown.gradients.classes,
             settings,
             shown,
             budget_s,
+            None if logits is None else logits.index_select(0, rows),
         )
     picks = (replace(pick, index=int(i)) for i, pick in zip(indices, checks.picks, strict=True))
     return replace(checks, picks=tuple(picks))
