@@ -61,8 +61,12 @@ def test_a_failing_map_is_dimmed_with_its_reason() -> None:
         return PickBadges(index, (badge,))
 
     found = QuickChecks("gradient", (pick(1, PASSES), pick(2, FAILS)), 1.0, ())
-    assert badges.captions_with(found, ["#1", "#2"]) == ["#1", "#2 · fails: explains the image"]
     strip = np.full((2, 2, 4), 200, dtype=np.uint8)
-    dimmed = badges.dim(strip)
-    assert (dimmed[..., :3] == 200).all() and (dimmed[..., 3] == round(200 * badges.DIMMED)).all()
+    strips, captions = badges.applied(found, [strip, strip], ["#1", "#2"])
+    assert captions == ["#1", "#2 · fails: explains the image"]
+    assert strips[0] is strip
+    assert (strips[1][..., :3] == 200).all()
+    assert (strips[1][..., 3] == round(200 * badges.DIMMED)).all()  # lower opacity
+    unchanged, same = badges.applied(None, [strip], ["#1"])
+    assert unchanged[0] is strip and same == ["#1"]
     assert 'data-verdict="fails"' in badges.pick_html("#2", found, 1)

@@ -7,15 +7,19 @@
 * ``contrastive``: the top classes' maps and a contrast logit A - logit B from one forward.
 * ``sensitivity``: class sensitivity, each map against the maps of other classes.
 * ``report``: all of them at once, and the JSON report ``gradpick check`` writes.
+* ``chunks``: all of them over any number of picks, a few at a time, as one report.
+* ``quick``: the cheap checks behind the explorer's badges, within a time budget per click.
 
 Every map comes from the attribution methods through ``engine.attribute_maps``.
 """
 
+from gradpick.trust.chunks import run_checks_in_chunks
 from gradpick.trust.completeness import Completeness, completeness
 from gradpick.trust.contrastive import ClassMaps, class_maps
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.faithfulness import Curves, attribution_order, faithfulness
 from gradpick.trust.metrics import spearman, ssim
+from gradpick.trust.quick import QuickChecks, quick_checks
 from gradpick.trust.randomisation import RandomisationCurve, randomisation_test
 from gradpick.trust.report import CheckOptions, TrustReport, report_dict, run_checks
 from gradpick.trust.road import RoadCurves, impute, road
@@ -28,6 +32,7 @@ __all__ = [
     "Completeness",
     "Curves",
     "MethodSettings",
+    "QuickChecks",
     "RandomisationCurve",
     "RoadCurves",
     "TrustReport",
@@ -37,10 +42,12 @@ __all__ = [
     "completeness",
     "faithfulness",
     "impute",
+    "quick_checks",
     "randomisation_test",
     "report_dict",
     "road",
     "run_checks",
+    "run_checks_in_chunks",
     "spearman",
     "ssim",
 ]

@@ -158,13 +158,13 @@ def verdict_of(check: str, figure: float) -> str:
     return PASSES if figure < good else FAILS if figure >= bad else WEAK
 
 
-def randomised_copy(model: nn.Module, example: torch.Tensor, seed: int = 0) -> nn.Module:
+def randomised_copy(model: nn.Module, example: torch.Tensor) -> nn.Module:
     """A frozen eval() deep copy of ``model`` with its last parametrised layer re-initialised.
 
     Made once per model (and kept while the model lives) under a lock, so sessions sharing a
     served model share its copy, which is only ever read; ``example`` (one image) finds the
     layer the forward runs last. The layer is redrawn as the Trust tab's randomisation test
-    redraws its first layer (``randomise_layer(layer, seed, 0)``).
+    redraws its first layer with seed 0 (``randomise_layer(layer, 0, 0)``).
     """
     with _copies_lock:
         found = _copies.get(model)
@@ -176,7 +176,7 @@ def randomised_copy(model: nn.Module, example: torch.Tensor, seed: int = 0) -> n
         if names:
             last = names[-1]
             layer = trial if last == type(trial).__name__ else trial.get_submodule(last)
-            randomise_layer(layer, seed, 0)
+            randomise_layer(layer, 0, 0)
         _copies[model] = trial
         return trial
 

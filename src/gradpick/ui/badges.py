@@ -26,9 +26,8 @@ from gradpick.ui.session import Loaded
 __all__ = [
     "COLOURS",
     "DIMMED",
-    "FAILS",
     "budget_s",
-    "captions_with",
+    "applied",
     "checks",
     "dim",
     "draw",
@@ -96,12 +95,21 @@ def dim(picture: np.ndarray) -> np.ndarray:
     return blended.round().astype(np.uint8)
 
 
-def captions_with(found: QuickChecks, captions: Sequence[str]) -> list[str]:
-    """The captions, a failing map's with its verdict and reason."""
-    return [
-        f"{caption} · fails: {pick.reason}" if pick.verdict == FAILS else caption
-        for caption, pick in zip(captions, found.picks, strict=True)
-    ]
+def applied(
+    found: QuickChecks | None, strips: list[np.ndarray], captions: list[str]
+) -> tuple[list[np.ndarray], list[str]]:
+    """The maps' pictures and captions with the verdicts: a failing map dimmed, its verdict and
+    reason in its caption (unchanged when the badges are off)."""
+    if found is None:
+        return strips, captions
+    failing = [pick.verdict == FAILS for pick in found.picks]
+    return (
+        [dim(strip) if fails else strip for strip, fails in zip(strips, failing, strict=True)],
+        [
+            f"{caption} · fails: {pick.reason}" if fails else caption
+            for caption, pick, fails in zip(captions, found.picks, failing, strict=True)
+        ],
+    )
 
 
 def pick_html(title: str, found: QuickChecks, position: int) -> str:

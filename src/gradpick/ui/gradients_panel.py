@@ -90,13 +90,7 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
                 heatmaps.strip(tile, compact=not few, channels=result.layer_maps is None)
                 for tile in tiles
             ]
-            if verdicts is not None:
-                strips = [
-                    badges.dim(strip) if pick.verdict == badges.FAILS else strip
-                    for strip, pick in zip(strips, verdicts.picks, strict=True)
-                ]
-                captions = badges.captions_with(verdicts, captions)
-            st.image(strips, caption=captions)
+            st.image(*badges.applied(verdicts, strips, captions))
         badges.draw(verdicts, titles)
     elapsed = (time.perf_counter() - started) * 1000
     server_time.metric(
