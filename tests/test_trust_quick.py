@@ -207,3 +207,19 @@ def test_thresholds() -> None:
         FAILS,
         FAILS,
     ]
+
+
+def test_road_noise_follows_the_batch_index_when_given_the_picks_alone(
+    tiny_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    images = float64_images.float()
+    held = predicted(tiny_cnn, images, [4])
+    whole = quick_checks(tiny_cnn, images, [4], "gradient", "logit", held, budget_s=UNLIMITED)
+    alone = quick_checks(
+        tiny_cnn, images[4:5], [0], "gradient", "logit", held, budget_s=UNLIMITED, seeds=[4]
+    )
+    assert figures(alone, "road") == pytest.approx(figures(whole, "road"), abs=1e-12)
+    elsewhere = quick_checks(
+        tiny_cnn, images[4:5], [0], "gradient", "logit", held, budget_s=UNLIMITED
+    )
+    assert figures(elsewhere, "road") != pytest.approx(figures(whole, "road"), abs=1e-12)

@@ -269,12 +269,12 @@ def _road_badges(
     indices: Sequence[int],
     maps: torch.Tensor,
     classes: torch.Tensor,
+    seeds: Sequence[int] | None,
 ) -> list[Badge]:
     """ROAD's mean gap LeRF - MoRF at ``QUICK_ROAD_SHARES``, per pick."""
     started = time.perf_counter()
-    curves = road(
-        model, images, indices, {"map": attribution_order(maps)}, classes, QUICK_ROAD_SHARES
-    )["map"]
+    orders = {"map": attribution_order(maps)}
+    curves = road(model, images, indices, orders, classes, QUICK_ROAD_SHARES, seeds=seeds)["map"]
     _road_cost[tuple(images.shape[1:])] = (time.perf_counter() - started) / len(indices)
     badges = []
     for gap in (curves.lerf - curves.morf).mean(dim=1).tolist():
@@ -299,6 +299,7 @@ def quick_checks(
     shown: Attribution | None = None,
     budget_s: float = DEFAULT_BUDGET_S,
     logits: torch.Tensor | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> QuickChecks:
     """The badges of ``method``'s maps of ``images[indices]``.
 
@@ -307,7 +308,8 @@ def quick_checks(
     computed for them (else computed here, outside the budget). ``budget_s``: seconds the
     checks may take; one runs only when its expected cost fits in what is left. ``logits``:
     the model's logits of the picks [k, classes] when known (the explorer's inference), else
-    one forward finds each pick's runner-up class.
+    one forward finds each pick's runner-up class. ``seeds``: each pick's batch index when
+    ``images`` holds the picks alone (ROAD's noise is seeded by it; default: ``indices``).
     """
     started = time.perf_counter()
     settings = settings or MethodSettings()
@@ -345,7 +347,7 @@ def quick_checks(
     if method == "integrated_gradients" and shown is not None:
         columns.append([_completeness_badge(e) for e in _completeness(served, shown, target, held)])
     if fits(road_cost):
-        columns.append(_road_badges(served, images, indices, own, held))
+        columns.append(_road_badges(served, images, indices, own, held, seeds))
     else:
         skipped.append("road")
     if skipped:

@@ -225,6 +225,7 @@ def road(
     shares: Sequence[float] = ROAD_SHARES,
     noise: float = ROAD_NOISE,
     seed: int = 0,
+    seeds: Sequence[int] | None = None,
 ) -> dict[str, RoadCurves]:
     """MoRF and LeRF curves of ``images[indices]`` for each pixel order.
 
@@ -233,6 +234,8 @@ def road(
     round(s * H * W) positions are removed and imputed. ``classes``: the class whose
     probability is read (default: the model's prediction on the unchanged image). ``noise``:
     the standard deviation added to the filled pixels (0 for plain linear imputation).
+    ``seeds``: the batch index each pick's noise is seeded by, when ``images`` holds the picks
+    alone (default: ``indices``).
     """
     fractions = check_shares(shares)
     noise = check_noise(noise)
@@ -249,7 +252,8 @@ def road(
             )
     # rank[o, i, p]: when pixel p of pick i goes under order o (0: first).
     rank = torch.stack([order.argsort(dim=1) for order in orders.values()]).to(picked.device)
-    draws = _noise(indices, (len(fractions), channels, height, width), seed).to(picked.device)
+    seeded_by = indices if seeds is None else seeds
+    draws = _noise(seeded_by, (len(fractions), channels, height, width), seed).to(picked.device)
     chosen = held.to(picked.device).repeat(2 * len(orders)).unsqueeze(1)
     tiled = picked.repeat(2 * len(orders), 1, 1, 1)
     probabilities = []

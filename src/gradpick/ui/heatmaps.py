@@ -186,7 +186,8 @@ def quick_checks(
     the step.
 
     Only a method seeded by the batch index (SmoothGrad's noise) needs the whole batch as
-    floats; the others get the picked images alone, so a click converts k images, not N.
+    floats; the others get the picked images alone (ROAD's noise still seeded by each pick's
+    batch index), so a click converts k images, not N.
     ``logits``: the batch's logits [N, classes] from inference (they name each runner-up).
     """
     seeded = any(p.name == "seed" for p in attribution.get(request.method).parameters)
@@ -205,6 +206,7 @@ def quick_checks(
             shown,
             budget_s,
             None if logits is None else logits.index_select(0, rows),
+            list(indices),
         )
     picks = (replace(pick, index=int(i)) for i, pick in zip(indices, checks.picks, strict=True))
     return replace(checks, picks=tuple(picks))
