@@ -94,8 +94,8 @@ least the first passes and at most the second fails."""
 QUICK_ROAD_SHARES = (0.1, 0.5, 0.9)
 DEFAULT_BUDGET_S = 0.1
 """Seconds all the checks of one call may take when the caller gives no budget: a check runs
-only when its expected cost (the shown map's own time for a map, ROAD's measured time per
-pick) fits in what is left of it."""
+only when its expected cost (the shown map's own time for a map, or the class check's own
+time once it ran; ROAD's measured time per pick) fits in what is left of it."""
 BUDGET_SHARE = 0.5
 """An explorer click's badges may take at most this share of the click's server time before
 them (``gradpick bench --badges`` and ``--explorer`` measure it)."""
@@ -330,10 +330,12 @@ def quick_checks(
     columns: list[list[Badge]] = []
     skipped: list[str] = []
     if fits(map_cost):
+        before = time.perf_counter()
         others = (logits_of(served, picked) if logits is None else logits).detach().cpu().double()
         others[torch.arange(len(indices)), held] = -torch.inf
         against = _maps(served, images, indices, method, target, others.argmax(dim=1), settings)
         columns.append([_spearman_badge("class", value) for value in _rho(own_saliency, against)])
+        map_cost = max(map_cost, time.perf_counter() - before)  # what a map check really took
     else:
         skipped.append("class")
     if fits(map_cost):
