@@ -547,3 +547,28 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
         assert page.get_by_text("their labels are ignored").count() == 0  # uploads have none
         _shot(page, "photos-upload")
         browser.close()
+
+
+def test_every_map_has_a_trust_badge_with_its_meaning_on_hover(page: Any) -> None:
+    """The badges' labels reach the browser as coloured spans whose title is their meaning (a
+    figure's, or why a check was left to the Trust tab: which fit depends on the CPU's speed)."""
+    pick_by_text(page, [3, 7])
+    wait_for_heatmaps(page, [3, 7])
+    badges = page.locator(f"{keys.selector(keys.TRUST_BADGES_CONTAINER)} .trust-badge")
+    badges.nth(1).wait_for()
+    assert badges.count() == 2
+    for line in range(2):
+        labels = badges.nth(line).locator("span[title]")
+        assert labels.count() >= 1
+        for position in range(labels.count()):
+            label = labels.nth(position)
+            text, title = label.inner_text(), label.get_attribute("title")
+            if "Trust tab" in text:
+                assert "time budget" in title, title
+            elif text.startswith(("class ρ", "randomised ρ")):
+                assert title.startswith("Spearman"), title
+            else:  # ROAD's gap: the figure, then its meaning
+                assert text.startswith("ROAD gap") and ": removing" in title, (text, title)
+            colour = label.evaluate("e => getComputedStyle(e).backgroundColor")
+            assert colour not in ("rgba(0, 0, 0, 0)", "transparent")
+    assert page_errors(page).count() == 0
