@@ -46,6 +46,10 @@ def suspect(app: AppTest) -> str:
     return text.split("  \n")[0].split(" ", 1)[1]
 
 
+def contrast_captions(app: AppTest) -> list[str]:
+    return [c for image in app.image for c in image.captions or [] if " - logit " in c]
+
+
 def listing(app: AppTest) -> Any:
     return next(frame.value for frame in app.dataframe if "verdict" in frame.value.columns)
 
@@ -58,7 +62,7 @@ def test_a_verdict_is_kept_the_next_suspect_follows_and_it_is_there_again(
     first = suspect(app)
     table = listing(app)
     assert table["name"].iloc[0] == first and (table["verdict"] == "").all()
-    assert any(c.startswith("d(logit") for image in app.image for c in image.captions or [])
+    assert any(c.startswith("Gradient of logit") for c in contrast_captions(app))
     book_path = verdicts_file(app)
     note = next(box for box in app.text_input if box.label == "Note (optional)")
     note.set_value("looks fine to me").run()
@@ -119,3 +123,33 @@ def test_stored_outputs_without_embeddings_skip_the_neighbours_and_keep_verdicts
     first = suspect(app)
     app.button(key=keys.per_source(keys.TRIAGE_VERDICT, "ambiguous")).click().run()
     assert [v.name for v in VerdictBook.beside(tmp_path / "outputs").history()] == [first]
+
+
+def test_the_contrast_map_follows_the_explorers_method_layer_maps_included(
+    generated: Path,
+) -> None:
+    app = AppTest.from_file(str(APP), default_timeout=180)
+    app.session_state[keys.METHOD] = "gradcam"
+    for key, value in TUTORIAL.items():
+        app.session_state[key] = value
+    app.run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert any(c.startswith("Grad-CAM of logit") for c in contrast_captions(app))
+
+
+def test_images_without_labels_are_said_to_need_labels_and_nothing_is_lost(
+    generated: Path,
+) -> None:
+    from test_app_hardening import png, uploads
+
+    app = open_app()
+    first = suspect(app)
+    app.button(key=keys.per_source(keys.TRIAGE_VERDICT, "fine")).click().run()
+    kind = app.sidebar.radio(key="source_kind").value
+    app = uploads(app, [("a.png", png(0)), ("b.png", png(1))])
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert any("Triage needs labels" in i.value for i in app.info)
+    app.sidebar.radio(key="source_kind").set_value(kind).run()
+    assert not app.exception
+    table = listing(app)
+    assert table.loc[table["name"] == first, "verdict"].tolist() == ["fine"]

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gradpick.devices import cpu_threads
 from gradpick.errors import InputError
 
 __all__ = [
@@ -160,7 +161,10 @@ def nearest_neighbours(
     if exact:
         indices, similarities = _exact(unit, k, chunk_rows)
     else:
-        indices, similarities = _inverted_file(unit, k, seed)
+        # Hundreds of small products: a second thread gains little, and on busy cores it
+        # spins at each barrier (on the shared two-core machine: 3.3 s with one, 9.7 s with two).
+        with cpu_threads(1):
+            indices, similarities = _inverted_file(unit, k, seed)
     cells = np.repeat(np.arange(count) * classes, k) + labels[indices].ravel()
     label_shares = np.bincount(cells, minlength=count * classes).reshape(count, classes) / k
     return Neighbours(
@@ -193,7 +197,9 @@ def _inverted_file(unit: torch.Tensor, k: int, seed: int) -> tuple[np.ndarray, n
         cell = (trained @ centroids.T).argmax(dim=1)
         sums = torch.zeros_like(centroids).index_add_(0, cell, trained)
         filled = sums.norm(dim=1) > 0  # an empty cell keeps its centroid
-        centroids = torch.where(filled[:, None], torch.nn.functional.normalize(sums, dim=1), centroids)
+        centroids = torch.where(
+            filled[:, None], torch.nn.functional.normalize(sums, dim=1), centroids
+        )
     cell = (unit @ centroids.T).argmax(dim=1)
     by_cell = torch.argsort(cell, stable=True)
     ends = torch.bincount(cell, minlength=cells).cumsum(0).tolist()

@@ -196,9 +196,9 @@ def scoring_seconds(
         copies = -(-rows // len(labels))
         logits, embeddings = np.tile(logits, (copies, 1)), np.tile(embeddings, (copies, 1))
         labels = np.tile(labels, copies)
-        embeddings = embeddings + np.random.default_rng(0).normal(
-            0, 1e-3, embeddings.shape
-        ).astype(np.float32)
+        embeddings = embeddings + np.random.default_rng(0).normal(0, 1e-3, embeddings.shape).astype(
+            np.float32
+        )
         source += f" stacked {copies} times"
     probabilities = torch.from_numpy(logits[:rows]).softmax(dim=1).numpy()
     labels, embeddings = labels[:rows], embeddings[:rows]

@@ -2,9 +2,9 @@
 
 The suspects come from ``gradpick.triage`` on the batch's own outputs (probabilities, labels and
 embeddings, no new inference). For the suspect in view the page shows the image, its given and
-suggested labels with their probabilities, the contrast map d (logit suggested - logit given) /
-d image (``gradpick.trust.contrastive``: the pixels that argue for the suggestion over the
-label), and its nearest neighbours with their labels. A verdict goes to the
+suggested labels with their probabilities, the contrast map of the logit difference
+z[suggested] - z[given] by the explorer's chosen attribution method, layer maps included (the
+pixels that argue for the suggestion over the label), and its nearest neighbours with their labels. A verdict goes to the
 ``gradpick.verdicts.VerdictBook`` beside the batch's store (the one opened, or the app's own
 store of the batch), so it is there when the store opens again; the next suspect without a
 verdict follows. A hosted demo keeps no files on its server: verdicts last for the session.
@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from gradpick import stored, triage
+from gradpick import attribution, stored, triage
 from gradpick.errors import DataError, GradpickError
-from gradpick.trust.contrastive import class_maps
-from gradpick.ui import heatmaps, keys, state
+from gradpick.ui import cache, heatmaps, keys, state
 from gradpick.ui.config import app_config
 from gradpick.ui.session import Loaded, Settings
 from gradpick.verdicts import VERDICTS, Verdict, VerdictBook, split_stale
@@ -122,15 +121,23 @@ def _inspect(index: int) -> None:
     state.set_picked(st.session_state, [index], f"Picked #{index} from the triage.")
 
 
-def _contrast(loaded: Loaded, index: int, suggested: int, given: int) -> Any:
-    """The image, heat and overlay of d (logit suggested - logit given) / d image."""
-    images = loaded.batch.float_images()
-    maps = class_maps(loaded.model, images, [index], top=1, contrast=(suggested, given))
-    tile = heatmaps.tiles(loaded.batch.images[[index]], maps.contrast_maps.cpu(), False)[0]
-    return heatmaps.strip(tile, compact=True), float(maps.contrast_values[0])
+def _contrast(
+    loaded: Loaded, settings: Settings, index: int, suggested: int, given: int
+) -> tuple[Any, str]:
+    """The image, heat and overlay of the explorer's chosen method (layer maps included) for
+    the logit difference z[suggested] - z[given], and the method's label."""
+    request = settings.request
+    cached_by = (loaded.key, loaded.option.identity, str(loaded.device), (index,))
+    maps = cache.attribution(
+        *cached_by, request, loaded.model, loaded.batch, contrast=(suggested, given)
+    ).maps
+    tile = heatmaps.tiles(loaded.batch.images[[index]], maps.cpu(), False)[0]
+    return heatmaps.strip(tile, compact=True), attribution.get(request.method).label
 
 
-def _evidence(loaded: Loaded, found: triage.Triage, index: int, names: list[str]) -> None:
+def _evidence(
+    loaded: Loaded, settings: Settings, found: triage.Triage, index: int, names: list[str]
+) -> None:
     result = loaded.result
     given, suggested = int(found.given[index]), int(found.suggested[index])
     probabilities = result.probabilities[index]
@@ -143,12 +150,18 @@ def _evidence(loaded: Loaded, found: triage.Triage, index: int, names: list[str]
         f"{float(found.suggested_probability[index]):.1%} with the neighbours)"
     )
     with right:
-        strip, value = _contrast(loaded, index, suggested, given)
-        st.image(
-            strip,
-            caption=f"d(logit {names[suggested]} - logit {names[given]}) / d image: image, "
-            f"map, overlay (logit difference {value:+.2f})",
-        )
+        logits = result.logits[index]
+        value = float(logits[suggested] - logits[given])
+        try:
+            strip, method = _contrast(loaded, settings, index, suggested, given)
+        except GradpickError as error:
+            st.error(f"No contrast map: {error}")
+        else:
+            st.image(
+                strip,
+                caption=f"{method} of logit {names[suggested]} - logit {names[given]}: image, "
+                f"map, overlay (logit difference {value:+.2f})",
+            )
     if found.neighbours is None:
         return
     st.caption("Nearest neighbours in feature space (click one to pick it in Explore):")
@@ -223,7 +236,11 @@ def render(loaded: Loaded, settings: Settings) -> None:
     """The tab: what cannot be triaged and why, else the next suspect and the verdicts."""
     result = loaded.result
     if result.labels is None:
-        st.info("These images have no labels, so there is no given label to doubt.")
+        st.info(
+            "Triage needs labels: these images have none (uploaded images), so there is no "
+            "given label to doubt. Open a labelled folder (one subfolder per class) or stored "
+            "outputs with labels to triage them."
+        )
         return
     names = list(loaded.batch.class_names)
     found = _found(loaded)
@@ -259,7 +276,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
         index = waiting[0]
         rank = int(np.flatnonzero(found.order == index)[0]) + 1
         st.subheader(f"Suspect {rank} of {len(found.order)}: {len(waiting)} without a verdict")
-        _evidence(loaded, found, index, names)
+        _evidence(loaded, settings, found, index, names)
         _verdict_buttons(loaded, found, index, book, names)
     _listing(loaded, found, current, names)
     _picking_rule(loaded, current)
