@@ -216,7 +216,9 @@ def test_grad_cam_of_a_logit_difference_equals_a_hand_hook_and_autograd(float64_
     layer = float64_cnn.get_submodule(LAYER)
     for row, (index, a, b) in enumerate([(2, 1, 4), (0, 6, 3)]):
         kept: list[torch.Tensor] = []
-        handle = layer.register_forward_hook(lambda module, inputs, output: kept.append(output))
+        handle = layer.register_forward_hook(
+            lambda module, inputs, output, kept=kept: kept.append(output)
+        )
         try:
             # the net is frozen: the graph reaches the layer only through the image
             logits = float64_cnn(images[index : index + 1].clone().requires_grad_(True))[0]

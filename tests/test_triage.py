@@ -176,7 +176,9 @@ def test_approximate_neighbours_find_most_of_the_brute_force_ones() -> None:
     similarity = unit.astype(np.float64) @ unit.T.astype(np.float64)
     np.fill_diagonal(similarity, -np.inf)
     expected = np.argsort(-similarity, axis=1, kind="stable")[:, :10]
-    recall = np.mean([len(np.intersect1d(a, b)) / 10 for a, b in zip(expected, found.indices)])
+    recall = np.mean(
+        [len(np.intersect1d(a, b)) / 10 for a, b in zip(expected, found.indices, strict=True)]
+    )
     assert recall > 0.9, recall
     assert not (found.indices == np.arange(3000)[:, None]).any()
     np.testing.assert_allclose(
