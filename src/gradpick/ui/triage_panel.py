@@ -2,12 +2,13 @@
 
 The suspects come from ``gradpick.triage`` on the batch's own outputs (probabilities, labels and
 embeddings, no new inference). For the suspect in view the page shows the image, its given and
-suggested labels with their probabilities, the contrast map of the logit difference
-z[suggested] - z[given] by the explorer's chosen attribution method, layer maps included (the
-pixels that argue for the suggestion over the label), and its nearest neighbours with their
-labels. A verdict goes to the ``gradpick.verdicts.VerdictBook`` beside the batch's store (the
-one opened, or the app's own store of the batch), so it is there when the store opens again;
-the next suspect without a verdict follows. A hosted demo keeps no files on its server: verdicts last for the session.
+suggested labels with their probabilities, the contrast map of the logit difference z[suggested]
+- z[given] by the explorer's chosen attribution method, layer maps included (the pixels that
+argue for the suggestion over the label), and its nearest neighbours with their labels. A
+verdict goes to the ``gradpick.verdicts.VerdictBook`` beside the batch's store (the one opened,
+or the app's own store of the batch), so it is there when the store opens again; the next
+suspect without a verdict follows. A hosted demo keeps no files on its server: verdicts last for
+the session.
 """
 
 from __future__ import annotations
