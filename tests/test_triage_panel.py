@@ -3,6 +3,7 @@ there again when the page reopens; stale verdicts shown, not applied; a corrupt 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -153,3 +154,32 @@ def test_images_without_labels_are_said_to_need_labels_and_nothing_is_lost(
     assert not app.exception
     table = listing(app)
     assert table.loc[table["name"] == first, "verdict"].tolist() == ["fine"]
+
+
+def test_a_verdict_is_a_column_of_the_table_and_a_picking_rule(generated: Path) -> None:
+    from test_app import table
+
+    app = open_app()
+    first = suspect(app)
+    index = int(listing(app)["#"].iloc[0])
+    app.button(key=keys.per_source(keys.TRIAGE_VERDICT, "label_wrong")).click().run()
+    rows = table(app)
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert rows.loc[rows["verdict"] != "", ["name", "verdict"]].values.tolist() == [
+        [first, "label wrong"]
+    ]
+    app.session_state[keys.RULE] = "judged"
+    app.session_state[keys.RULE_VERDICT] = "label_wrong"
+    next(button for button in app.button if button.label == "Pick").click().run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert app.session_state[keys.PICKED] == [index]
+    for view in ("Thumbnails", "Confidence vs loss", "Feature space"):
+        app.session_state[keys.OUTPUTS_TAB] = view
+        app.run()
+        assert not app.exception and not app.error, [e.value for e in app.error]
+        specs = [json.loads(chart.proto.spec) for chart in app.get("plotly_chart")]
+        marks = [
+            t for spec in specs for t in spec["data"] if t.get("name", "").startswith("verdict")
+        ]
+        assert [t["name"] for t in marks] == ["verdict: label wrong"], view
+        assert "customdata" not in marks[0]

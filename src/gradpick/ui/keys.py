@@ -49,6 +49,7 @@ __all__ = [
     "RULE_CLASS",
     "RULE_K",
     "RULE_SEED",
+    "RULE_VERDICT",
     "RUN_COMPARISON",
     "RUN_STARTED",
     "RUN_SWEEP",
@@ -188,6 +189,7 @@ RULE = "rule"
 RULE_K = "rule_k"
 RULE_CLASS = "rule_class"
 RULE_SEED = "rule_seed"
+RULE_VERDICT = "rule_verdict"
 HEATMAPS_CONTAINER = "heatmaps"
 DETAIL = "detail_index"
 DETAIL_HEATMAPS = "detail_heatmaps"

@@ -13,35 +13,24 @@ the session.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import streamlit as st
 
-from gradpick import attribution, stored, triage
-from gradpick.errors import DataError, GradpickError
+from gradpick import attribution, selection, triage
+from gradpick.errors import GradpickError
+from gradpick.infer import InferenceResult
 from gradpick.ui import cache, heatmaps, keys, state
-from gradpick.ui.config import app_config
+from gradpick.ui import judged as judged_now
 from gradpick.ui.session import Loaded, Settings
-from gradpick.verdicts import VERDICTS, Verdict, VerdictBook, split_stale
+from gradpick.verdicts import VERDICTS, Verdict, VerdictBook
 
-__all__ = ["render", "store_path"]
+__all__ = ["render"]
 
 SHOWN_NEIGHBOURS = 6
 LISTED = 20
 """Suspects in the table under the one in view."""
-
-
-def store_path(loaded: Loaded, settings: Settings) -> Path | None:
-    """The store the batch's verdicts belong beside: the one opened, else the app's own store
-    of this batch; None in a hosted demo, which keeps nothing on disk."""
-    if loaded.choice.kind == "stored":
-        return Path(loaded.choice.outputs.strip()).expanduser()
-    if app_config().hosted or settings.source is None:
-        return None
-    source = settings.source.at_spec(loaded.served.spec)
-    return stored.own_store_path(loaded.served, source, loaded.batch)
 
 
 def _found(loaded: Loaded) -> triage.Triage:
@@ -55,22 +44,6 @@ def _found(loaded: Loaded) -> triage.Triage:
     found = triage.triage(result.probabilities.double().numpy(), result.labels.numpy(), features)
     st.session_state[keys.TRIAGE_RESULT] = (loaded.key, found)
     return found
-
-
-def _session_book() -> dict[int, Verdict]:
-    book: dict[int, Verdict] = st.session_state.setdefault(keys.TRIAGE_SESSION_VERDICTS, {})
-    return book
-
-
-def _verdicts(loaded: Loaded, book: VerdictBook | None) -> tuple[dict[int, Verdict], list[Verdict]]:
-    """The verdicts in force on this batch's images, and the stale ones (shown, not applied)."""
-    latest = dict(_session_book())
-    if book is not None:
-        try:
-            latest = {**book.latest(), **latest}
-        except DataError as error:
-            st.error(f"{error} Verdicts given now last for this session only.")
-    return split_stale(latest, loaded.batch.positions, loaded.batch.names)
 
 
 def _record(book: VerdictBook | None, position: int, name: str, verdict: str) -> None:
@@ -91,31 +64,36 @@ def _record(book: VerdictBook | None, position: int, name: str, verdict: str) ->
             return
         except GradpickError as error:
             session[keys.TRIAGE_PROBLEM] = f"{error} Kept for this session only."
-    _session_book()[position] = judged
+    judged_now.session_book()[position] = judged
 
 
-def _pick_judged(indices: dict[str, list[int]]) -> None:
-    """The picking rule: every image of the batch with the chosen verdict."""
+def _pick_judged(result: InferenceResult, judged: dict[int, str]) -> None:
+    """The picking rule (``selection``'s verdict rule): every image with the chosen verdict."""
     chosen = st.session_state.get(keys.TRIAGE_PICK_VERDICT) or next(iter(VERDICTS))
-    said = VERDICTS[chosen]
-    state.set_picked(st.session_state, indices[chosen], f"Picked the images judged {said}.")
+    indices = selection.pick(result, "judged", len(result), judged=judged, verdict=chosen)
+    state.set_picked(st.session_state, indices, f"Picked the images judged {VERDICTS[chosen]}.")
 
 
 def _picking_rule(loaded: Loaded, current: dict[int, Verdict]) -> None:
     """Pick, for the other tabs, every image judged label wrong (or model wrong, ...)."""
+    if not current:
+        return
     index_of = {int(p): i for i, p in enumerate(loaded.batch.positions)}
-    indices = {
-        verdict: sorted(index_of[p] for p, v in current.items() if v.verdict == verdict)
-        for verdict in VERDICTS
-    }
+    judged = {index_of[p]: v.verdict for p, v in current.items()}
+    counts = {verdict: sum(v == verdict for v in judged.values()) for verdict in VERDICTS}
     left, right = st.columns([2, 1])
     left.selectbox(
         "Pick the images judged",
         list(VERDICTS),
-        format_func=lambda v: f"{VERDICTS[v]} ({len(indices[v])})",
+        format_func=lambda v: f"{VERDICTS[v]} ({counts[v]})",
         key=keys.TRIAGE_PICK_VERDICT,
     )
-    right.button("Pick them", key=keys.TRIAGE_PICK, on_click=_pick_judged, args=(indices,))
+    right.button(
+        "Pick them",
+        key=keys.TRIAGE_PICK,
+        on_click=_pick_judged,
+        args=(loaded.result, judged),
+    )
 
 
 def _inspect(index: int) -> None:
@@ -245,12 +223,11 @@ def render(loaded: Loaded, settings: Settings) -> None:
         return
     names = list(loaded.batch.class_names)
     found = _found(loaded)
-    path = store_path(loaded, settings)
-    book = None if path is None else VerdictBook.beside(path)
-    current, stale = _verdicts(loaded, book)
-    problem = st.session_state.pop(keys.TRIAGE_PROBLEM, None)
-    if problem:
-        st.error(problem)
+    book = judged_now.book(loaded, settings)
+    current, stale, unread = judged_now.in_force(loaded, book)
+    for problem in (unread, st.session_state.pop(keys.TRIAGE_PROBLEM, None)):
+        if problem:
+            st.error(problem)
     st.caption(
         f"{int(found.flagged.sum())} of {len(loaded)} images flagged as label issues; "
         + (
