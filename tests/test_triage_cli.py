@@ -70,7 +70,19 @@ def test_suspects_are_most_suspect_first_readable_by_pandas_and_duckdb(
     opened = write_store(cifar_like / "test", tmp_path / "outputs")
     out, summary = tmp_path / "suspects.parquet", tmp_path / "summary.json"
     assert (
-        main(["triage", "--outputs", str(opened.path), "--out", str(out), "--json", str(summary)])
+        main(
+            [
+                "triage",
+                "--outputs",
+                str(opened.path),
+                "--out",
+                str(out),
+                "--json",
+                str(summary),
+                "--k",
+                "10",
+            ]
+        )
         == 0
     )
     frame = pd.read_parquet(out)

@@ -51,8 +51,6 @@ __all__ = [
     "thumbnail_sheet",
     "Trace",
     "TrustSeries",
-    "VERDICT_MARKS",
-    "verdict_marks",
 ]
 
 RIGHT = "#2f9e44"
@@ -678,43 +676,3 @@ def faithfulness_lines(fractions: Sequence[float], curves: TrustSeries) -> go.Fi
         layout[f"xaxis{suffix}"].update(title={"text": "share of pixels"}, range=[0, 1])
         layout[f"yaxis{suffix}"].update(title={"text": "probability"}, range=[0, 1.02])
     return _figure(_paired_lines(fractions, curves, titles), height=330, select=False, **layout)
-
-
-# ----------------------------------------------------------------------------- verdicts
-
-VERDICT_MARKS = {
-    "label_wrong": ("#c2255c", "diamond-open"),
-    "model_wrong": ("#1971c2", "square-open"),
-    "ambiguous": ("#e67700", "circle-open-dot"),
-    "fine": ("#495057", "star-open"),
-}
-"""Each verdict's colour and marker symbol, beside an image's own point or thumbnail."""
-
-
-def verdict_marks(
-    x: Sequence[float], y: Sequence[float], verdicts: Sequence[str], labels: Mapping[str, str]
-) -> list[Trace]:
-    """One trace per verdict given: an open marker of its colour and symbol at (x, y), named
-    ``labels[verdict]`` in the legend. Without customdata, so a box or lasso over a mark picks
-    nothing extra (the image's own point carries its index)."""
-    traces: list[Trace] = []
-    for verdict, (colour, symbol) in VERDICT_MARKS.items():
-        members = [i for i, said in enumerate(verdicts) if said == verdict]
-        if members:
-            traces.append(
-                {
-                    "type": "scatter",
-                    "x": [x[i] for i in members],
-                    "y": [y[i] for i in members],
-                    "mode": "markers",
-                    "name": f"verdict: {labels[verdict]}",
-                    "hoverinfo": "skip",
-                    "marker": {
-                        "color": colour,
-                        "symbol": symbol,
-                        "size": 13,
-                        "line": {"width": 2, "color": colour},
-                    },
-                }
-            )
-    return traces

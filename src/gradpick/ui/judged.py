@@ -8,7 +8,9 @@ this session only (a hosted demo, or a file that could not be written).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
@@ -17,9 +19,17 @@ from gradpick.errors import DataError
 from gradpick.ui import keys
 from gradpick.ui.config import app_config
 from gradpick.ui.session import Loaded, Settings
-from gradpick.verdicts import Verdict, VerdictBook, split_stale
+from gradpick.verdicts import VERDICTS, Verdict, VerdictBook, split_stale
 
-__all__ = ["book", "by_index", "in_force", "session_book", "store_path"]
+__all__ = ["MARKS", "book", "by_index", "in_force", "marks", "session_book", "store_path"]
+
+MARKS = {
+    "label_wrong": ("#c2255c", "diamond-open"),
+    "model_wrong": ("#1971c2", "square-open"),
+    "ambiguous": ("#e67700", "circle-open-dot"),
+    "fine": ("#495057", "star-open"),
+}
+"""Each verdict's colour and marker symbol, beside an image's own point or thumbnail."""
 
 
 def store_path(loaded: Loaded, settings: Settings) -> Path | None:
@@ -67,3 +77,25 @@ def by_index(loaded: Loaded, settings: Settings) -> dict[int, str]:
     current, _, _ = in_force(loaded, book(loaded, settings))
     index_of = {int(p): i for i, p in enumerate(loaded.batch.positions)}
     return {index_of[p]: v.verdict for p, v in current.items() if p in index_of}
+
+
+def marks(x: Sequence[float], y: Sequence[float], verdicts: Sequence[str]) -> list[dict[str, Any]]:
+    """Plotly traces, one per verdict given: an open marker of its colour and symbol at (x, y).
+    Without customdata, so a box or lasso over a mark picks nothing extra (the image's own
+    point carries its index)."""
+    traces = []
+    for verdict, (colour, symbol) in MARKS.items():
+        members = [i for i, said in enumerate(verdicts) if said == verdict]
+        if members:
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": [x[i] for i in members],
+                    "y": [y[i] for i in members],
+                    "mode": "markers",
+                    "name": f"verdict: {VERDICTS[verdict]}",
+                    "hoverinfo": "skip",
+                    "marker": {"color": colour, "symbol": symbol, "size": 13},
+                }
+            )
+    return traces

@@ -19,6 +19,7 @@ from gradpick import embedding, selection
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
 from gradpick.ui import cache, figures, hover, keys, media, service, state
+from gradpick.ui import judged as judged_now
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded
 from gradpick.verdicts import VERDICTS
@@ -138,11 +139,8 @@ def _marked(figure: go.Figure, judged: Mapping[int, str], where: Any) -> None:
     placed = [(point, v) for point, v in placed if point is not None]
     if placed:
         figure.add_traces(
-            figures.verdict_marks(
-                [p[0] for p, _ in placed],
-                [p[1] for p, _ in placed],
-                [v for _, v in placed],
-                VERDICTS,
+            judged_now.marks(
+                [p[0] for p, _ in placed], [p[1] for p, _ in placed], [v for _, v in placed]
             )
         )
 
