@@ -162,7 +162,7 @@ def nearest_neighbours(
         indices, similarities = _exact(unit, k, chunk_rows)
     else:
         # Hundreds of small products: a second thread gains little, and on busy cores it
-        # spins at each barrier (on the shared two-core machine: 3.3 s with one, 9.7 s with two).
+        # spins at each barrier (two shared cores at load 8: 3.3 s with one, 20.2 s with two).
         with cpu_threads(1):
             indices, similarities = _inverted_file(unit, k, seed)
     cells = np.repeat(np.arange(count) * classes, k) + labels[indices].ravel()
