@@ -231,3 +231,29 @@ def test_grad_cam_of_a_logit_difference_equals_a_hand_hook_and_autograd(float64_
         assert result.layer_maps is not None
         torch.testing.assert_close(result.layer_maps[row], expected, rtol=1e-10, atol=1e-13)
     assert result.layer_maps.abs().sum() > 0
+
+
+def test_score_cam_of_a_logit_difference_scores_the_masked_images_by_it(float64_cnn):
+    """Score-CAM's masked forwards go through a second request: each is scored by z[A] - z[B]."""
+    images = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(10)).double()
+    request = GradientRequest.build(
+        float64_cnn, images, [1], target="logit", classes=[2], versus=[7]
+    )
+    result = attribution.build("scorecam", {}, layer=LAYER).attribute(request)
+    layer = float64_cnn.get_submodule(LAYER)
+    kept: list[torch.Tensor] = []
+    handle = layer.register_forward_hook(lambda module, inputs, output: kept.append(output))
+    try:
+        with torch.no_grad():
+            float64_cnn(images[1:2])
+    finally:
+        handle.remove()
+
+    def score(masked: torch.Tensor) -> torch.Tensor:
+        logits = float64_cnn(masked[None])[0]
+        return logits[2] - logits[7]
+
+    with torch.no_grad():
+        expected = _scorecam(kept[0][0], None, images[1], score)
+    assert result.layer_maps is not None
+    torch.testing.assert_close(result.layer_maps[0], expected, rtol=1e-10, atol=1e-13)
