@@ -17,9 +17,10 @@ Two signals, both read from stored outputs (or the explorer's batch), no gradien
 The two are combined in log space, ``score = -log p[given] - w * log(agreement + 1/k)`` with a
 small weight ``w`` (k and w chosen on a noise seed the benchmark does not report): the
 model's probability leads, and neighbour agreement reorders images the model finds about
-equally unlikely. A plain average of the two did worse than either alone on CIFAR-10 (the neighbour signal is the weaker one; see the triage benchmark in the docs). The
-*flagged* set is the ``n`` most suspect images by that score, ``n`` being confident learning's
-estimate of the number of label issues. The suggested label is the most probable class other
+equally unlikely. A plain average of the two did worse than either alone on CIFAR-10 (the
+neighbour signal is the weaker one; see the triage benchmark in the docs). The *flagged* set
+is the ``n`` most suspect images by that score, ``n`` being confident learning's estimate of
+the number of label issues. The suggested label is the most probable class other
 than the given one under the mean of the model's and the neighbours' class distributions.
 
 Probabilities must be out of sample for any of this to mean much: a model scores its own

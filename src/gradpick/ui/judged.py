@@ -39,8 +39,16 @@ def store_path(loaded: Loaded, settings: Settings) -> Path | None:
         return Path(loaded.choice.outputs.strip()).expanduser()
     if app_config().hosted or settings.source is None:
         return None
+    # Every view asks on every click, and a folder's fingerprint reads every file's metadata:
+    # the path is kept per batch and model.
+    memo_key = (loaded.key, loaded.option.identity)
+    memo = st.session_state.get(keys.VERDICT_STORE)
+    if memo is not None and memo[0] == memo_key:
+        return Path(memo[1])
     source = settings.source.at_spec(loaded.served.spec)
-    return stored.own_store_path(loaded.served, source, loaded.batch)
+    path = stored.own_store_path(loaded.served, source, loaded.batch)
+    st.session_state[keys.VERDICT_STORE] = (memo_key, str(path))
+    return path
 
 
 def book(loaded: Loaded, settings: Settings) -> VerdictBook | None:

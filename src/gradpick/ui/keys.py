@@ -252,6 +252,8 @@ TRIAGE_VERDICT = "triage_verdict"
 TRIAGE_TABLE = "triage_table"
 TRIAGE_PICK_VERDICT = "triage_pick_verdict"
 TRIAGE_PICK = "triage_pick"
+VERDICT_STORE = "verdict_store"
+"""(batch and model, path) of the store the batch's verdicts belong beside."""
 __all__ += [
     "TRIAGE_CLASS",
     "TRIAGE_NEIGHBOUR",
@@ -263,6 +265,7 @@ __all__ += [
     "TRIAGE_SESSION_VERDICTS",
     "TRIAGE_TABLE",
     "TRIAGE_VERDICT",
+    "VERDICT_STORE",
 ]
 
 # ----------------------------------------------------------------------------- layer maps
