@@ -87,10 +87,12 @@ def by_index(loaded: Loaded, settings: Settings) -> dict[int, str]:
     return {index_of[p]: v.verdict for p, v in current.items() if p in index_of}
 
 
-def marks(x: Sequence[float], y: Sequence[float], verdicts: Sequence[str]) -> list[dict[str, Any]]:
-    """Plotly traces, one per verdict given: an open marker of its colour and symbol at (x, y).
-    Without customdata, so a box or lasso over a mark picks nothing extra (the image's own
-    point carries its index)."""
+def marks(
+    x: Sequence[float], y: Sequence[float], verdicts: Sequence[str], legend: bool = True
+) -> list[dict[str, Any]]:
+    """Plotly traces, one per verdict given: an open marker of its colour and symbol at (x, y)
+    (in the legend unless ``legend`` is False). Without customdata, so a box or lasso over a
+    mark picks nothing extra (the image's own point carries its index)."""
     traces = []
     for verdict, (colour, symbol) in MARKS.items():
         members = [i for i, said in enumerate(verdicts) if said == verdict]
@@ -103,6 +105,7 @@ def marks(x: Sequence[float], y: Sequence[float], verdicts: Sequence[str]) -> li
                     "mode": "markers",
                     "name": f"verdict: {VERDICTS[verdict]}",
                     "hoverinfo": "skip",
+                    "showlegend": legend,
                     "marker": {"color": colour, "symbol": symbol, "size": 13},
                 }
             )

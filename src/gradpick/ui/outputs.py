@@ -132,7 +132,7 @@ def _hover_thumbnails(loaded: Loaded, chart_key: str) -> None:
         st.iframe(hover.script([keys.selector(chart_key)], url, layout), height=1)
 
 
-def _marked(figure: go.Figure, judged: Mapping[int, str], where: Any) -> None:
+def _marked(figure: go.Figure, judged: Mapping[int, str], where: Any, legend: bool = True) -> None:
     """Add the verdict marks of the judged images that ``where(index)`` places (None: not in
     this view)."""
     placed = [(where(i), v) for i, v in sorted(judged.items())]
@@ -140,7 +140,10 @@ def _marked(figure: go.Figure, judged: Mapping[int, str], where: Any) -> None:
     if placed:
         figure.add_traces(
             judged_now.marks(
-                [p[0] for p, _ in placed], [p[1] for p, _ in placed], [v for _, v in placed]
+                [p[0] for p, _ in placed],
+                [p[1] for p, _ in placed],
+                [v for _, v in placed],
+                legend,
             )
         )
 
@@ -180,7 +183,7 @@ def _thumbnails(loaded: Loaded, judged: Mapping[int, str]) -> None:
         place = index - first
         return place % GRID_COLUMNS + 0.82, place // GRID_COLUMNS + 0.18
 
-    _marked(figure, judged, corner)
+    _marked(figure, judged, corner, legend=False)  # the grid has no legend
     _plot(figure, keys.GRID_CHART)
 
 
