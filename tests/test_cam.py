@@ -203,3 +203,57 @@ def test_grad_cam_of_a_vision_transformer_needs_no_reshape():
     assert result.layer == "blocks.11.norm1" and result.layer_maps is not None
     assert result.layer_maps.shape == (1, 14, 14) and result.layer_maps.sum() > 0
     assert result.maps.shape == (1, 3, 224, 224)
+
+
+def test_grad_cam_of_a_logit_difference_equals_a_hand_hook_and_autograd(float64_cnn):
+    """Grad-CAM of z[A] - z[B] (the Triage tab's contrast) against a forward hook on the layer
+    and torch.autograd.grad of that difference, one image at a time."""
+    images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(8)).double()
+    request = GradientRequest.build(
+        float64_cnn, images, [2, 0], target="logit", classes=[1, 6], versus=[4, 3]
+    )
+    result = attribution.build("gradcam", {}, layer=LAYER).attribute(request)
+    layer = float64_cnn.get_submodule(LAYER)
+    for row, (index, a, b) in enumerate([(2, 1, 4), (0, 6, 3)]):
+        kept: list[torch.Tensor] = []
+        handle = layer.register_forward_hook(
+            lambda module, inputs, output, kept=kept: kept.append(output)
+        )
+        try:
+            # the net is frozen: the graph reaches the layer only through the image
+            logits = float64_cnn(images[index : index + 1].clone().requires_grad_(True))[0]
+        finally:
+            handle.remove()
+        (G,) = torch.autograd.grad(logits[a] - logits[b], kept[0])
+        A = kept[0][0].detach()
+        weights = G[0].mean(dim=(1, 2))
+        expected = (weights[:, None, None] * A).sum(dim=0).clamp_min(0)
+        assert result.layer_maps is not None
+        torch.testing.assert_close(result.layer_maps[row], expected, rtol=1e-10, atol=1e-13)
+    assert result.layer_maps.abs().sum() > 0
+
+
+def test_score_cam_of_a_logit_difference_scores_the_masked_images_by_it(float64_cnn):
+    """Score-CAM's masked forwards go through a second request: each is scored by z[A] - z[B]."""
+    images = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(10)).double()
+    request = GradientRequest.build(
+        float64_cnn, images, [1], target="logit", classes=[2], versus=[7]
+    )
+    result = attribution.build("scorecam", {}, layer=LAYER).attribute(request)
+    layer = float64_cnn.get_submodule(LAYER)
+    kept: list[torch.Tensor] = []
+    handle = layer.register_forward_hook(lambda module, inputs, output: kept.append(output))
+    try:
+        with torch.no_grad():
+            float64_cnn(images[1:2])
+    finally:
+        handle.remove()
+
+    def score(masked: torch.Tensor) -> torch.Tensor:
+        logits = float64_cnn(masked[None])[0]
+        return logits[2] - logits[7]
+
+    with torch.no_grad():
+        expected = _scorecam(kept[0][0], None, images[1], score)
+    assert result.layer_maps is not None
+    torch.testing.assert_close(result.layer_maps[0], expected, rtol=1e-10, atol=1e-13)

@@ -99,7 +99,7 @@ def test_rules_work_on_a_real_inference_result(tiny_cnn, random_batch):
     losses = inferred.losses.tolist()
     assert pick(inferred, "top_k_loss", k=3) == sorted(range(16), key=lambda i: -losses[i])[:3]
     for rule in RULES:
-        if rule not in ("true_class", "predicted_class"):
+        if rule not in ("true_class", "predicted_class", "judged"):
             picked = pick(inferred, rule, k=4, anchor=2)
             assert len(picked) == 4 and all(isinstance(index, int) for index in picked)
 
@@ -301,3 +301,15 @@ def test_nearest_neighbours_rule_needs_features_and_an_anchor(result):
         pick(with_features, "nearest_neighbours", k=3)
     with pytest.raises(SelectionError, match="valid indices are 0 to 7"):
         pick(with_features, "nearest_neighbours", k=3, anchor=8)
+
+
+def test_the_verdict_rule_picks_the_judged_images_in_index_order(result):
+    judged = {5: "label_wrong", 1: "fine", 3: "label_wrong", 99: "label_wrong"}  # 99: not here
+    assert pick(result, "judged", k=8, judged=judged, verdict="label_wrong") == [3, 5]
+    assert pick(result, "judged", k=8, judged=judged) == [1, 3, 5]  # any verdict
+    assert pick(result, "judged", k=1, judged=judged, verdict="label_wrong") == [3]
+    assert pick(result, "judged", judged=judged, verdict="ambiguous") == []
+    with pytest.raises(SelectionError, match="no verdict; choose one of label_wrong"):
+        pick(result, "judged", judged=judged, verdict="wrong")
+    with pytest.raises(SelectionError, match="Triage tab"):
+        pick(result, "judged", judged={}, verdict="fine")

@@ -161,3 +161,28 @@ def test_neighbours_of_wide_rows_equal_brute_force() -> None:
         np.testing.assert_allclose(
             found.similarities, np.take_along_axis(similarity, expected, 1), rtol=1e-5
         )
+
+
+def test_approximate_neighbours_find_most_of_the_brute_force_ones() -> None:
+    """The inverted file (used above EXACT_ROWS rows) against float64 brute force on clustered
+    data: most true neighbours found, the similarities are the true ones, never the row itself."""
+    rng = np.random.default_rng(6)
+    centres = rng.normal(size=(12, 16))
+    labels = rng.integers(0, 12, 3000)
+    embeddings = (centres[labels] + rng.normal(scale=0.8, size=(3000, 16))).astype(np.float32)
+    found = triage.nearest_neighbours(embeddings, labels, 12, k=10, exact=False)
+    assert not found.exact
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    similarity = unit.astype(np.float64) @ unit.T.astype(np.float64)
+    np.fill_diagonal(similarity, -np.inf)
+    expected = np.argsort(-similarity, axis=1, kind="stable")[:, :10]
+    recall = np.mean(
+        [len(np.intersect1d(a, b)) / 10 for a, b in zip(expected, found.indices, strict=True)]
+    )
+    assert recall > 0.9, recall
+    assert not (found.indices == np.arange(3000)[:, None]).any()
+    np.testing.assert_allclose(
+        found.similarities, np.take_along_axis(similarity, found.indices, 1), atol=1e-5
+    )
+    assert np.all(np.diff(found.similarities, axis=1) <= 1e-6)
+    assert triage.nearest_neighbours(embeddings, labels, 12, k=10).exact  # small: exact

@@ -70,7 +70,19 @@ def test_suspects_are_most_suspect_first_readable_by_pandas_and_duckdb(
     opened = write_store(cifar_like / "test", tmp_path / "outputs")
     out, summary = tmp_path / "suspects.parquet", tmp_path / "summary.json"
     assert (
-        main(["triage", "--outputs", str(opened.path), "--out", str(out), "--json", str(summary)])
+        main(
+            [
+                "triage",
+                "--outputs",
+                str(opened.path),
+                "--out",
+                str(out),
+                "--json",
+                str(summary),
+                "--k",
+                "10",
+            ]
+        )
         == 0
     )
     frame = pd.read_parquet(out)
@@ -180,3 +192,31 @@ def test_the_noisy_copy_is_seeded_links_under_wrong_classes(
     unmoved = [n for n in source.names(range(40)) if n not in first]
     assert all(n.split("/")[0] == n.split("/")[1].split("-")[0] for n in unmoved)
     assert np.isin(list(first), source.names(range(40))).all()
+
+
+def test_the_benchmark_times_stacked_rows_and_measures_recall_against_brute_force(
+    cifar_like: Path, tmp_path: Path
+) -> None:
+    from gradpick.bench.triage import neighbour_recall, report_text, scoring_seconds
+
+    opened = write_store(cifar_like / "test", tmp_path / "outputs")
+    timed = scoring_seconds(opened, rows=100, repeats=1, sample=50)
+    assert timed.rows == 100 and "stacked 3 times" in timed.source
+    assert timed.exact and timed.recall == 1.0  # exact neighbours find every exact one
+    text = report_text([], timed)
+    assert (
+        "| neighbours (exact) |" in text and "Neighbour recall against brute force: 1.000" in text
+    )
+
+    rng = np.random.default_rng(1)
+    embeddings = rng.normal(size=(30, 4)).astype(np.float32)
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)
+    nearest = np.argsort(-similarity, axis=1)[:, :3]
+    assert neighbour_recall(embeddings, nearest) == 1.0
+    farthest = np.argsort(similarity, axis=1)[:, 1:4]  # the diagonal sorts first
+    assert neighbour_recall(embeddings, farthest) == 0.0
+    half = nearest.copy()
+    half[:15] = farthest[:15]
+    assert neighbour_recall(embeddings, half) == pytest.approx(0.5)

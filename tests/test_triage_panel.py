@@ -3,6 +3,7 @@ there again when the page reopens; stale verdicts shown, not applied; a corrupt 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -46,6 +47,10 @@ def suspect(app: AppTest) -> str:
     return text.split("  \n")[0].split(" ", 1)[1]
 
 
+def contrast_captions(app: AppTest) -> list[str]:
+    return [c for image in app.image for c in image.captions or [] if " - logit " in c]
+
+
 def listing(app: AppTest) -> Any:
     return next(frame.value for frame in app.dataframe if "verdict" in frame.value.columns)
 
@@ -58,7 +63,7 @@ def test_a_verdict_is_kept_the_next_suspect_follows_and_it_is_there_again(
     first = suspect(app)
     table = listing(app)
     assert table["name"].iloc[0] == first and (table["verdict"] == "").all()
-    assert any(c.startswith("d(logit") for image in app.image for c in image.captions or [])
+    assert any(c.startswith("Gradient of logit") for c in contrast_captions(app))
     book_path = verdicts_file(app)
     note = next(box for box in app.text_input if box.label == "Note (optional)")
     note.set_value("looks fine to me").run()
@@ -119,3 +124,62 @@ def test_stored_outputs_without_embeddings_skip_the_neighbours_and_keep_verdicts
     first = suspect(app)
     app.button(key=keys.per_source(keys.TRIAGE_VERDICT, "ambiguous")).click().run()
     assert [v.name for v in VerdictBook.beside(tmp_path / "outputs").history()] == [first]
+
+
+def test_the_contrast_map_follows_the_explorers_method_layer_maps_included(
+    generated: Path,
+) -> None:
+    app = AppTest.from_file(str(APP), default_timeout=180)
+    app.session_state[keys.METHOD] = "gradcam"
+    for key, value in TUTORIAL.items():
+        app.session_state[key] = value
+    app.run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert any(c.startswith("Grad-CAM of logit") for c in contrast_captions(app))
+
+
+def test_images_without_labels_are_said_to_need_labels_and_nothing_is_lost(
+    generated: Path,
+) -> None:
+    from test_app_hardening import png, uploads
+
+    app = open_app()
+    first = suspect(app)
+    app.button(key=keys.per_source(keys.TRIAGE_VERDICT, "fine")).click().run()
+    kind = app.sidebar.radio(key="source_kind").value
+    app = uploads(app, [("a.png", png(0)), ("b.png", png(1))])
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert any("Triage needs labels" in i.value for i in app.info)
+    app.sidebar.radio(key="source_kind").set_value(kind).run()
+    assert not app.exception
+    table = listing(app)
+    assert table.loc[table["name"] == first, "verdict"].tolist() == ["fine"]
+
+
+def test_a_verdict_is_a_column_of_the_table_and_a_picking_rule(generated: Path) -> None:
+    from test_app import table
+
+    app = open_app()
+    first = suspect(app)
+    index = int(listing(app)["#"].iloc[0])
+    app.button(key=keys.per_source(keys.TRIAGE_VERDICT, "label_wrong")).click().run()
+    rows = table(app)
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert rows.loc[rows["verdict"] != "", ["name", "verdict"]].values.tolist() == [
+        [first, "label wrong"]
+    ]
+    app.session_state[keys.RULE] = "judged"
+    app.session_state[keys.RULE_VERDICT] = "label_wrong"
+    next(button for button in app.button if button.label == "Pick").click().run()
+    assert not app.exception and not app.error, [e.value for e in app.error]
+    assert app.session_state[keys.PICKED] == [index]
+    for view in ("Thumbnails", "Confidence vs loss", "Feature space"):
+        app.session_state[keys.OUTPUTS_TAB] = view
+        app.run()
+        assert not app.exception and not app.error, [e.value for e in app.error]
+        specs = [json.loads(chart.proto.spec) for chart in app.get("plotly_chart")]
+        marks = [
+            t for spec in specs for t in spec["data"] if t.get("name", "").startswith("verdict")
+        ]
+        assert [t["name"] for t in marks] == ["verdict: label wrong"], view
+        assert "customdata" not in marks[0]

@@ -88,6 +88,8 @@ def floor_gradients(request: GradientRequest) -> torch.Tensor:
         else:
             chosen = request.classes.to(logits.device)
         total = logits.gather(1, chosen.unsqueeze(1)).sum()
+        if request.versus is not None:
+            total = total - logits.gather(1, request.versus.to(logits.device).unsqueeze(1)).sum()
     (gradients,) = torch.autograd.grad(total, picked)
     return gradients
 

@@ -80,6 +80,18 @@ def _as_index_tensor(indices: Indices, size: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.long)
 
 
+def _per_index(values: Classes, indices: torch.Tensor, what: str) -> torch.Tensor:
+    """One class, or one per index, as one per index."""
+    tensor = _class_tensor(values, what.capitalize() + "es")  # type: ignore[arg-type]
+    if tensor.numel() == 1:
+        return tensor.expand(indices.numel())
+    if tensor.numel() != indices.numel():
+        raise InputError(
+            f"Give one {what}, or one {what} per index ({indices.numel()}); got {tensor.numel()}."
+        )
+    return tensor
+
+
 @dataclass(frozen=True, eq=False)
 class GradientRequest:
     """What to differentiate, of which images, how: d target_j / d images[indices[j]].
@@ -105,6 +117,9 @@ class GradientRequest:
     reduction: Reduction
     device: torch.device
     measure_memory: bool = False
+    versus: torch.Tensor | None = None
+    """One class per index whose logit is subtracted (target 'logit' with ``classes``): the
+    target is then the logit difference z[class] - z[versus], the same for every method."""
 
     @classmethod
     def build(
@@ -119,8 +134,12 @@ class GradientRequest:
         reduction: str = "sum",
         device: str | torch.device | None = None,
         measure_memory: bool = False,
+        versus: Classes = None,
     ) -> GradientRequest:
-        """Validate the arguments of ``input_gradients`` once, with messages that say what to do."""
+        """Validate the arguments of ``input_gradients`` once, with messages that say what to do.
+
+        ``versus`` (with target 'logit' and ``classes``) makes each target the difference of
+        two logits, z[class] - z[versus]: a contrast such as "suggested label over given"."""
         strategies.get(strategy)
         check_images(images, check_values=False)
         if not images.is_floating_point():
@@ -155,16 +174,15 @@ class GradientRequest:
                 "target='loss' needs the true labels; pass labels=..., or use target='logit' "
                 "for unlabelled images."
             )
-        class_tensor = None
-        if classes is not None:
-            class_tensor = _class_tensor(classes, "Classes")
-            if class_tensor.numel() == 1:
-                class_tensor = class_tensor.expand(index_tensor.numel())
-            elif class_tensor.numel() != index_tensor.numel():
+        class_tensor = None if classes is None else _per_index(classes, index_tensor, "class")
+        versus_tensor = None
+        if versus is not None:
+            if target != "logit" or class_tensor is None:
                 raise InputError(
-                    f"Give one class, or one class per index ({index_tensor.numel()}); "
-                    f"got {class_tensor.numel()}."
+                    "A logit difference (versus=...) needs target='logit' and the classes whose "
+                    "logit it starts from (classes=...)."
                 )
+            versus_tensor = _per_index(versus, index_tensor, "versus class")
         return cls(
             model=model,
             images=images.detach(),
@@ -176,6 +194,7 @@ class GradientRequest:
             reduction=reduction,
             device=run_device,
             measure_memory=measure_memory,
+            versus=versus_tensor,
         )
 
     def but(self, **changes: Any) -> GradientRequest:
@@ -223,10 +242,12 @@ class GradientRequest:
         check_logits(logits, int(rows.numel()))
         num_classes = logits.shape[1]
         given = self.given_classes(order)
+        versus = None if self.versus is None else self.versus[order]
         if given is not None:
             # Given classes are checked on the CPU before they reach the device: an out-of-range
             # class would be a device-side assert on CUDA, which no error message can explain.
-            outside = [value for value in given.tolist() if not 0 <= value < num_classes]
+            checked = given.tolist() + ([] if versus is None else versus.tolist())
+            outside = [value for value in checked if not 0 <= value < num_classes]
             if outside:
                 raise InputError(
                     f"Class {outside[0]} is out of range for a model with {num_classes} outputs "
@@ -239,4 +260,6 @@ class GradientRequest:
             values = F.cross_entropy(logits, classes, reduction="none")
         else:
             values = logits.gather(1, classes.unsqueeze(1)).squeeze(1)
+            if versus is not None:
+                values = values - logits.gather(1, versus.to(logits.device).unsqueeze(1)).squeeze(1)
         return values, classes

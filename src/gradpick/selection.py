@@ -18,6 +18,7 @@ import torch
 from gradpick.embedding import nearest_neighbours
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
+from gradpick.verdicts import VERDICTS
 
 __all__ = [
     "MERGE_MODES",
@@ -38,6 +39,7 @@ RULES = (
     "predicted_class",
     "random",
     "nearest_neighbours",
+    "judged",
 )
 MERGE_MODES = ("replace", "add", "remove")
 _TOKEN = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
@@ -98,6 +100,8 @@ def pick(
     class_index: int | None = None,
     seed: int = 0,
     anchor: int | None = None,
+    judged: Mapping[int, str] | None = None,
+    verdict: str | None = None,
 ) -> list[int]:
     """Up to ``k`` indices chosen by ``rule`` (see ``RULES``); empty when none qualify.
 
@@ -105,7 +109,9 @@ def pick(
     in index order; ``top_k_loss`` the k highest losses, ``least_confident`` the k lowest
     confidences (ties by index); ``random`` k distinct indices from a generator seeded by
     ``seed``, sorted; ``nearest_neighbours`` image ``anchor`` and the k - 1 images closest to it
-    by cosine similarity of their penultimate-layer features (``result.features``), closest first.
+    by cosine similarity of their penultimate-layer features (``result.features``), closest first;
+    ``judged`` the first k images (index order) whose verdict in ``judged`` (index -> verdict,
+    ``gradpick.verdicts.VERDICTS``) is ``verdict``, or that have any verdict when it is None.
     """
     if rule not in RULES:
         raise SelectionError(f"Unknown rule '{rule}'; use one of {', '.join(RULES)}.")
@@ -126,6 +132,8 @@ def pick(
         chosen = _where(result.predictions == _check_class(result, class_index, "predicted"))
     elif rule == "nearest_neighbours":
         chosen = _neighbours(result, anchor, k)
+    elif rule == "judged":
+        chosen = _judged(result, judged, verdict)
     else:
         generator = np.random.default_rng(_whole("seed", seed, least=0))
         chosen = sorted(generator.choice(len(result), size=min(k, len(result)), replace=False))
@@ -142,6 +150,22 @@ def _neighbours(result: InferenceResult, anchor: int | None, k: int) -> list[int
     if anchor is None:
         raise SelectionError("Choose the image whose nearest neighbours to pick.")
     return nearest_neighbours(result.features, _whole("The image", anchor, least=0), k)
+
+
+def _judged(
+    result: InferenceResult, judged: Mapping[int, str] | None, verdict: str | None
+) -> list[int]:
+    if verdict is not None and verdict not in VERDICTS:
+        raise SelectionError(f"{verdict!r} is no verdict; choose one of {', '.join(VERDICTS)}.")
+    if not judged:
+        raise SelectionError(
+            "No image of this batch has a verdict yet: give some in the Triage tab first."
+        )
+    return sorted(
+        index
+        for index, said in judged.items()
+        if 0 <= index < len(result) and (verdict is None or said == verdict)
+    )
 
 
 def confusion_cell(result: InferenceResult, true_class: int, predicted_class: int) -> list[int]:

@@ -72,9 +72,10 @@ def _vmap(request: GradientRequest, order: slice) -> StepOutput:
     else:
         given = torch.full((picked.shape[0],), -1)  # -1: use the predicted class
     scale = request.scale
+    versus = given if request.versus is None else request.versus[order]
 
     def target_of_one(
-        image: torch.Tensor, wanted: torch.Tensor
+        image: torch.Tensor, wanted: torch.Tensor, against: torch.Tensor
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         logits = request.model(image.unsqueeze(0))[0]
         chosen = torch.where(wanted >= 0, wanted, logits.detach().argmax())
@@ -82,11 +83,13 @@ def _vmap(request: GradientRequest, order: slice) -> StepOutput:
             value = F.cross_entropy(logits.unsqueeze(0), chosen.unsqueeze(0))
         else:
             value = logits.gather(0, chosen.unsqueeze(0))[0]
+            if request.versus is not None:
+                value = value - logits.gather(0, against.unsqueeze(0))[0]
         return value * scale, (value.detach(), chosen)
 
     try:
         gradients, (values, classes) = vmap(grad(target_of_one, has_aux=True))(
-            picked, given.to(request.device)
+            picked, given.to(request.device), versus.to(request.device)
         )
     except RuntimeError as error:
         raise InputError(
@@ -113,8 +116,10 @@ def _summed(request: GradientRequest, order: slice) -> StepOutput:
     everything, logits = _forward_everything(request)
     rows = request.indices[order]
     values, classes = request.picked_targets(logits[rows.to(logits.device)], order)
-    targets = list(zip(rows.tolist(), classes.tolist(), strict=True))  # (image, class)
-    pass_of_target: dict[tuple[int, int], int] = {}
+    against = [-1] * len(rows) if request.versus is None else request.versus[order].tolist()
+    # (image, class, class subtracted or -1)
+    targets = list(zip(rows.tolist(), classes.tolist(), against, strict=True))
+    pass_of_target: dict[tuple[int, int, int], int] = {}
     targets_of_image: dict[int, int] = {}
     passes: list[list[int]] = []  # positions of the targets each backward pass sums
     for position, target in enumerate(targets):

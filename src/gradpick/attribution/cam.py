@@ -218,7 +218,10 @@ class ScoreCAM(LayerMethod):
         picked = request.picked_images.to(request.device)
         held = captured.result.classes.repeat_interleave(channels)
         # Row r scores image r // C masked by channel r % C, for the class held at the image.
-        scored = request.but(indices=torch.arange(k * channels), labels=held, classes=held)
+        versus = None if request.versus is None else request.versus.repeat_interleave(channels)
+        scored = request.but(
+            indices=torch.arange(k * channels), labels=held, classes=held, versus=versus
+        )
         batch = int(self.settings["batch_size"])
         scores = []
         with torch.no_grad():

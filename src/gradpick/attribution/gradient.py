@@ -71,6 +71,7 @@ def _stacked_gradients(
         strategy=request.strategy,
         device=request.device,
         measure_memory=request.measure_memory,
+        versus=None if request.versus is None else request.versus.repeat_interleave(samples),
     )
     return compute(stacked)
 

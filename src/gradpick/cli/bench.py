@@ -306,17 +306,21 @@ def _cmd_bench_triage(args: argparse.Namespace) -> int:
     from gradpick.bench import triage as triage_bench
 
     root = args.data or os.path.join(os.environ.get("GRADPICK_CIFAR10_DIR", ""), "test")
-    if not args.data and not os.environ.get("GRADPICK_CIFAR10_DIR"):
+    if args.noise and not args.data and not os.environ.get("GRADPICK_CIFAR10_DIR"):
         raise InputError("Name a labelled folder with --data, or set GRADPICK_CIFAR10_DIR.")
-    rows, seconds = triage_bench.run(
+    rows, timed = triage_bench.run(
         root,
         tuple(args.noise),
         args.model,
         args.seed,
         progress=lambda line: print(line, file=sys.stderr),
+        timing_store=args.timing_store,
     )
-    print(triage_bench.report_text(rows, seconds))
-    payload = {"rows": [asdict(row) for row in rows], "scoring_seconds": seconds}
+    print(triage_bench.report_text(rows, timed))
+    payload = {
+        "rows": [asdict(row) for row in rows],
+        "timing": None if timed is None else asdict(timed),
+    }
     Path(args.json).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     print(f"\nwrote {args.json}")
     return 0
@@ -334,7 +338,19 @@ def _bench_triage_parser(commands: Commands) -> None:
         "stored probabilities; also time scoring 50,000 rows. Needs cleanlab.",
     )
     parser.add_argument("--data", help="an ImageFolder tree (default: the CIFAR-10 test split)")
-    parser.add_argument("--noise", nargs="+", type=fraction, default=list(NOISE_SHARES))
+    parser.add_argument(
+        "--noise",
+        nargs="*",
+        type=fraction,
+        default=list(NOISE_SHARES),
+        help="noise shares (none: only the timing, which then needs --timing-store)",
+    )
+    parser.add_argument(
+        "--timing-store",
+        help="time scoring on this store's first 50,000 rows (one with embeddings, e.g. "
+        "`gradpick infer --split train --out DIR --embeddings`); default: the first noisy "
+        "store's rows stacked",
+    )
     parser.add_argument("--model", default="resnet20")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default="bench-triage.json")

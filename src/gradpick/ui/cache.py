@@ -212,9 +212,11 @@ def attribution(
     request: heatmaps.HeatmapRequest,
     _model: nn.Module,
     _batch: ImageBatch,
+    contrast: tuple[int, int] | None = None,
 ) -> Attribution:
-    """Gradients (and the chosen view) of the picked images; cached per pick and settings."""
-    return heatmaps.compute(_model, _batch, indices, request)
+    """Gradients (and the chosen view) of the picked images; cached per pick and settings
+    (and per contrast, the logit difference the Triage tab explains)."""
+    return heatmaps.compute(_model, _batch, indices, request, contrast)
 
 
 @st.cache_data(max_entries=32, show_spinner="Measuring memory…")

@@ -128,14 +128,19 @@ def gradient_request(
     indices: Sequence[int],
     request: HeatmapRequest,
     measure_memory: bool = False,
+    contrast: tuple[int, int] | None = None,
 ) -> GradientRequest:
     """The engine's request for ``batch[indices]`` under the sidebar's ``request``.
 
     The engine gets all N images so that every strategy pays its true cost (the whole-batch
     ones need them; recompute forwards only the picks) and SmoothGrad's noise stays seeded by
-    the batch index.
+    the batch index. A ``contrast`` (A, B) replaces the sidebar's target with the logit
+    difference z[A] - z[B].
     """
     target, classes = request.engine_target()
+    versus = None
+    if contrast is not None:
+        target, classes, versus = "logit", contrast[0], contrast[1]
     return GradientRequest.build(
         model,
         batch.float_images(),
@@ -145,16 +150,22 @@ def gradient_request(
         classes=classes,
         strategy=request.strategy,
         measure_memory=measure_memory,
+        versus=versus,
     )
 
 
 def compute(
-    model: nn.Module, batch: ImageBatch, indices: Sequence[int], request: HeatmapRequest
+    model: nn.Module,
+    batch: ImageBatch,
+    indices: Sequence[int],
+    request: HeatmapRequest,
+    contrast: tuple[int, int] | None = None,
 ) -> Attribution:
-    """The attribution maps of ``batch[indices]`` for ``request``, over the whole batch."""
+    """The attribution maps of ``batch[indices]`` for ``request``, over the whole batch (of the
+    logit difference z[A] - z[B] for a ``contrast`` (A, B), by the request's method)."""
     if not indices:
         raise InputError("No images picked: click, box-select or use a picker first.")
-    if request.target_mode == "loss" and batch.labels is None:
+    if contrast is None and request.target_mode == "loss" and batch.labels is None:
         raise InputError(
             "These images have no labels, so there is no loss to explain; choose the logit "
             "of the predicted class or of a chosen class as the target."
@@ -164,7 +175,7 @@ def compute(
     if strategies.get(request.strategy).whole_batch:
         _check_whole_batch_cost(model, batch, request.strategy)
     with _step_threads(model):
-        return method.attribute(gradient_request(model, batch, indices, request))
+        return method.attribute(gradient_request(model, batch, indices, request, contrast=contrast))
 
 
 def _step_threads(model: nn.Module) -> AbstractContextManager[None]:

@@ -49,6 +49,7 @@ __all__ = [
     "RULE_CLASS",
     "RULE_K",
     "RULE_SEED",
+    "RULE_VERDICT",
     "RUN_COMPARISON",
     "RUN_STARTED",
     "RUN_SWEEP",
@@ -188,6 +189,7 @@ RULE = "rule"
 RULE_K = "rule_k"
 RULE_CLASS = "rule_class"
 RULE_SEED = "rule_seed"
+RULE_VERDICT = "rule_verdict"
 HEATMAPS_CONTAINER = "heatmaps"
 DETAIL = "detail_index"
 DETAIL_HEATMAPS = "detail_heatmaps"
@@ -250,6 +252,8 @@ TRIAGE_VERDICT = "triage_verdict"
 TRIAGE_TABLE = "triage_table"
 TRIAGE_PICK_VERDICT = "triage_pick_verdict"
 TRIAGE_PICK = "triage_pick"
+VERDICT_STORE = "verdict_store"
+"""(batch and model, path) of the store the batch's verdicts belong beside."""
 __all__ += [
     "TRIAGE_CLASS",
     "TRIAGE_NEIGHBOUR",
@@ -261,6 +265,7 @@ __all__ += [
     "TRIAGE_SESSION_VERDICTS",
     "TRIAGE_TABLE",
     "TRIAGE_VERDICT",
+    "VERDICT_STORE",
 ]
 
 # ----------------------------------------------------------------------------- layer maps

@@ -19,10 +19,13 @@ from gradpick import embedding, selection
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
 from gradpick.ui import cache, figures, hover, keys, media, service, state
+from gradpick.ui import judged as judged_now
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded
+from gradpick.verdicts import VERDICTS
 
 __all__ = [
+    "ANY_VERDICT",
     "COLOURING_LABELS",
     "GRID_COLUMNS",
     "PAGE_SIZES",
@@ -44,7 +47,10 @@ RULE_LABELS = {
     "predicted_class": "By predicted class",
     "random": "Seeded random k",
     "nearest_neighbours": "Nearest neighbours (features)",
+    "judged": "By verdict (Triage)",
 }
+ANY_VERDICT = "any"
+"""The verdict rule's choice for every judged image."""
 VIEWS = ("Thumbnails", "Confidence vs loss", "Confusion matrix", "Feature space", "Table")
 PROJECTION_LABELS = {"pca": "PCA", "umap": "UMAP"}
 COLOURING_LABELS = {"true": "true class", "predicted": "predicted class", "correct": "right/wrong"}
@@ -91,11 +97,13 @@ def readouts(loaded: Loaded) -> None:
         st.caption(note)
 
 
-def render(loaded: Loaded) -> None:
-    """The outputs views (left, only the open one drawn) and the selection tools (right)."""
+def render(loaded: Loaded, judged: Mapping[int, str] | None = None) -> None:
+    """The outputs views (left, only the open one drawn) and the selection tools (right);
+    ``judged`` (batch index -> verdict) is shown in every view and picked by the verdict rule."""
+    judged = judged or {}
     charts, tools = st.columns([3, 2], gap="medium")
     with tools:
-        _selection_tools(loaded)
+        _selection_tools(loaded, judged)
     with charts:
         tabs = st.tabs(VIEWS, key=keys.OUTPUTS_TAB, on_change="rerun")
         views = (_thumbnails, _scatter, _confusion, _embedding, _table)
@@ -103,7 +111,7 @@ def render(loaded: Loaded) -> None:
             if tab.open is False:
                 continue
             with tab, guarded(f"The {name.lower()} view"):
-                view(loaded)
+                view(loaded, judged)
 
 
 def _plot(figure: go.Figure, key: str) -> None:
@@ -124,7 +132,23 @@ def _hover_thumbnails(loaded: Loaded, chart_key: str) -> None:
         st.iframe(hover.script([keys.selector(chart_key)], url, layout), height=1)
 
 
-def _thumbnails(loaded: Loaded) -> None:
+def _marked(figure: go.Figure, judged: Mapping[int, str], where: Any, legend: bool = True) -> None:
+    """Add the verdict marks of the judged images that ``where(index)`` places (None: not in
+    this view)."""
+    placed = [(where(i), v) for i, v in sorted(judged.items())]
+    placed = [(point, v) for point, v in placed if point is not None]
+    if placed:
+        figure.add_traces(
+            judged_now.marks(
+                [p[0] for p, _ in placed],
+                [p[1] for p, _ in placed],
+                [v for _, v in placed],
+                legend,
+            )
+        )
+
+
+def _thumbnails(loaded: Loaded, judged: Mapping[int, str]) -> None:
     size = len(loaded)
     top = st.columns([1, 1, 2])
     page_size = top[0].selectbox("Per page", PAGE_SIZES, key=keys.GRID_PAGE_SIZE)
@@ -139,7 +163,8 @@ def _thumbnails(loaded: Loaded) -> None:
     first, last = (page - 1) * page_size, min(page * page_size, size)
     top[2].caption(
         f"Images {first}–{last - 1} of {size:,}. Click, box- or lasso-select thumbnails; "
-        "green outline: right, red: wrong, orange: picked."
+        "green outline: right, red: wrong, orange: picked"
+        + ("; a corner mark: the Triage tab's verdict." if judged else ".")
     )
     sheet = cache.thumbnail_sheet(loaded.key, first, last, GRID_COLUMNS, loaded.batch)
     correct = loaded.result.correct
@@ -151,10 +176,18 @@ def _thumbnails(loaded: Loaded) -> None:
         state.picked(st.session_state),
         GRID_COLUMNS,
     )
+
+    def corner(index: int) -> tuple[float, float] | None:
+        if not first <= index < last:
+            return None
+        place = index - first
+        return place % GRID_COLUMNS + 0.82, place // GRID_COLUMNS + 0.18
+
+    _marked(figure, judged, corner, legend=False)  # the grid has no legend
     _plot(figure, keys.GRID_CHART)
 
 
-def _scatter(loaded: Loaded) -> None:
+def _scatter(loaded: Loaded, judged: Mapping[int, str]) -> None:
     result = loaded.result
     values, label = service.scatter_values(result)
     correct = result.correct
@@ -168,14 +201,17 @@ def _scatter(loaded: Loaded) -> None:
         loaded.hover,
         state.picked(st.session_state),
     )
+    confidences = result.confidences.numpy()
+    _marked(figure, judged, lambda i: (float(confidences[i]), float(values[i])))
     st.caption(
         "Each point is an image (hover to see it); crosses are wrong predictions. Select to pick."
+        + (" Open marks: the Triage tab's verdicts." if judged else "")
     )
     _plot(figure, keys.SCATTER_CHART)
     _hover_thumbnails(loaded, keys.SCATTER_CHART)
 
 
-def _confusion(loaded: Loaded) -> None:
+def _confusion(loaded: Loaded, judged: Mapping[int, str]) -> None:
     result = loaded.result
     if result.labels is None:
         st.info("These images have no labels, so there is no confusion matrix.")
@@ -187,7 +223,7 @@ def _confusion(loaded: Loaded) -> None:
     _plot(figure, keys.CONFUSION_CHART)
 
 
-def _embedding(loaded: Loaded) -> None:
+def _embedding(loaded: Loaded, judged: Mapping[int, str]) -> None:
     features = loaded.result.features
     if features is None:
         st.info(
@@ -223,14 +259,18 @@ def _embedding(loaded: Loaded) -> None:
     figure = figures.embedding_scatter(
         points, groups, names, loaded.hover, state.picked(st.session_state), method
     )
+    _marked(figure, judged, lambda i: (float(points[i, 0]), float(points[i, 1])))
     _plot(figure, keys.EMBEDDING_CHART)
     _hover_thumbnails(loaded, keys.EMBEDDING_CHART)
 
 
-def _table(loaded: Loaded) -> None:
+def _table(loaded: Loaded, judged: Mapping[int, str]) -> None:
     st.caption("Select rows to pick them (row i is image i).")
+    table = service.batch_table(loaded.batch, loaded.result)
+    if judged:
+        table["verdict"] = [VERDICTS[judged[i]] if i in judged else "" for i in table["index"]]
     st.dataframe(
-        service.batch_table(loaded.batch, loaded.result),
+        table,
         key=keys.TABLE,
         on_select="rerun",
         selection_mode="multi-row",
@@ -239,8 +279,9 @@ def _table(loaded: Loaded) -> None:
     )
 
 
-def _pick(result: InferenceResult) -> None:
+def _pick(result: InferenceResult, judged: Mapping[int, str]) -> None:
     session = st.session_state
+    verdict = session.get(keys.RULE_VERDICT, ANY_VERDICT)
     try:
         indices = selection.pick(
             result,
@@ -249,6 +290,8 @@ def _pick(result: InferenceResult) -> None:
             class_index=int(session.get(keys.RULE_CLASS, 0)),
             seed=int(session.get(keys.RULE_SEED, 0)),
             anchor=int(session.get(keys.RULE_ANCHOR, 0)),
+            judged=judged,
+            verdict=None if verdict == ANY_VERDICT else verdict,
         )
     except SelectionError as error:
         session[keys.NOTICE] = str(error)
@@ -259,7 +302,7 @@ def _pick(result: InferenceResult) -> None:
     state.apply(session, indices)
 
 
-def _selection_tools(loaded: Loaded) -> None:
+def _selection_tools(loaded: Loaded, judged: Mapping[int, str]) -> None:
     session = st.session_state
     st.subheader("Pick images")
     st.radio(
@@ -293,7 +336,13 @@ def _selection_tools(loaded: Loaded) -> None:
             help="The rule picks this image and the k - 1 images closest to it by cosine "
             "similarity of their penultimate-layer features.",
         )
-        st.form_submit_button("Pick", on_click=_pick, args=(loaded.result,), type="primary")
+        st.selectbox(
+            "Verdict (for the verdict rule)",
+            (ANY_VERDICT, *VERDICTS),
+            format_func=lambda v: "any verdict" if v == ANY_VERDICT else VERDICTS[v],
+            key=keys.RULE_VERDICT,
+        )
+        st.form_submit_button("Pick", on_click=_pick, args=(loaded.result, judged), type="primary")
     notice = session.pop(keys.NOTICE, None)
     if notice:
         st.info(notice)

@@ -23,6 +23,7 @@ from gradpick.ui import (
     checks_panel,
     compare_panel,
     gradients_panel,
+    judged,
     keys,
     linking,
     outputs,
@@ -170,7 +171,7 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
         with guarded("The gradients"):
             gradients_panel.render_panel(loaded, settings, started)
         with outputs_area, guarded("The outputs"):
-            outputs.render(loaded)
+            outputs.render(loaded, judged.by_index(loaded, settings))
     with strategies, guarded("The strategies"):
         strategies_panel.render(loaded, settings)
     with trust, guarded("The trust checks"):

@@ -2,46 +2,35 @@
 
 The suspects come from ``gradpick.triage`` on the batch's own outputs (probabilities, labels and
 embeddings, no new inference). For the suspect in view the page shows the image, its given and
-suggested labels with their probabilities, the contrast map d (logit suggested - logit given) /
-d image (``gradpick.trust.contrastive``: the pixels that argue for the suggestion over the
-label), and its nearest neighbours with their labels. A verdict goes to the
-``gradpick.verdicts.VerdictBook`` beside the batch's store (the one opened, or the app's own
-store of the batch), so it is there when the store opens again; the next suspect without a
-verdict follows. A hosted demo keeps no files on its server: verdicts last for the session.
+suggested labels with their probabilities, the contrast map of the logit difference z[suggested]
+- z[given] by the explorer's chosen attribution method, layer maps included (the pixels that
+argue for the suggestion over the label), and its nearest neighbours with their labels. A
+verdict goes to the ``gradpick.verdicts.VerdictBook`` beside the batch's store (the one opened,
+or the app's own store of the batch), so it is there when the store opens again; the next
+suspect without a verdict follows. A hosted demo keeps no files on its server: verdicts last for
+the session.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import streamlit as st
 
-from gradpick import stored, triage
-from gradpick.errors import DataError, GradpickError
-from gradpick.trust.contrastive import class_maps
-from gradpick.ui import heatmaps, keys, state
-from gradpick.ui.config import app_config
+from gradpick import attribution, selection, triage
+from gradpick.errors import GradpickError
+from gradpick.infer import InferenceResult
+from gradpick.ui import cache, heatmaps, keys, state
+from gradpick.ui import judged as judged_now
 from gradpick.ui.session import Loaded, Settings
-from gradpick.verdicts import VERDICTS, Verdict, VerdictBook, split_stale
+from gradpick.verdicts import VERDICTS, Verdict, VerdictBook
 
-__all__ = ["render", "store_path"]
+__all__ = ["render"]
 
 SHOWN_NEIGHBOURS = 6
 LISTED = 20
 """Suspects in the table under the one in view."""
-
-
-def store_path(loaded: Loaded, settings: Settings) -> Path | None:
-    """The store the batch's verdicts belong beside: the one opened, else the app's own store
-    of this batch; None in a hosted demo, which keeps nothing on disk."""
-    if loaded.choice.kind == "stored":
-        return Path(loaded.choice.outputs.strip()).expanduser()
-    if app_config().hosted or settings.source is None:
-        return None
-    source = settings.source.at_spec(loaded.served.spec)
-    return stored.own_store_path(loaded.served, source, loaded.batch)
 
 
 def _found(loaded: Loaded) -> triage.Triage:
@@ -55,22 +44,6 @@ def _found(loaded: Loaded) -> triage.Triage:
     found = triage.triage(result.probabilities.double().numpy(), result.labels.numpy(), features)
     st.session_state[keys.TRIAGE_RESULT] = (loaded.key, found)
     return found
-
-
-def _session_book() -> dict[int, Verdict]:
-    book: dict[int, Verdict] = st.session_state.setdefault(keys.TRIAGE_SESSION_VERDICTS, {})
-    return book
-
-
-def _verdicts(loaded: Loaded, book: VerdictBook | None) -> tuple[dict[int, Verdict], list[Verdict]]:
-    """The verdicts in force on this batch's images, and the stale ones (shown, not applied)."""
-    latest = dict(_session_book())
-    if book is not None:
-        try:
-            latest = {**book.latest(), **latest}
-        except DataError as error:
-            st.error(f"{error} Verdicts given now last for this session only.")
-    return split_stale(latest, loaded.batch.positions, loaded.batch.names)
 
 
 def _record(book: VerdictBook | None, position: int, name: str, verdict: str) -> None:
@@ -91,46 +64,59 @@ def _record(book: VerdictBook | None, position: int, name: str, verdict: str) ->
             return
         except GradpickError as error:
             session[keys.TRIAGE_PROBLEM] = f"{error} Kept for this session only."
-    _session_book()[position] = judged
+    judged_now.session_book()[position] = judged
 
 
-def _pick_judged(indices: dict[str, list[int]]) -> None:
-    """The picking rule: every image of the batch with the chosen verdict."""
+def _pick_judged(result: InferenceResult, judged: dict[int, str]) -> None:
+    """The picking rule (``selection``'s verdict rule): every image with the chosen verdict."""
     chosen = st.session_state.get(keys.TRIAGE_PICK_VERDICT) or next(iter(VERDICTS))
-    said = VERDICTS[chosen]
-    state.set_picked(st.session_state, indices[chosen], f"Picked the images judged {said}.")
+    indices = selection.pick(result, "judged", len(result), judged=judged, verdict=chosen)
+    state.set_picked(st.session_state, indices, f"Picked the images judged {VERDICTS[chosen]}.")
 
 
 def _picking_rule(loaded: Loaded, current: dict[int, Verdict]) -> None:
     """Pick, for the other tabs, every image judged label wrong (or model wrong, ...)."""
+    if not current:
+        return
     index_of = {int(p): i for i, p in enumerate(loaded.batch.positions)}
-    indices = {
-        verdict: sorted(index_of[p] for p, v in current.items() if v.verdict == verdict)
-        for verdict in VERDICTS
-    }
+    judged = {index_of[p]: v.verdict for p, v in current.items()}
+    counts = {verdict: sum(v == verdict for v in judged.values()) for verdict in VERDICTS}
     left, right = st.columns([2, 1])
     left.selectbox(
         "Pick the images judged",
         list(VERDICTS),
-        format_func=lambda v: f"{VERDICTS[v]} ({len(indices[v])})",
+        format_func=lambda v: f"{VERDICTS[v]} ({counts[v]})",
         key=keys.TRIAGE_PICK_VERDICT,
     )
-    right.button("Pick them", key=keys.TRIAGE_PICK, on_click=_pick_judged, args=(indices,))
+    right.button(
+        "Pick them",
+        key=keys.TRIAGE_PICK,
+        on_click=_pick_judged,
+        args=(loaded.result, judged),
+    )
 
 
 def _inspect(index: int) -> None:
     state.set_picked(st.session_state, [index], f"Picked #{index} from the triage.")
 
 
-def _contrast(loaded: Loaded, index: int, suggested: int, given: int) -> Any:
-    """The image, heat and overlay of d (logit suggested - logit given) / d image."""
-    images = loaded.batch.float_images()
-    maps = class_maps(loaded.model, images, [index], top=1, contrast=(suggested, given))
-    tile = heatmaps.tiles(loaded.batch.images[[index]], maps.contrast_maps.cpu(), False)[0]
-    return heatmaps.strip(tile, compact=True), float(maps.contrast_values[0])
+def _contrast(
+    loaded: Loaded, settings: Settings, index: int, suggested: int, given: int
+) -> tuple[Any, str]:
+    """The image, heat and overlay of the explorer's chosen method (layer maps included) for
+    the logit difference z[suggested] - z[given], and the method's label."""
+    request = settings.request
+    cached_by = (loaded.key, loaded.option.identity, str(loaded.device), (index,))
+    maps = cache.attribution(
+        *cached_by, request, loaded.model, loaded.batch, contrast=(suggested, given)
+    ).maps
+    tile = heatmaps.tiles(loaded.batch.images[[index]], maps.cpu(), False)[0]
+    return heatmaps.strip(tile, compact=True), attribution.get(request.method).label
 
 
-def _evidence(loaded: Loaded, found: triage.Triage, index: int, names: list[str]) -> None:
+def _evidence(
+    loaded: Loaded, settings: Settings, found: triage.Triage, index: int, names: list[str]
+) -> None:
     result = loaded.result
     given, suggested = int(found.given[index]), int(found.suggested[index])
     probabilities = result.probabilities[index]
@@ -143,12 +129,18 @@ def _evidence(loaded: Loaded, found: triage.Triage, index: int, names: list[str]
         f"{float(found.suggested_probability[index]):.1%} with the neighbours)"
     )
     with right:
-        strip, value = _contrast(loaded, index, suggested, given)
-        st.image(
-            strip,
-            caption=f"d(logit {names[suggested]} - logit {names[given]}) / d image: image, "
-            f"map, overlay (logit difference {value:+.2f})",
-        )
+        logits = result.logits[index]
+        value = float(logits[suggested] - logits[given])
+        try:
+            strip, method = _contrast(loaded, settings, index, suggested, given)
+        except GradpickError as error:
+            st.error(f"No contrast map: {error}")
+        else:
+            st.image(
+                strip,
+                caption=f"{method} of logit {names[suggested]} - logit {names[given]}: image, "
+                f"map, overlay (logit difference {value:+.2f})",
+            )
     if found.neighbours is None:
         return
     st.caption("Nearest neighbours in feature space (click one to pick it in Explore):")
@@ -223,16 +215,19 @@ def render(loaded: Loaded, settings: Settings) -> None:
     """The tab: what cannot be triaged and why, else the next suspect and the verdicts."""
     result = loaded.result
     if result.labels is None:
-        st.info("These images have no labels, so there is no given label to doubt.")
+        st.info(
+            "Triage needs labels: these images have none (uploaded images), so there is no "
+            "given label to doubt. Open a labelled folder (one subfolder per class) or stored "
+            "outputs with labels to triage them."
+        )
         return
     names = list(loaded.batch.class_names)
     found = _found(loaded)
-    path = store_path(loaded, settings)
-    book = None if path is None else VerdictBook.beside(path)
-    current, stale = _verdicts(loaded, book)
-    problem = st.session_state.pop(keys.TRIAGE_PROBLEM, None)
-    if problem:
-        st.error(problem)
+    book = judged_now.book(loaded, settings)
+    current, stale, unread = judged_now.in_force(loaded, book)
+    for problem in (unread, st.session_state.pop(keys.TRIAGE_PROBLEM, None)):
+        if problem:
+            st.error(problem)
     st.caption(
         f"{int(found.flagged.sum())} of {len(loaded)} images flagged as label issues; "
         + (
@@ -259,7 +254,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
         index = waiting[0]
         rank = int(np.flatnonzero(found.order == index)[0]) + 1
         st.subheader(f"Suspect {rank} of {len(found.order)}: {len(waiting)} without a verdict")
-        _evidence(loaded, found, index, names)
+        _evidence(loaded, settings, found, index, names)
         _verdict_buttons(loaded, found, index, book, names)
     _listing(loaded, found, current, names)
     _picking_rule(loaded, current)
