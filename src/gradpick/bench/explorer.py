@@ -432,7 +432,9 @@ def _steps(large_size: int) -> dict[str, Step]:
         "confusion_click": Step(
             f"{large}: confusion cell → heatmaps", target="≤ 500 ms", limit_ms=500
         ),
-        "scatter_click": Step(f"{large}: scatter point → heatmaps", target="≤ 500 ms", limit_ms=500),
+        "scatter_click": Step(
+            f"{large}: scatter point → heatmaps", target="≤ 500 ms", limit_ms=500
+        ),
     }
 
 
