@@ -1,7 +1,7 @@
 """The explorer benchmark behind ``gradpick bench --explorer``: the app's speed in a real browser.
 
-It starts a real ``streamlit run app.py`` server, drives headless chromium (Debian's, through
-Playwright) through a scripted session and prints a markdown table with the median and the worst
+It starts a real explorer server (``python -m gradpick.ui.launch app.py``, as ``make run``),
+drives headless chromium (Debian's, through Playwright) through a scripted session and prints a markdown table with the median and the worst
 of each step:
 
 * the first page with thumbnails, counted from the moment the server answered its health check,
@@ -402,6 +402,7 @@ def _steps(large_size: int) -> dict[str, Step]:
     large = f"N = {large_size:,}"
     return {
         "first": Step("first page with thumbnails (after healthy)", target="≤ 4 s", limit_ms=4000),
+        "healthy": Step("server started → healthy (the launcher's imports and model)"),
         "first_connected": Step("first page: session connected (Streamlit's page loaded)"),
         "import_torch": Step("import torch in a fresh process (plain reference)"),
         "warm_first": Step("first page of a later session (server warm; from goto)"),
@@ -466,6 +467,7 @@ async def _drive(
             opened = await open_session(browser, server.url)
             page = opened.page
             steps["first"].samples.append((opened.shown - server.healthy_at) * 1000)
+            steps["healthy"].samples.append((server.healthy_at - server.launched) * 1000)
             steps["first_connected"].samples.append((opened.connected - server.healthy_at) * 1000)
             readouts["first_inference"] = await metric(page, "Throughput")
             await phase("clicks", _thumbnail_clicks(page, picks[: config.clicks], steps))
@@ -547,6 +549,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     order = [
         "click_settled",
         "first",
+        "healthy",
         "first_connected",
         "import_torch",
         "warm_first",
@@ -571,4 +574,11 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     steps[
         "sessions_browser"
     ].name = f"{config.sessions} sessions at once: browser main-thread work per click"
-    return ExplorerReport(config, [steps[name] for name in order], ratios, context)
+    skipped = set()  # the rows of a phase left out (--clicks-only) are left out of the table
+    if not config.sessions:
+        skipped |= {"warm_first", "sessions", "sessions_server", "sessions_browser"}
+    if not config.large_size:
+        skipped |= {"large_ready", "scatter_tab", "confusion_tab", "confusion_click"}
+        skipped.add("scatter_click")
+    rows = [steps[name] for name in order if name not in skipped]
+    return ExplorerReport(config, rows, ratios, context)
