@@ -1,8 +1,8 @@
 """The explorer benchmark behind ``gradpick bench --explorer``: the app's speed in a real browser.
 
 It starts a real explorer server (``python -m gradpick.ui.launch app.py``, as ``make run``),
-drives headless chromium (Debian's, through Playwright) through a scripted session and prints a markdown table with the median and the worst
-of each step:
+drives headless chromium (Debian's, through Playwright) through a scripted session and prints
+a markdown table with the median and the worst of each step:
 
 * the first page with thumbnails, counted from the moment the server answered its health check,
   with when the session connected (Streamlit's own page loaded) and what ``import torch`` alone
