@@ -44,14 +44,17 @@ def _quiet_streamlit() -> Iterator[None]:
 
 
 def warm(app_args: Sequence[str]) -> float:
-    """Import torch and every module a page run imports, and load the model the page opens on
-    (the first built-in one, unless ``app_args`` name the user's own); returns milliseconds."""
+    """Import torch and every module a page run imports, load the model the page opens on (the
+    first built-in one, unless ``app_args`` name the user's own) and run it once; returns
+    milliseconds."""
     started = time.perf_counter()
     with _quiet_streamlit():
-        import torch  # noqa: F401 (the slowest import of a page run)
+        import torch  # the slowest import of a page run
 
         import gradpick.ui.page  # noqa: F401 (every panel, plotly, pandas, the caches)
         from gradpick import devices
+        from gradpick.infer import infer
+        from gradpick.stored import INFERENCE_BATCH_SIZE
         from gradpick.ui import cache, config, service
 
         try:
@@ -61,7 +64,11 @@ def warm(app_args: Sequence[str]) -> float:
         if own is None:
             option = service.model_options()[0]
             device = str(devices.resolve_device("auto"))
-            cache.served(option.identity, device, option)
+            served = cache.served(option.identity, device, option)
+            # One pass at the app's inference batch size: the first pass of a process picks
+            # its kernels and grows its allocator, which would slow the first page's inference.
+            zeros = torch.zeros(INFERENCE_BATCH_SIZE, 3, *served.spec.size, dtype=torch.uint8)
+            infer(served.module, zeros, batch_size=INFERENCE_BATCH_SIZE, features=True)
     return (time.perf_counter() - started) * 1000
 
 
