@@ -523,8 +523,9 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         key = f"infer_{size}_img_s"
         plain[key] = statistics.mean([plain[key], after[key]])
     ratios = {
-        "inference in the app / plain process, N = 1,000 (the server's first, cold; "
-        "target ≥ 0.95)": (number(readouts["first_inference"]) / plain["infer_1000_img_s"]),
+        "inference in the app / plain process, N = 1,000 (the first page's; target ≥ 0.95)": (
+            number(readouts["first_inference"]) / plain["infer_1000_img_s"]
+        ),
         "gradient step, page readout / plain process (medians)": (
             steps["step"].median / steps["plain_step"].median
         ),
