@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
-#   make run    creates .venv, installs gradpick, starts the Streamlit explorer
+#   make run    creates .venv, installs gradpick, starts the Streamlit explorer (through
+#               gradpick.ui.launch: torch and the default model loaded before it serves)
 #   make test   the same set-up plus Debian's chromium, then lint, types, the docs build and the
 #               test suite
 # For development, `make quick` runs the suite without the browser and load tests (marker e2e);
@@ -46,7 +47,7 @@ $(CPU_VENV)/.installed: $(CPU_VENV)/.requirements $(PACKAGE_FILES)
 	touch $@
 
 run: $(BIN)/.installed
-	$(BIN)/streamlit run app.py
+	$(BIN)/python -m gradpick.ui.launch app.py
 
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \

@@ -80,8 +80,9 @@ def streamlit_server(
     python: str = sys.executable,
     log_name: str = "e2e-server",
 ) -> Iterator[Server]:
-    """``python -m streamlit run app.py`` on a free port with ``env`` over this process's
-    environment (a None value removes the variable); its output goes to artifacts/<log_name>.log.
+    """``python -m gradpick.ui.launch app.py`` (``make run``'s server) on a free port with
+    ``env`` over this process's environment (a None value removes the variable); its output goes
+    to artifacts/<log_name>.log.
 
     One intra-op thread unless ``env`` says otherwise: on a machine whose cores are busy, two
     spin-waiting OpenMP threads make each small gradient step tens of times slower.

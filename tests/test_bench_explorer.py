@@ -32,6 +32,9 @@ def test_a_step_is_held_to_its_median_or_for_sessions_its_worst() -> None:
     sessions = Step("sessions", [100.0, 300.0, 2100.0], limit_ms=2000, worst_bound=True)
     assert sessions.met == "no"
     assert Step("readout", [5.0]).met == ""
+    both = Step("settled", [200.0, 250.0, 900.0], limit_ms=300, worst_limit_ms=800)
+    assert both.met == "no"  # the median is within, the worst is not
+    assert Step("settled", [300.0, 800.0, 100.0], limit_ms=300, worst_limit_ms=800).met == "yes"
     empty = Step("skipped", limit_ms=1.0)
     assert math.isnan(empty.median) and empty.met == ""
 

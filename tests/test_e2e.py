@@ -41,7 +41,7 @@ from serving import (
 )
 
 from gradpick import data, devices, selection
-from gradpick.ui import config, heatmaps, hover, keys
+from gradpick.ui import config, gradients_panel, heatmaps, hover, keys, pixels
 
 pytestmark = pytest.mark.e2e
 
@@ -412,6 +412,35 @@ def test_hovering_a_feature_space_point_shows_its_thumbnail(page: Any) -> None:
     page.wait_for_function(f"({HOVER_TIP_JS})() === null")
     page.mouse.click(point["x"], point["y"])
     wait_for_heatmaps(page, [point["index"]])
+
+
+def test_hovering_the_detailed_maps_shows_each_pixels_value(page: Any) -> None:
+    """The detailed view is one picture of four maps; the pixel under the mouse is named with
+    its map, row, column and value, and nothing is shown over the gaps between the maps."""
+    pick_by_text(page, [3])
+    wait_for_heatmaps(page, [3])
+    picture = page.locator(f"{keys.selector(keys.DETAIL_HEATMAPS)} img")
+    picture.scroll_into_view_if_needed()
+    page.wait_for_function(
+        "(el) => el.complete && el.naturalWidth > 0", arg=picture.element_handle()
+    )
+    box, natural = picture.bounding_box(), picture.evaluate("(el) => el.naturalWidth")
+    scale, gap, side = box["width"] / natural, gradients_panel.MAP_GAP, heatmaps.DISPLAY_SIDE
+    tip = page.locator(f"#{pixels.TIP_ID}")
+    # The green map (the third), row 8 and column 20 of 32: the centre of that pixel.
+    x = box["x"] + scale * (2 * (side + gap) + (20.5 / 32) * side)
+    y = box["y"] + scale * (8.5 / 32) * side
+    deadline = time.monotonic() + 30
+    while not (tip.count() and tip.is_visible()):  # the script attaches on its own timer
+        assert time.monotonic() < deadline, "the pixel values never showed"
+        page.mouse.move(x - 3, y)
+        page.mouse.move(x, y)
+        page.wait_for_timeout(200)
+    assert (tip.get_attribute("data-panel"), tip.get_attribute("data-row")) == ("green", "8")
+    assert tip.get_attribute("data-column") == "20"
+    assert re.fullmatch(r"green, row 8, column 20: -?[0-9.e+-]+", tip.inner_text())
+    page.mouse.move(box["x"] + scale * (side + gap / 2), y)  # between saliency and red
+    page.wait_for_function(f"document.getElementById('{pixels.TIP_ID}').style.display === 'none'")
 
 
 def _alone(point: dict[str, Any], points: list[dict[str, Any]], distance: float) -> bool:

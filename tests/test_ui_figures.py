@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from gradpick import render
 from gradpick.ui import figures
 
 CLASSES = tuple(f"c{index}" for index in range(10))
@@ -124,29 +123,6 @@ def test_probability_bars_carry_class_indices_and_mark_target_and_truth() -> Non
     colours = trace["marker"]["color"]
     assert colours[5] == figures.PICKED and colours[2] == figures.RIGHT
     assert colours.count(figures.NEUTRAL) == 8
-
-
-def test_colourscale_uses_the_render_tables_as_rgb_strings() -> None:
-    table = render.lookup_table("inferno")
-    scale = figures.colourscale(table)
-    assert scale[0] == [0.0, "rgb({},{},{})".format(*table[0])]
-    assert scale[-1] == [1.0, "rgb({},{},{})".format(*table[-1])]
-    assert all(not colour.startswith("#") for _, colour in scale)
-
-
-def test_heatmap_panels_show_units_and_symmetric_channel_scales() -> None:
-    figure = figures.heatmap_panels(
-        np.ones((32, 32)), 2.0, np.zeros((3, 32, 32)), 0.5, "d loss / d pixel"
-    ).to_dict()
-    heatmaps = figure["data"]
-    assert [trace["type"] for trace in heatmaps] == ["heatmap"] * 4
-    assert heatmaps[0]["colorbar"]["title"]["text"] == "|d loss / d pixel|"
-    assert (heatmaps[0]["zmin"], heatmaps[0]["zmax"]) == (0, 2.0)
-    for trace in heatmaps[1:]:
-        assert (trace["zmin"], trace["zmax"]) == (-0.5, 0.5)
-    assert "d loss / d pixel (signed)" in heatmaps[1]["colorbar"]["title"]["text"]
-    domains = [figure["layout"][f"xaxis{s}"]["domain"] for s in ("", "2", "3", "4")]
-    assert all(0 <= low < high <= 1 for low, high in domains)
 
 
 @pytest.mark.parametrize("memory", [[1_000_000, None], [2_000_000, 3_000_000]])

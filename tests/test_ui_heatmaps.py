@@ -134,6 +134,19 @@ def test_strip_puts_panels_side_by_side_with_transparent_gaps(batch: ImageBatch)
     assert (full[:, :side, :3] == tile.image).all()
 
 
+def test_map_strip_is_saliency_then_the_three_channels(batch: ImageBatch) -> None:
+    maps = torch.linspace(-1, 1, 3 * 32 * 32).reshape(1, 3, 32, 32)
+    tile = heatmaps.tiles(batch.images[:1], maps, True)[0]
+    picture = heatmaps.map_strip(tile, gap=4)
+    side = heatmaps.DISPLAY_SIDE
+    assert picture.shape == (side, 4 * side + 3 * 4, 4)
+    starts = [n * (side + 4) for n in range(4)]
+    for start, panel in zip(starts, [tile.heat, *tile.channels], strict=True):
+        assert (picture[:, start : start + side, :3] == panel).all()
+        assert (picture[:, start : start + side, 3] == 255).all()
+    assert (picture[:, side : side + 4, 3] == 0).all()
+
+
 def test_tiles_of_224_pixel_inputs_are_averaged_down_for_the_page() -> None:
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8, generator=generator)

@@ -38,6 +38,7 @@ __all__ = [
     "SCATTER",
     "THUMBNAILS_JS",
     "browser_work",
+    "click_until_settled",
     "click_until_changed",
     "click_until_heatmaps",
     "idle",
@@ -45,6 +46,10 @@ __all__ = [
     "metric",
     "number",
     "open_session",
+    "QUIET_MS",
+    "SETTLED_JS",
+    "WATCH_CHANGES_JS",
+    "settled",
     "settled_points",
     "switch_tab",
     "thumbnail",
@@ -77,6 +82,45 @@ OBSERVE_JS = """
 became true, checked on every change of the page rather than polled: polling eight pages every
 few milliseconds would load the very browser whose drawing is being timed."""
 IDLE_JS = f"() => Boolean(document.querySelector('{APP_IDLE}'))"
+QUIET_MS = 150
+"""A page counts as settled once nothing in it changed for this long."""
+WATCH_CHANGES_JS = """
+() => {
+  if (window.__lastChange !== undefined) return;
+  window.__lastChange = performance.now();
+  const mark = () => requestAnimationFrame(() => { window.__lastChange = performance.now(); });
+  const hook = () => document.querySelectorAll('.js-plotly-plot').forEach((gd) => {
+    if (gd.__settleHooked || !gd.on) return;
+    gd.__settleHooked = true;
+    gd.on('plotly_afterplot', mark);
+  });
+  new MutationObserver(() => { mark(); hook(); }).observe(document, {
+    childList: true, subtree: true, attributes: true, characterData: true});
+  hook();
+}
+"""
+"""Keeps ``window.__lastChange``: the page-clock time of the frame after the page last changed,
+a DOM mutation anywhere or a plotly redraw (a WebGL chart redraws without touching the DOM)."""
+SETTLED_JS = f"""
+([quiet, timeout]) => new Promise((resolve, reject) => {{
+  const started = performance.now();
+  const look = () => {{
+    const now = performance.now();
+    const still = now - window.__lastChange;
+    if (document.querySelector('{APP_IDLE}') && still >= quiet) {{
+      resolve(performance.timeOrigin + window.__lastChange);
+    }} else if (now - started > timeout) {{
+      reject(new Error('the page kept changing for ' + timeout + ' ms'));
+    }} else {{
+      setTimeout(look, Math.max(quiet - still, 10));
+    }}
+  }};
+  look();
+}})
+"""
+"""Resolves, once the app is idle and nothing changed for ``quiet`` ms, with the time (epoch ms,
+the page's clock) of the last change: what is timed is the last change, not the quiet window.
+One timer per quiet window, not a poll."""
 GRID = keys.selector(keys.GRID_CHART)
 SCATTER = keys.selector(keys.SCATTER_CHART)
 CONFUSION = keys.selector(keys.CONFUSION_CHART)
@@ -138,6 +182,13 @@ async def wait(
 
 async def idle(page: Any, timeout_ms: float = LOAD_TIMEOUT_MS) -> float:
     return await wait(page, IDLE_JS, timeout_ms=timeout_ms)
+
+
+async def settled(page: Any, timeout_ms: float = LOAD_TIMEOUT_MS) -> float:
+    """When (time.monotonic) the page last changed before it fell quiet (``SETTLED_JS``);
+    ``WATCH_CHANGES_JS`` must run in the page first."""
+    changed_at = await page.evaluate(SETTLED_JS, [QUIET_MS, timeout_ms]) / 1000
+    return time.monotonic() - (time.time() - changed_at)
 
 
 async def metric(page: Any, label: str) -> str:
@@ -213,6 +264,20 @@ async def click_until_heatmaps(page: Any, point: dict[str, float], expected: lis
     await page.mouse.click(point["x"], point["y"])
     shown = await wait(page, HEATMAPS_SHOW_JS, [expected, False], CLICK_TIMEOUT_MS)
     return (shown - clicked) * 1000
+
+
+async def click_until_settled(
+    page: Any, point: dict[str, float], expected: list[int]
+) -> tuple[float, float]:
+    """Click ``point``; milliseconds until the heatmaps of ``expected`` are visible (the first
+    paint) and until the page settled (its last change before ``QUIET_MS`` of quiet)."""
+    await page.evaluate(WATCH_CHANGES_JS)
+    await page.mouse.move(point["x"], point["y"])
+    clicked = time.monotonic()
+    await page.mouse.click(point["x"], point["y"])
+    shown = await wait(page, HEATMAPS_SHOW_JS, [expected, False], CLICK_TIMEOUT_MS)
+    done = await settled(page, CLICK_TIMEOUT_MS)
+    return (shown - clicked) * 1000, (done - clicked) * 1000
 
 
 async def switch_tab(page: Any, name: str, chart: str) -> float:

@@ -158,7 +158,8 @@ def streamlit_server(
     python: str = sys.executable,
     prefix: Sequence[str] = (),
 ) -> Iterator[Server]:
-    """``python -m streamlit run app`` on a free port with ``env`` over this process's
+    """``python -m gradpick.ui.launch app`` (what ``make run`` starts: ``streamlit run``
+    after the heavy imports) on a free port with ``env`` over this process's
     environment (a None value removes the variable), its output written to ``log``; ``prefix``
     goes before the command (e.g. ``taskset -c 0``)."""
     merged = dict(os.environ)
@@ -168,7 +169,7 @@ def streamlit_server(
         else:
             merged[name] = value
     port = free_port()
-    command = [*prefix, python, "-m", "streamlit", "run", str(app)]
+    command = [*prefix, python, "-m", "gradpick.ui.launch", str(app)]
     command += ["--server.port", str(port), "--server.headless", "true"]
     command += ["--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -108,6 +108,8 @@ def _bench_explorer(args: argparse.Namespace) -> int:
             "The explorer benchmark drives Debian's chromium: apt-get install chromium."
         )
     config = explorer_bench.QUICK if args.quick else explorer_bench.ExplorerBenchConfig()
+    if args.clicks_only:
+        config = replace(config, sessions=0, large_size=0)
     if args.taskset:
         server, browser = explorer_bench.parse_taskset(args.taskset)
         config = replace(config, server_cpus=server, browser_cpus=browser)
@@ -245,6 +247,11 @@ def _bench_parser(commands: Commands) -> None:
     )
     parser.add_argument(
         "--clicks", type=positive_int, help="with --explorer: clicks per timed step (default 10)"
+    )
+    parser.add_argument(
+        "--clicks-only",
+        action="store_true",
+        help="with --explorer: the first page and the thumbnail clicks alone (about a minute)",
     )
     parser.add_argument(
         "--json", help="where to write the JSON results (bench.json, bench-explorer.json)"

@@ -35,11 +35,9 @@ __all__ = [
     "THUMBNAIL_SIDE",
     "WEBGL_ABOVE",
     "WRONG",
-    "colourscale",
     "confusion_matrix",
     "embedding_scatter",
     "faithfulness_lines",
-    "heatmap_panels",
     "outputs_scatter",
     "probability_bars",
     "randomisation_lines",
@@ -83,20 +81,6 @@ SELECT_MODES: tuple[Literal["points", "box", "lasso"], ...] = ("points", "box", 
 Trace = dict[str, Any]
 Series = Mapping[str, tuple[Sequence[int], Sequence[float], Sequence[int | None]]]
 """Per strategy: (x values, milliseconds, peak bytes)."""
-
-
-def colourscale(table: np.ndarray, stops: int = 17) -> list[list[Any]]:
-    """A plotly colourscale sampled from one of ``gradpick.render``'s lookup tables, so the
-    interactive heatmaps use exactly the colours of the PNG tiles.
-
-    Colours are written as rgb(...) rather than hex: Streamlit's chart theme treats a few hex
-    codes (#000001 to #000010, inferno's black is #000004) as placeholders for theme colours.
-    """
-    positions = np.linspace(0, len(table) - 1, stops).round().astype(int)
-    return [
-        [float(position / (len(table) - 1)), "rgb({},{},{})".format(*table[position])]
-        for position in positions.tolist()
-    ]
 
 
 def strategy_colour(name: str) -> str:
@@ -479,72 +463,6 @@ def probability_bars(
 
 
 # ----------------------------------------------------------------------------- heatmaps
-
-
-def _horizontal_colourbar(title: str, left: float, right: float) -> dict[str, Any]:
-    """A colourbar lying under the panels between ``left`` and ``right`` (paper fractions)."""
-    return {
-        "orientation": "h",
-        "x": (left + right) / 2,
-        "xanchor": "center",
-        "len": right - left,
-        "y": -0.04,
-        "yanchor": "top",
-        "thickness": 10,
-        "title": {"text": title, "side": "bottom"},
-    }
-
-
-def heatmap_panels(
-    saliency_map: np.ndarray,
-    saliency_limit: float,
-    channels: np.ndarray,
-    channel_limit: float,
-    unit: str,
-) -> go.Figure:
-    """The detailed view of one picked image: saliency and the signed R, G, B gradients, with a
-    colourbar under each scale that states its unit (pixel rows run downwards, as in images)."""
-    layout = _side_by_side(("saliency: max |·| over R, G, B", "red", "green", "blue"), gap=0.03)
-    domains = [layout[f"xaxis{s}"]["domain"] for s in ("", "2", "3", "4")]
-    hover = "row %{y}, column %{x}: %{z:.3g}<extra></extra>"
-    traces: list[Trace] = [
-        {
-            "type": "heatmap",
-            "z": saliency_map,
-            "zmin": 0,
-            "zmax": saliency_limit,
-            "colorscale": colourscale(render.lookup_table("inferno")),
-            "colorbar": _horizontal_colourbar(f"|{unit}|", *domains[0]),
-            "hovertemplate": hover,
-        }
-    ]
-    for channel in range(3):
-        traces.append(
-            {
-                "type": "heatmap",
-                "z": channels[channel],
-                "zmin": -channel_limit,
-                "zmax": channel_limit,
-                "zmid": 0,
-                "colorscale": colourscale(render.DIVERGING),
-                "showscale": channel == 0,
-                "colorbar": _horizontal_colourbar(f"{unit} (signed)", domains[1][0], domains[3][1]),
-                "xaxis": f"x{channel + 2}",
-                "yaxis": f"y{channel + 2}",
-                "hovertemplate": hover,
-            }
-        )
-    for suffix in ("", "2", "3", "4"):
-        layout[f"xaxis{suffix}"].update(visible=False, constrain="domain")
-        layout[f"yaxis{suffix}"].update(
-            visible=False, autorange="reversed", scaleanchor=f"x{suffix}", constrain="domain"
-        )
-    figure = _figure(traces, height=330, select=False, **layout)
-    figure.update_layout(margin={"b": 80})
-    return figure
-
-
-# ----------------------------------------------------------------------------- strategies
 
 
 def strategy_bars(

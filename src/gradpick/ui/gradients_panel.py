@@ -12,7 +12,18 @@ import streamlit as st
 from gradpick import attribution, export, render, report, selection
 from gradpick.attribution import Attribution
 from gradpick.measure import MemoryReport
-from gradpick.ui import badges, cache, figures, heatmaps, keys, layer_select, service, state
+from gradpick.ui import (
+    badges,
+    cache,
+    figures,
+    heatmaps,
+    keys,
+    layer_select,
+    media,
+    pixels,
+    service,
+    state,
+)
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.session import Loaded, Settings
@@ -20,6 +31,7 @@ from gradpick.units import UNIT_NOTE, format_bytes
 
 __all__ = [
     "DETAILED_ROWS",
+    "MAP_GAP",
     "PANELS_COMPACT",
     "PANELS_FULL",
     "PANELS_LAYER",
@@ -32,6 +44,8 @@ DETAILED_ROWS = 12
 PANELS_FULL = "image · saliency |gradient| · overlay · red · green · blue (signed)"
 PANELS_COMPACT = "image · saliency |gradient| · overlay"
 PANELS_LAYER = "image · layer map · overlay"
+MAP_GAP = 6
+"""Transparent picture pixels between the detailed view's maps."""
 
 
 def absorb_target_click() -> None:
@@ -180,17 +194,21 @@ def _detail(
     tile = tiles[position]
     left, right = st.columns([1, 3])
     left.image(tile.overlay, caption=f"{titles[position]} · overlay")
-    right.plotly_chart(
-        figures.heatmap_panels(
-            tile.saliency,
-            tile.limit,
-            result.maps[position].detach().cpu().numpy(),
-            tile.channel_limit,
-            unit,
-        ),
-        config=figures.CHART_CONFIG,
-        key=keys.DETAIL_HEATMAPS,
-    )
+    with right:
+        # One picture, not a plotly chart: a click redraws an image; the values come on hover.
+        with st.container(key=keys.DETAIL_HEATMAPS):
+            st.image(
+                heatmaps.map_strip(tile, MAP_GAP),
+                caption=f"{' · '.join(pixels.PANELS)}: saliency |{unit}| 0 to {tile.limit:.3g}, "
+                f"channels {unit} ±{tile.channel_limit:.3g}; hover for each pixel's value",
+                width="stretch",
+            )
+        values = pixels.values_bytes(tile.saliency, result.maps[position].detach().cpu().numpy())
+        url = media.image_url(values, keys.DETAIL_VALUES, "application/octet-stream")
+        with st.container(key=keys.DETAIL_SCRIPT):
+            shape = (int(tile.saliency.shape[0]), int(tile.saliency.shape[1]))
+            script = pixels.script(keys.selector(keys.DETAIL_HEATMAPS), url, shape, MAP_GAP)
+            st.iframe(script, height=1)
     probabilities = loaded.result.probabilities[index].numpy()
     labels = loaded.result.labels
     st.caption("Class probabilities: click a bar to explain that class (target: chosen class).")

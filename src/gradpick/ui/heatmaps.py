@@ -40,6 +40,7 @@ __all__ = [
     "export_of",
     "gradient_request",
     "HeatmapRequest",
+    "map_strip",
     "quantity",
     "quick_checks",
     "step_memory",
@@ -246,7 +247,7 @@ class Tiles:
     overlay: np.ndarray
     channels: tuple[np.ndarray, ...]
     saliency: np.ndarray
-    """The un-coloured saliency values [H, W], for the detailed plotly view."""
+    """The un-coloured saliency values [H, W], for the detailed view's values on hover."""
     limit: float
     """Upper end of the saliency colour scale."""
     channel_limit: float
@@ -295,6 +296,17 @@ def strip(tile: Tiles, compact: bool = False, gap: int = 6, channels: bool = Tru
         panels = [panel[::2, ::2] for panel in panels]
     elif channels:
         panels += tile.channels
+    return _side_by_side(panels, gap)
+
+
+def map_strip(tile: Tiles, gap: int = 6) -> np.ndarray:
+    """The detailed view's picture: the saliency map, then the signed red, green and blue maps,
+    as RGBA side by side (``gradpick.ui.pixels`` reads their values under the mouse)."""
+    return _side_by_side([tile.heat, *tile.channels], gap)
+
+
+def _side_by_side(panels: Sequence[np.ndarray], gap: int) -> np.ndarray:
+    """RGB ``panels`` of one height as one opaque RGBA row, ``gap`` transparent columns apart."""
     height = panels[0].shape[0]
     spacer = np.zeros((height, gap, 4), dtype=np.uint8)
     pieces: list[np.ndarray] = []

@@ -15,6 +15,8 @@ __all__ = [
     "CONFUSION_CHART",
     "DETAIL",
     "DETAIL_HEATMAPS",
+    "DETAIL_SCRIPT",
+    "DETAIL_VALUES",
     "DEVICE",
     "DOWNLOAD",
     "EMBEDDING_CHART",
@@ -193,6 +195,11 @@ RULE_VERDICT = "rule_verdict"
 HEATMAPS_CONTAINER = "heatmaps"
 DETAIL = "detail_index"
 DETAIL_HEATMAPS = "detail_heatmaps"
+"""The container of the detailed view's picture of maps."""
+DETAIL_VALUES = "detail_values"
+"""The media slot of that picture's values (``gradpick.ui.pixels``)."""
+DETAIL_SCRIPT = HIDDEN_KEY_PREFIX + "detail_script"
+"""The container of the script that shows those values on hover, hidden by the page style."""
 DOWNLOAD = "download"
 RUN_COMPARISON = "run_comparison"
 COMPARISON = "strategy_comparison"
