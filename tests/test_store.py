@@ -316,3 +316,38 @@ def test_a_users_own_parquet_is_neither_replaced_nor_taken_for_a_store_around_ou
     assert pq.read_table(project / "mine.parquet").num_rows == 1
     write(project / "outputs", source)  # beside the user's file, not inside a store
     assert len(open_store(project / "outputs")) == 6
+
+
+def test_parts_another_writer_put_are_adopted_with_the_stores_metadata(
+    tmp_path: Path, source: Any
+) -> None:
+    """Ray's Parquet writer fills ``partial`` itself; its parts may lack the metadata."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    with StoreWriter(out, store_metadata(MODEL, InputSpec(), source)) as writer:
+        for name, positions in [("b_000000.parquet", [2, 3, 4]), ("a_000000.parquet", [0, 1])]:
+            table = output_table(positions, ["x"] * len(positions), None, torch.eye(5)[positions])
+            pq.write_table(table.replace_schema_metadata(None), writer.partial / name)
+        assert writer.adopt_parts() == 5 and writer.rows == 5
+        for part in writer.partial.glob("*.parquet"):  # rewritten at once, not only at publish
+            assert pq.read_schema(part).metadata == writer.schema.metadata
+    assert sorted(path.name for path in out.iterdir()) == ["a_000000.parquet", "b_000000.parquet"]
+    opened = open_store(out)
+    assert opened.table["position"].to_pylist() == [0, 1, 2, 3, 4]
+    assert torch.equal(torch.tensor(opened.table["logits"].to_pylist()), torch.eye(5))
+
+
+def test_a_part_with_other_columns_is_refused_and_nothing_is_published(
+    tmp_path: Path, source: Any
+) -> None:
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    with (
+        pytest.raises(DataError, match=r"part.parquet: columns \['position', 'name'\] are not"),
+        StoreWriter(out, store_metadata(MODEL, InputSpec(), source)) as writer,
+    ):
+        pq.write_table(pa.table({"position": [0], "name": ["a"]}), writer.partial / "part.parquet")
+        writer.adopt_parts()
+    assert not out.exists() and not list(tmp_path.glob(".out.*"))
