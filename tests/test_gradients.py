@@ -657,3 +657,39 @@ def test_out_of_memory_with_one_image_per_chunk_is_a_clear_error(
     with pytest.raises(DeviceMemoryError, match="one image at a time"):
         input_gradients(tiny_cnn, images, [0, 1, 2], labels)
     assert all(parameter.grad is None for parameter in tiny_cnn.parameters())
+
+
+def test_the_naive_loop_fails_the_same_way_on_a_training_mode_batchnorm_model(
+    tiny_bn_cnn: nn.Module, random_batch: Any
+) -> None:
+    """It demonstrates PyTorch's error whatever the model's mode: coupling is not refused."""
+    model = copy.deepcopy(tiny_bn_cnn).train()
+    error = naive_loop_error(model, random_batch.images, [3, 7], random_batch.labels)
+    assert "Trying to backward through the graph a second time" in str(error)
+
+
+class _DropsTheLastRow(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.eval()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        output: torch.Tensor = self.model(images)
+        return output[:-1]
+
+
+def test_the_naive_loop_checks_the_model_and_the_classes(
+    tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    images, labels = random_batch
+    with pytest.raises(InputError, match=r"to \[N, classes\]; it returned \(15, 10\)"):
+        naive_loop_error(_DropsTheLastRow(tiny_cnn), images, [0, 1], labels)
+    with pytest.raises(InputError, match=r"^Class 10 is out of range for a model with 10 outputs"):
+        naive_loop_error(tiny_cnn, images, [0, 1], target="logit", classes=[10, 0])
+
+
+def test_leakage_of_one_image_says_what_it_needs(tiny_cnn: nn.Module, random_batch: Any) -> None:
+    with pytest.raises(SelectionError) as raised:
+        cross_sample_leakage(tiny_cnn, random_batch.images, [4, 4], random_batch.labels)
+    assert str(raised.value) == "Leakage needs at least two different images."
