@@ -693,3 +693,50 @@ def test_leakage_of_one_image_says_what_it_needs(tiny_cnn: nn.Module, random_bat
     with pytest.raises(SelectionError) as raised:
         cross_sample_leakage(tiny_cnn, random_batch.images, [4, 4], random_batch.labels)
     assert str(raised.value) == "Leakage needs at least two different images."
+
+
+def test_leakage_ratios_equal_a_jacobian_taken_by_hand(
+    tiny_bn_cnn: nn.Module, random_batch: Any
+) -> None:
+    """Training-mode BatchNorm: each target's largest gradient on the other images over its
+    largest on its own image, from one autograd call per target on the same batch."""
+    model = float64_copy(tiny_bn_cnn).train()
+    images, labels = random_batch.images[[2, 5, 9]].double(), random_batch.labels[[2, 5, 9]]
+    report = cross_sample_leakage(copy.deepcopy(model), images, [0, 1, 2], labels)
+    batch = images.clone().requires_grad_(True)
+    losses = F.cross_entropy(model(batch), labels, reduction="none")
+    expected, owns, crosses = [], [], []
+    for j in range(3):
+        (gradient,) = torch.autograd.grad(losses[j], batch, retain_graph=True)
+        largest = gradient.abs().flatten(1).amax(dim=1)
+        own, cross = float(largest[j]), float(largest[[i for i in range(3) if i != j]].max())
+        expected.append(cross / own)
+        owns.append(own)
+        crosses.append(cross)
+    assert report.per_index == pytest.approx(expected, rel=1e-9)
+    assert report.relative == pytest.approx(max(expected), rel=1e-9)
+    assert report.max_self == pytest.approx(max(owns), rel=1e-9)
+    assert report.max_cross == pytest.approx(max(crosses), rel=1e-9)
+
+
+class _OthersOnly(nn.Module):
+    """Each image's logits are the other images' pixels: no own gradient at all."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        others = images.sum(dim=0, keepdim=True) - images
+        return others.flatten(1)[:, :3] * self.scale
+
+
+def test_leakage_without_an_own_gradient_is_infinite_and_without_any_is_zero(
+    random_batch: Any,
+) -> None:
+    images = random_batch.images[:2]
+    report = cross_sample_leakage(_OthersOnly(), images, [0, 1], target="logit", classes=0)
+    assert report.per_index == (float("inf"), float("inf")) and report.max_self == 0.0
+    flat = _OthersOnly(scale=0.0)  # the logits no longer depend on any image
+    report = cross_sample_leakage(flat, images, [0, 1], target="logit", classes=0)
+    assert report.per_index == (0.0, 0.0) and report.max_cross == 0.0
