@@ -33,6 +33,7 @@ from gradpick.gradients import (
     cross_sample_leakage,
     input_gradients,
     naive_loop_error,
+    saved_bytes_per_image,
 )
 
 MODEL_NAMES = ("tiny_cnn", "tiny_bn_cnn", "tutorial", "resnet20")
@@ -740,3 +741,52 @@ def test_leakage_without_an_own_gradient_is_infinite_and_without_any_is_zero(
     flat = _OthersOnly(scale=0.0)  # the logits no longer depend on any image
     report = cross_sample_leakage(flat, images, [0, 1], target="logit", classes=0)
     assert report.per_index == (0.0, 0.0) and report.max_cross == 0.0
+
+
+class _LogOfMean(nn.Module):
+    """Two logits, both the log of the image's mean: an all-zero image's are -inf."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images.flatten(1).mean(dim=1, keepdim=True).log().expand(-1, 2)
+
+
+class _Huge(nn.Module):
+    """Finite logits near float32's largest: the sum of two overflows, each is finite."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images.flatten(1)[:, :2] * 3e38
+
+
+def test_only_the_picked_images_target_is_named_when_it_is_not_finite() -> None:
+    images = torch.rand(3, 3, 4, 4)
+    images[1] = 0.0  # its logits are -inf
+    images[0, 0, 0, 0] = float("nan")  # not picked: never scanned
+    with pytest.raises(InputError) as raised:
+        input_gradients(_LogOfMean(), images, [1], target="logit", classes=0)
+    assert str(raised.value) == "The model's logit for image 1 is not finite."
+    result = input_gradients(_Huge(), torch.ones(2, 3, 4, 4), [0, 1], target="logit", classes=0)
+    assert torch.equal(result.gradients[:, 0, 0, 0], torch.full((2,), 3e38))
+
+
+class _ExpExp(nn.Module):
+    """Saves two tensors of the image's size (each exp keeps its output)."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images.exp().exp().flatten(1)[:, :2]
+
+
+class _Doubles(nn.Module):
+    """Saves nothing: a product with a number keeps no tensor."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (images * 2.0).flatten(1)[:, :2]
+
+
+def test_saved_bytes_are_measured_per_image_shape_and_never_below_the_image() -> None:
+    cpu = torch.device("cpu")
+    model = _ExpExp()
+    for shape in [(1, 8, 8), (3, 8, 8), (1, 16, 16)]:
+        side = shape[0] * shape[1] * shape[2] * 4
+        assert saved_bytes_per_image(model, torch.zeros(4, *shape), cpu) == 2 * side
+    nothing_saved = saved_bytes_per_image(_Doubles(), torch.zeros(2, 3, 8, 8), cpu)
+    assert nothing_saved == 3 * 8 * 8 * 4  # the image itself, as a floor
