@@ -143,8 +143,9 @@ def test_another_format_or_foreign_parquet_is_refused(tmp_path: Path, source: An
     table = pq.read_table(part)
     meta = table.schema.metadata[store.METADATA_KEY].replace(b'"format": 1', b'"format": 99')
     pq.write_table(table.replace_schema_metadata({store.METADATA_KEY: meta}), part)
-    with pytest.raises(DataError, match="store format 99.*Infer again"):
+    with pytest.raises(DataError, match="store format 99.*Infer again") as raised:
         open_store(tmp_path / "old")
+    assert f"format 99 by gradpick {store.__version__};" in str(raised.value)
 
 
 def test_a_store_is_never_written_inside_another(tmp_path: Path, source: Any) -> None:
@@ -478,6 +479,7 @@ def test_the_refusals_say_exactly_what_to_do(tmp_path: Path, source: Any) -> Non
         check_store(open_store(tmp_path / "outputs"), "resnet20:fff")
     assert "written by model tiny:abc, not by resnet20:fff" in str(raised.value)
     assert store._named([tmp_path / name for name in "abc"]) == "a, b, c"
+    assert store._named([tmp_path / name for name in "dcba"]) == "a, b, c and 1 more"
 
 
 def test_an_older_formats_message_names_the_version_or_a_question_mark(
