@@ -126,6 +126,7 @@ def test_score_cam_says_its_cost_and_runs_exactly_that_many_forwards(tiny_cnn, r
         request = GradientRequest.build(model, random_batch.images, PICKED, target="logit")
         method = ScoreCAM(layer="0.2", batch_size=5)
         assert method.forwards(request) == len(PICKED) * (1 + 8)
+        assert ScoreCAM(layer="0.1").forwards(request) == len(PICKED) * (1 + 4)  # its own layer
         method.attribute(request)  # measures the model's saved bytes once (one image)
         seen.clear()
         method.attribute(request)
