@@ -204,3 +204,34 @@ def test_grad_cam_of_a_vision_transformer_needs_no_reshape():
     assert result.layer == "blocks.11.norm1" and result.layer_maps is not None
     assert result.layer_maps.shape == (1, 14, 14) and result.layer_maps.sum() > 0
     assert result.maps.shape == (1, 3, 224, 224)
+
+
+def test_score_cam_scores_masked_images_for_the_class_given_not_their_own(
+    float64_cnn, float64_images
+):
+    """Classes given (not the predicted ones): each masked image is scored for its image's
+    class, as the hand formula does, even where masking changes the prediction."""
+    classes = [1, 7, 3]
+    result = attribute(
+        float64_cnn, float64_images, SOME, target="logit", classes=classes, method="scorecam",
+        layer=LAYER,
+    )  # fmt: skip
+    A, G = per_sample_layer(
+        float64_cnn, float64_cnn.get_submodule(LAYER), float64_images, SOME, torch.tensor(classes)
+    )
+    expected = [
+        _scorecam(A[row], G[row], float64_images[index], lambda m, c=c: float64_cnn(m[None])[0, c])
+        for row, (index, c) in enumerate(zip(SOME, classes, strict=True))
+    ]
+    torch.testing.assert_close(result.layer_maps, torch.stack(expected), rtol=1e-10, atol=1e-13)
+
+
+def test_score_cam_masks_images_that_are_not_square():
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(4, 3),
+    ).eval()  # fmt: skip
+    images = torch.rand(2, 3, 12, 20)
+    result = attribute(model, images, [0, 1], target="logit", method="scorecam", layer="1")
+    assert result.maps.shape == (2, 3, 12, 20)
