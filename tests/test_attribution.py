@@ -390,3 +390,14 @@ def test_a_setting_the_method_does_not_take_is_refused() -> None:
         attribution.Gradient(samples=4)
     with pytest.raises(InputError, match="Unknown attribution method 'occlusion'"):
         attribution.get("occlusion")
+
+
+def test_smoothgrad_noise_depends_on_each_images_range_not_its_level_and_keeps_its_dtype():
+    """The std is noise x (max - min): an image shifted by a constant gets the same noise."""
+    from gradpick.attribution.gradient import _smoothgrad_noise
+
+    image = torch.rand(1, 3, 4, 4, dtype=torch.float64)
+    low = _smoothgrad_noise(image, [3], samples=5, noise=0.2, seed=0)
+    high = _smoothgrad_noise(image + 0.4, [3], samples=5, noise=0.2, seed=0)
+    assert low.dtype == torch.float64 and low.shape == (1, 5, 3, 4, 4)
+    torch.testing.assert_close(low, high, rtol=1e-12, atol=0)
