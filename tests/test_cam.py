@@ -226,12 +226,14 @@ def test_score_cam_scores_masked_images_for_the_class_given_not_their_own(
     torch.testing.assert_close(result.layer_maps, torch.stack(expected), rtol=1e-10, atol=1e-13)
 
 
-def test_score_cam_masks_images_that_are_not_square():
+@pytest.mark.parametrize(("name", "settings"), [("gradcam", {}), ("scorecam", {"batch_size": 64})])
+def test_layer_maps_of_images_that_are_not_square_are_upsampled_to_them(name, settings):
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Linear(4, 3),
     ).eval()  # fmt: skip
     images = torch.rand(2, 3, 12, 20)
-    result = attribute(model, images, [0, 1], target="logit", method="scorecam", layer="1")
+    result = attribute(model, images, [0, 1], target="logit", method=name, layer="1")
     assert result.maps.shape == (2, 3, 12, 20)
+    assert result.milliseconds > 0 and result.settings == settings
