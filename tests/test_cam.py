@@ -237,3 +237,23 @@ def test_layer_maps_of_images_that_are_not_square_are_upsampled_to_them(name, se
     result = attribute(model, images, [0, 1], target="logit", method=name, layer="1")
     assert result.maps.shape == (2, 3, 12, 20)
     assert result.milliseconds > 0 and result.settings == settings
+
+
+class _MinusLogOfMean(nn.Module):
+    def forward(self, x):
+        return -x.flatten(1).mean(dim=1, keepdim=True).log().expand(-1, 2)
+
+
+def test_score_cam_says_when_masked_images_give_non_finite_targets():
+    """A flat channel masks the whole image out; this head's target of a black image is +inf,
+    which makes the channel weights NaN."""
+    conv = nn.Conv2d(3, 2, 1)
+    with torch.no_grad():
+        conv.weight.zero_()
+        conv.bias.zero_()
+        conv.weight[0].fill_(1.0)  # channel 0 follows the image, channel 1 is flat zero
+    model = nn.Sequential(conv, nn.ReLU(), _MinusLogOfMean()).eval()
+    images = torch.rand(1, 3, 6, 6) + 0.1
+    with pytest.raises(InputError) as raised:
+        attribute(model, images, [0], target="logit", classes=0, method="scorecam", layer="1")
+    assert str(raised.value) == "Score-CAM's masked images gave non-finite targets."
