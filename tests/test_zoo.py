@@ -551,3 +551,24 @@ def test_a_factory_model_with_weights_serves_them_and_is_named_by_them(
     assert all(torch.equal(loaded.module.state_dict()[key], state[key]) for key in state)
     assert loaded.spec.size == (32, 32) and loaded.kind == "factory"
     assert loaded.describe().startswith(f"{factories}:five (weights {weights}); input ")
+
+
+def test_a_built_in_models_identity_carries_its_shipped_card() -> None:
+    """Read from the shipped card file itself, as a sidecar's reader would."""
+    import hashlib
+    import json
+    from importlib import resources
+
+    assets = resources.files("gradpick") / "assets"
+    card = json.loads((assets / "resnet20.json").read_text())
+    loaded = zoo.load_model("resnet20")
+    identity = loaded.identity()
+    assert identity["identity"] == loaded.store_identity and identity["kind"] == "built-in"
+    assert (
+        identity["weights_sha256"]
+        == hashlib.sha256((assets / "resnet20.pt").read_bytes()).hexdigest()
+    )
+    assert identity["card_sha256"] == card["sha256"]
+    assert identity["card_test_accuracy"] == card["test_accuracy"]
+    assert identity["trained_on"] == card["trained_on"] and identity["classes"] == 10
+    assert loaded.weights_origin == "shipped weights"
