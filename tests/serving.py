@@ -1,9 +1,10 @@
 """What the browser tests share: a real ``streamlit run app.py`` server and ways to read its page.
 
-Not a test module: ``tests/test_e2e.py`` and ``tests/test_load.py`` import it (pytest puts
-``tests/`` on ``sys.path``). The server and page helpers live in ``gradpick.bench.serving`` (the
-explorer benchmark drives the same page); this adds what only tests need: skipping without
-chromium, the data to serve, and server logs under ``artifacts/``.
+Not a test module: the browser and load tests import it (pytest puts ``tests/`` on
+``sys.path``). The server and page helpers live in ``gradpick.bench.serving`` (the explorer
+benchmark drives the same page); this adds what only tests need: skipping without chromium, the
+data to serve, the explorer's server on it, opening a local folder in the page, and server logs
+under ``artifacts/``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from gradpick import data
 from gradpick.bench.serving import (  # noqa: F401 (re-exported for the browser tests)
@@ -42,6 +44,7 @@ from gradpick.bench.serving import (  # noqa: F401 (re-exported for the browser 
     wait_healthy,
 )
 from gradpick.bench.serving import streamlit_server as _streamlit_server
+from gradpick.ui import config, keys
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
@@ -91,6 +94,56 @@ def streamlit_server(
     log = ARTIFACTS / f"{log_name}.log"
     with _streamlit_server(REPO / "app.py", {**threads, **env}, log, python) as server:
         yield server
+
+
+@contextmanager
+def explorer_server(
+    images: Path,
+    cache: Path,
+    log_name: str = "e2e-server",
+    hosted: bool | None = None,
+    model: str | None = None,
+) -> Iterator[Server]:
+    """The explorer on the CIFAR-10 folder ``images`` with its own cache folder; ``hosted`` and
+    ``model`` set the hosted mode and the served model when given (else the defaults)."""
+    env = {data.CIFAR10_DIR_ENV: str(images), "GRADPICK_CACHE_DIR": str(cache)}
+    if hosted is not None:
+        env[config.HOSTED_ENV] = "1" if hosted else "0"
+    if model is not None:
+        env[config.MODEL_ENV] = model
+    with streamlit_server(env, log_name=log_name) as server:
+        yield server
+
+
+PHOTOS = {
+    "scene": {"astronaut.png": "astronaut", "rocket.jpg": "rocket"},
+    "still": {"chelsea.jpg": "chelsea", "coffee.png": "coffee"},
+}
+"""scikit-image's bundled photos at their own sizes (512x512, 427x640, 300x451, 400x600),
+in a two-class ImageFolder tree."""
+
+
+def photo_folder(root: Path) -> Path:
+    """``PHOTOS`` written under ``root`` (skips without scikit-image)."""
+    photos = pytest.importorskip("skimage.data")
+    for label, files in PHOTOS.items():
+        (root / label).mkdir(parents=True)
+        for name, photo in files.items():
+            Image.fromarray(getattr(photos, photo)()).save(root / label / name)
+    return root
+
+
+def open_local_folder(page: Any, folder: Path, images: int) -> None:
+    """Choose "Local folder" in the sidebar, enter ``folder`` and wait until the page reads its
+    ``images`` images and is idle again."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    page.get_by_text("Local folder", exact=True).click()
+    folder_box = page.locator(f"{keys.selector(keys.FOLDER_PATH)} input")
+    folder_box.fill(str(folder))
+    folder_box.press("Enter")
+    page.get_by_text(f"folder {folder}, {images} images").wait_for()
+    sync_api.expect(metric_value(page, "Images N")).to_have_text(str(images))
+    page.locator(APP_IDLE).wait_for()
 
 
 CHART_SETTLED_JS = """

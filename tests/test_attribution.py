@@ -390,3 +390,34 @@ def test_a_setting_the_method_does_not_take_is_refused() -> None:
         attribution.Gradient(samples=4)
     with pytest.raises(InputError, match="Unknown attribution method 'occlusion'"):
         attribution.get("occlusion")
+
+
+def test_smoothgrad_noise_depends_on_each_images_range_not_its_level_and_keeps_its_dtype():
+    """The std is noise x (max - min): an image shifted by a constant gets the same noise."""
+    from gradpick.attribution.gradient import _smoothgrad_noise
+
+    image = torch.rand(1, 3, 4, 4, dtype=torch.float64)
+    low = _smoothgrad_noise(image, [3], samples=5, noise=0.2, seed=0)
+    high = _smoothgrad_noise(image + 0.4, [3], samples=5, noise=0.2, seed=0)
+    assert low.dtype == torch.float64 and low.shape == (1, 5, 3, 4, 4)
+    torch.testing.assert_close(low, high, rtol=1e-12, atol=0)
+
+
+def test_a_settings_check_refuses_a_fraction_for_a_whole_number_and_names_no_bound_it_lacks():
+    from gradpick.attribution.base import Parameter
+
+    whole = Parameter("samples", "Samples", 16, "noisy copies", whole=True, least=1)
+    with pytest.raises(InputError) as raised:
+        whole.check(2.5)
+    assert str(raised.value) == "samples must be a whole number of at least 1; got 2.5."
+    unbounded = Parameter("scale", "Scale", 1.0, "a factor")
+    with pytest.raises(InputError) as raised:
+        unbounded.check(float("inf"))
+    assert str(raised.value) == "scale must be a finite number; got inf."
+
+
+def test_integration_midpoints_are_exact_in_the_images_dtype():
+    from gradpick.attribution.gradient import _midpoints
+
+    alphas = _midpoints(5, torch.zeros(1, dtype=torch.float64))
+    assert torch.equal(alphas, torch.tensor([0.1, 0.3, 0.5, 0.7, 0.9], dtype=torch.float64))

@@ -126,6 +126,7 @@ def test_score_cam_says_its_cost_and_runs_exactly_that_many_forwards(tiny_cnn, r
         request = GradientRequest.build(model, random_batch.images, PICKED, target="logit")
         method = ScoreCAM(layer="0.2", batch_size=5)
         assert method.forwards(request) == len(PICKED) * (1 + 8)
+        assert ScoreCAM(layer="0.1").forwards(request) == len(PICKED) * (1 + 4)  # its own layer
         method.attribute(request)  # measures the model's saved bytes once (one image)
         seen.clear()
         method.attribute(request)
@@ -257,3 +258,56 @@ def test_score_cam_of_a_logit_difference_scores_the_masked_images_by_it(float64_
         expected = _scorecam(kept[0][0], None, images[1], score)
     assert result.layer_maps is not None
     torch.testing.assert_close(result.layer_maps[0], expected, rtol=1e-10, atol=1e-13)
+
+
+def test_score_cam_scores_masked_images_for_the_class_given_not_their_own(
+    float64_cnn, float64_images
+):
+    """Classes given (not the predicted ones): each masked image is scored for its image's
+    class, as the hand formula does, even where masking changes the prediction."""
+    classes = [1, 7, 3]
+    result = attribute(
+        float64_cnn, float64_images, SOME, target="logit", classes=classes, method="scorecam",
+        layer=LAYER,
+    )  # fmt: skip
+    A, G = per_sample_layer(
+        float64_cnn, float64_cnn.get_submodule(LAYER), float64_images, SOME, torch.tensor(classes)
+    )
+    expected = [
+        _scorecam(A[row], G[row], float64_images[index], lambda m, c=c: float64_cnn(m[None])[0, c])
+        for row, (index, c) in enumerate(zip(SOME, classes, strict=True))
+    ]
+    torch.testing.assert_close(result.layer_maps, torch.stack(expected), rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize(("name", "settings"), [("gradcam", {}), ("scorecam", {"batch_size": 64})])
+def test_layer_maps_of_images_that_are_not_square_are_upsampled_to_them(name, settings):
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(4, 3),
+    ).eval()  # fmt: skip
+    images = torch.rand(2, 3, 12, 20)
+    result = attribute(model, images, [0, 1], target="logit", method=name, layer="1")
+    assert result.maps.shape == (2, 3, 12, 20)
+    assert result.milliseconds > 0 and result.settings == settings
+
+
+class _MinusLogOfMean(nn.Module):
+    def forward(self, x):
+        return -x.flatten(1).mean(dim=1, keepdim=True).log().expand(-1, 2)
+
+
+def test_score_cam_says_when_masked_images_give_non_finite_targets():
+    """A flat channel masks the whole image out; this head's target of a black image is +inf,
+    which makes the channel weights NaN."""
+    conv = nn.Conv2d(3, 2, 1)
+    with torch.no_grad():
+        conv.weight.zero_()
+        conv.bias.zero_()
+        conv.weight[0].fill_(1.0)  # channel 0 follows the image, channel 1 is flat zero
+    model = nn.Sequential(conv, nn.ReLU(), _MinusLogOfMean()).eval()
+    images = torch.rand(1, 3, 6, 6) + 0.1
+    with pytest.raises(InputError) as raised:
+        attribute(model, images, [0], target="logit", classes=0, method="scorecam", layer="1")
+    assert str(raised.value) == "Score-CAM's masked images gave non-finite targets."

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image
 from serving import (
     APP_IDLE,
     ARTIFACTS,
@@ -29,19 +28,21 @@ from serving import (
     VIEWPORT,
     chromium_executable,
     cifar10_images,
+    explorer_server,
     metric_value,
     open_explorer,
+    open_local_folder,
     page_errors,
+    photo_folder,
     pick_by_text,
     real_cifar10_dir,
-    streamlit_server,
     text_box,
     wait_for_chart,
     wait_for_heatmaps,
 )
 
-from gradpick import data, devices, selection
-from gradpick.ui import config, gradients_panel, heatmaps, hover, keys, pixels
+from gradpick import devices, selection
+from gradpick.ui import gradients_panel, heatmaps, hover, keys, pixels
 
 pytestmark = pytest.mark.e2e
 
@@ -78,11 +79,8 @@ def server(
     tmp_path_factory: pytest.TempPathFactory, cifar_like_factory: Callable[[int], Path]
 ) -> Iterator[str]:
     """``streamlit run app.py`` on a free port; yields its URL."""
-    env = {
-        data.CIFAR10_DIR_ENV: str(cifar10_images(cifar_like_factory)),
-        "GRADPICK_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
-    }
-    with streamlit_server(env) as running:
+    images = cifar10_images(cifar_like_factory)
+    with explorer_server(images, tmp_path_factory.mktemp("cache")) as running:
         yield running.url
 
 
@@ -503,25 +501,10 @@ def test_the_thumbnail_sheet_is_fetched_by_url_and_kept_across_clicks(page: Any)
         assert page.evaluate(SHEET_URL_JS, grid) == sheet
 
 
-PHOTOS = {
-    "scene": {"astronaut.png": "astronaut", "rocket.jpg": "rocket"},
-    "still": {"chelsea.jpg": "chelsea", "coffee.png": "coffee"},
-}
-"""scikit-image's bundled photos at their own sizes (512x512, 427x640, 300x451, 400x600),
-in a two-class ImageFolder tree."""
 HEATMAP_IMAGE_SIZES_JS = f"""
 () => Array.from(document.querySelectorAll('{HEATMAPS} [data-testid="stImage"] img'),
   (img) => [img.naturalWidth, img.naturalHeight])
 """
-
-
-def _photo_folder(root: Path) -> Path:
-    photos = pytest.importorskip("skimage.data")
-    for label, files in PHOTOS.items():
-        (root / label).mkdir(parents=True)
-        for name, photo in files.items():
-            Image.fromarray(getattr(photos, photo)()).save(root / label / name)
-    return root
 
 
 def _expect_photo_heatmaps(page: Any, index: int) -> None:
@@ -544,25 +527,15 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
 ) -> None:
     """Photos at their own sizes through the local-folder and upload sources, read at 224."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    folder = _photo_folder(tmp_path / "photos")
-    env = {
-        config.MODEL_ENV: "torchvision:resnet18",
-        data.CIFAR10_DIR_ENV: str(cifar_like_factory(3)),  # the first page: a quick batch
-        "GRADPICK_CACHE_DIR": str(tmp_path / "cache"),
-    }
-    with (
-        streamlit_server(env, log_name="e2e-photos-server") as running,
-        sync_api.sync_playwright() as playwright,
-    ):
+    folder = photo_folder(tmp_path / "photos")
+    # the first page: a quick batch of 3 images per class
+    served = explorer_server(
+        cifar_like_factory(3), tmp_path / "cache", "e2e-photos-server", model="torchvision:resnet18"
+    )
+    with served as running, sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         page = open_explorer(browser, running.url)
-        page.get_by_text("Local folder", exact=True).click()
-        folder_box = page.locator(f"{keys.selector(keys.FOLDER_PATH)} input")
-        folder_box.fill(str(folder))
-        folder_box.press("Enter")
-        page.get_by_text(f"folder {folder}, 4 images").wait_for()
-        sync_api.expect(metric_value(page, "Images N")).to_have_text("4")
-        page.locator(APP_IDLE).wait_for()
+        open_local_folder(page, folder, 4)
         _expect_photo_heatmaps(page, 2)
         _shot(page, "photos")
 

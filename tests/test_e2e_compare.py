@@ -15,13 +15,12 @@ from serving import (
     SCATTER_POINTS_JS,
     chromium_executable,
     cifar10_images,
+    explorer_server,
     open_explorer,
     page_errors,
-    streamlit_server,
 )
 
-from gradpick import data
-from gradpick.ui import config, keys
+from gradpick.ui import keys
 
 pytestmark = pytest.mark.e2e
 
@@ -32,12 +31,8 @@ FLIPS = keys.selector(keys.COMPARE_FLIPS)
 def server(
     tmp_path_factory: pytest.TempPathFactory, cifar_like_factory: Callable[[int], Path]
 ) -> Iterator[str]:
-    env = {
-        data.CIFAR10_DIR_ENV: str(cifar10_images(cifar_like_factory)),
-        "GRADPICK_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
-        config.HOSTED_ENV: "1",
-    }
-    with streamlit_server(env, log_name="e2e-compare-server") as running:
+    images, cache = cifar10_images(cifar_like_factory), tmp_path_factory.mktemp("cache")
+    with explorer_server(images, cache, "e2e-compare-server", hosted=True) as running:
         yield running.url
 
 

@@ -15,17 +15,17 @@ from serving import (
     CHROMIUM_ARGS,
     VIEWPORT,
     chromium_executable,
-    metric_value,
+    explorer_server,
     open_explorer,
+    open_local_folder,
     page_errors,
+    photo_folder,
     pick_by_text,
-    streamlit_server,
     wait_for_heatmaps,
 )
-from test_e2e import SCREENSHOTS, UPDATE_SCREENSHOTS, _photo_folder
+from test_e2e import SCREENSHOTS, UPDATE_SCREENSHOTS
 
-from gradpick import data
-from gradpick.ui import config, heatmaps, keys
+from gradpick.ui import heatmaps, keys
 
 pytestmark = pytest.mark.e2e
 
@@ -45,27 +45,19 @@ def test_gradcam_overlays_of_photos_through_resnet18_at_224(
     tmp_path: Path, cifar_like_factory: Callable[[int], Path]
 ) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
-    folder = _photo_folder(tmp_path / "photos")
-    env = {
-        config.MODEL_ENV: "torchvision:resnet18",
-        data.CIFAR10_DIR_ENV: str(cifar_like_factory(3)),
-        "GRADPICK_CACHE_DIR": str(tmp_path / "cache"),
-    }
-    with (
-        streamlit_server(env, log_name="e2e-gradcam-server") as running,
-        sync_api.sync_playwright() as playwright,
-    ):
+    folder = photo_folder(tmp_path / "photos")
+    served = explorer_server(
+        cifar_like_factory(3),
+        tmp_path / "cache",
+        "e2e-gradcam-server",
+        model="torchvision:resnet18",
+    )
+    with served as running, sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=chromium_executable(), args=CHROMIUM_ARGS
         )
         page = open_explorer(browser, running.url)
-        page.get_by_text("Local folder", exact=True).click()
-        folder_box = page.locator(f"{keys.selector(keys.FOLDER_PATH)} input")
-        folder_box.fill(str(folder))
-        folder_box.press("Enter")
-        page.get_by_text(f"folder {folder}, 4 images").wait_for()
-        sync_api.expect(metric_value(page, "Images N")).to_have_text("4")
-        page.locator(APP_IDLE).wait_for()
+        open_local_folder(page, folder, 4)
         page.locator(keys.selector(keys.METHOD)).click()
         page.get_by_role("option", name="Grad-CAM", exact=True).click()
         page.locator(APP_IDLE).wait_for()

@@ -33,6 +33,7 @@ from gradpick.gradients import (
     cross_sample_leakage,
     input_gradients,
     naive_loop_error,
+    saved_bytes_per_image,
 )
 
 MODEL_NAMES = ("tiny_cnn", "tiny_bn_cnn", "tutorial", "resnet20")
@@ -657,3 +658,135 @@ def test_out_of_memory_with_one_image_per_chunk_is_a_clear_error(
     with pytest.raises(DeviceMemoryError, match="one image at a time"):
         input_gradients(tiny_cnn, images, [0, 1, 2], labels)
     assert all(parameter.grad is None for parameter in tiny_cnn.parameters())
+
+
+def test_the_naive_loop_fails_the_same_way_on_a_training_mode_batchnorm_model(
+    tiny_bn_cnn: nn.Module, random_batch: Any
+) -> None:
+    """It demonstrates PyTorch's error whatever the model's mode: coupling is not refused."""
+    model = copy.deepcopy(tiny_bn_cnn).train()
+    error = naive_loop_error(model, random_batch.images, [3, 7], random_batch.labels)
+    assert "Trying to backward through the graph a second time" in str(error)
+
+
+class _DropsTheLastRow(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.eval()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        output: torch.Tensor = self.model(images)
+        return output[:-1]
+
+
+def test_the_naive_loop_checks_the_model_and_the_classes(
+    tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    images, labels = random_batch
+    with pytest.raises(InputError, match=r"to \[N, classes\]; it returned \(15, 10\)"):
+        naive_loop_error(_DropsTheLastRow(tiny_cnn), images, [0, 1], labels)
+    with pytest.raises(InputError, match=r"^Class 10 is out of range for a model with 10 outputs"):
+        naive_loop_error(tiny_cnn, images, [0, 1], target="logit", classes=[10, 0])
+
+
+def test_leakage_of_one_image_says_what_it_needs(tiny_cnn: nn.Module, random_batch: Any) -> None:
+    with pytest.raises(SelectionError) as raised:
+        cross_sample_leakage(tiny_cnn, random_batch.images, [4, 4], random_batch.labels)
+    assert str(raised.value) == "Leakage needs at least two different images."
+
+
+def test_leakage_ratios_equal_a_jacobian_taken_by_hand(
+    tiny_bn_cnn: nn.Module, random_batch: Any
+) -> None:
+    """Training-mode BatchNorm: each target's largest gradient on the other images over its
+    largest on its own image, from one autograd call per target on the same batch."""
+    model = float64_copy(tiny_bn_cnn).train()
+    images, labels = random_batch.images[[2, 5, 9]].double(), random_batch.labels[[2, 5, 9]]
+    report = cross_sample_leakage(copy.deepcopy(model), images, [0, 1, 2], labels)
+    batch = images.clone().requires_grad_(True)
+    losses = F.cross_entropy(model(batch), labels, reduction="none")
+    expected, owns, crosses = [], [], []
+    for j in range(3):
+        (gradient,) = torch.autograd.grad(losses[j], batch, retain_graph=True)
+        largest = gradient.abs().flatten(1).amax(dim=1)
+        own, cross = float(largest[j]), float(largest[[i for i in range(3) if i != j]].max())
+        expected.append(cross / own)
+        owns.append(own)
+        crosses.append(cross)
+    assert report.per_index == pytest.approx(expected, rel=1e-9)
+    assert report.relative == pytest.approx(max(expected), rel=1e-9)
+    assert report.max_self == pytest.approx(max(owns), rel=1e-9)
+    assert report.max_cross == pytest.approx(max(crosses), rel=1e-9)
+
+
+class _OthersOnly(nn.Module):
+    """Each image's logits are the other images' pixels: no own gradient at all."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        others = images.sum(dim=0, keepdim=True) - images
+        return others.flatten(1)[:, :3] * self.scale
+
+
+def test_leakage_without_an_own_gradient_is_infinite_and_without_any_is_zero(
+    random_batch: Any,
+) -> None:
+    images = random_batch.images[:2]
+    report = cross_sample_leakage(_OthersOnly(), images, [0, 1], target="logit", classes=0)
+    assert report.per_index == (float("inf"), float("inf")) and report.max_self == 0.0
+    flat = _OthersOnly(scale=0.0)  # the logits no longer depend on any image
+    report = cross_sample_leakage(flat, images, [0, 1], target="logit", classes=0)
+    assert report.per_index == (0.0, 0.0) and report.max_cross == 0.0
+
+
+class _LogOfMean(nn.Module):
+    """Two logits, both the log of the image's mean: an all-zero image's are -inf."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images.flatten(1).mean(dim=1, keepdim=True).log().expand(-1, 2)
+
+
+class _Huge(nn.Module):
+    """Finite logits near float32's largest: the sum of two overflows, each is finite."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images.flatten(1)[:, :2] * 3e38
+
+
+def test_only_the_picked_images_target_is_named_when_it_is_not_finite() -> None:
+    images = torch.rand(3, 3, 4, 4)
+    images[1] = 0.0  # its logits are -inf
+    images[0, 0, 0, 0] = float("nan")  # not picked: never scanned
+    with pytest.raises(InputError) as raised:
+        input_gradients(_LogOfMean(), images, [1], target="logit", classes=0)
+    assert str(raised.value) == "The model's logit for image 1 is not finite."
+    result = input_gradients(_Huge(), torch.ones(2, 3, 4, 4), [0, 1], target="logit", classes=0)
+    assert torch.equal(result.gradients[:, 0, 0, 0], torch.full((2,), 3e38))
+
+
+class _ExpExp(nn.Module):
+    """Saves two tensors of the image's size (each exp keeps its output)."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images.exp().exp().flatten(1)[:, :2]
+
+
+class _Doubles(nn.Module):
+    """Saves nothing: a product with a number keeps no tensor."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (images * 2.0).flatten(1)[:, :2]
+
+
+def test_saved_bytes_are_measured_per_image_shape_and_never_below_the_image() -> None:
+    cpu = torch.device("cpu")
+    model = _ExpExp()
+    for shape in [(1, 8, 8), (3, 8, 8), (1, 16, 16)]:
+        side = shape[0] * shape[1] * shape[2] * 4
+        assert saved_bytes_per_image(model, torch.zeros(4, *shape), cpu) == 2 * side
+    nothing_saved = saved_bytes_per_image(_Doubles(), torch.zeros(2, 3, 8, 8), cpu)
+    assert nothing_saved == 3 * 8 * 8 * 4  # the image itself, as a floor

@@ -143,8 +143,9 @@ def test_another_format_or_foreign_parquet_is_refused(tmp_path: Path, source: An
     table = pq.read_table(part)
     meta = table.schema.metadata[store.METADATA_KEY].replace(b'"format": 1', b'"format": 99')
     pq.write_table(table.replace_schema_metadata({store.METADATA_KEY: meta}), part)
-    with pytest.raises(DataError, match="store format 99.*Infer again"):
+    with pytest.raises(DataError, match="store format 99.*Infer again") as raised:
         open_store(tmp_path / "old")
+    assert f"format 99 by gradpick {store.__version__};" in str(raised.value)
 
 
 def test_a_store_is_never_written_inside_another(tmp_path: Path, source: Any) -> None:
@@ -316,3 +317,259 @@ def test_a_users_own_parquet_is_neither_replaced_nor_taken_for_a_store_around_ou
     assert pq.read_table(project / "mine.parquet").num_rows == 1
     write(project / "outputs", source)  # beside the user's file, not inside a store
     assert len(open_store(project / "outputs")) == 6
+
+
+def test_parts_another_writer_put_are_adopted_with_the_stores_metadata(
+    tmp_path: Path, source: Any
+) -> None:
+    """Ray's Parquet writer fills ``partial`` itself; its parts may lack the metadata."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    with StoreWriter(out, store_metadata(MODEL, InputSpec(), source)) as writer:
+        for name, positions in [("b_000000.parquet", [2, 3, 4]), ("a_000000.parquet", [0, 1])]:
+            table = output_table(positions, ["x"] * len(positions), None, torch.eye(5)[positions])
+            pq.write_table(table.replace_schema_metadata(None), writer.partial / name)
+        assert writer.adopt_parts() == 5 and writer.rows == 5
+        for part in writer.partial.glob("*.parquet"):  # rewritten at once, not only at publish
+            assert pq.read_schema(part).metadata == writer.schema.metadata
+    assert sorted(path.name for path in out.iterdir()) == ["a_000000.parquet", "b_000000.parquet"]
+    opened = open_store(out)
+    assert opened.table["position"].to_pylist() == [0, 1, 2, 3, 4]
+    assert torch.equal(torch.tensor(opened.table["logits"].to_pylist()), torch.eye(5))
+
+
+def test_a_part_with_other_columns_is_refused_and_nothing_is_published(
+    tmp_path: Path, source: Any
+) -> None:
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    with (
+        pytest.raises(DataError, match=r"part.parquet: columns \['position', 'name'\] are not"),
+        StoreWriter(out, store_metadata(MODEL, InputSpec(), source)) as writer,
+    ):
+        pq.write_table(pa.table({"position": [0], "name": ["a"]}), writer.partial / "part.parquet")
+        writer.adopt_parts()
+    assert not out.exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_the_schema_says_which_columns_may_be_null_and_carries_no_metadata_unasked() -> None:
+    schema = store.output_schema()
+    nullable = {field.name: field.nullable for field in schema}
+    assert nullable == {
+        "position": False, "name": False, "label": True, "prediction": False,
+        "confidence": False, "loss": True, "logits": False,
+    }  # fmt: skip
+    assert schema.metadata is None
+    assert not store.output_schema(embeddings=True).field("embedding").nullable
+
+
+def test_rows_are_derived_in_float32_from_half_precision_outputs() -> None:
+    """A half-precision model's logits: softmax and loss in float32, labels of any integer type,
+    as written out by hand here (exp over the sum, minus the log of the label's share)."""
+    logits = (torch.randn(4, 3, generator=torch.Generator().manual_seed(1)) * 4).half()
+    labels = torch.tensor([0, 2, 1, 2], dtype=torch.int32)
+    table = output_table(
+        range(4), list("abcd"), labels, logits, logits[:, :2], metadata={"made": "here"}
+    )
+    wide = logits.float()
+    shares = wide.exp() / wide.exp().sum(dim=1, keepdim=True)
+    confidence = torch.tensor(table["confidence"].to_pylist())
+    assert torch.allclose(confidence, shares.max(dim=1).values, rtol=0, atol=1e-6)
+    picked = shares[torch.arange(4), labels.long()]
+    assert torch.allclose(torch.tensor(table["loss"].to_pylist()), -picked.log(), atol=1e-5)
+    assert table["label"].to_pylist() == [0, 2, 1, 2]
+    assert torch.equal(torch.tensor(table["logits"].to_pylist()), wide)
+    assert torch.equal(torch.tensor(table["embedding"].to_pylist()), wide[:, :2])
+    assert table.schema.metadata == {store.METADATA_KEY: b'{"made": "here"}'}
+
+
+@pytest.mark.parametrize("width", [0, 1, 2])
+def test_embeddings_of_any_width_are_one_list_per_row(width: int) -> None:
+    features = torch.arange(3 * width, dtype=torch.float32).reshape(3, width)
+    table = output_table([0, 1, 2], ["a", "b", "c"], None, torch.zeros(3, 2), features)
+    assert table["embedding"].to_pylist() == features.tolist()
+
+
+def test_without_pyarrow_the_message_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # importing it now raises ImportError
+    message = "Stored outputs need pyarrow: pip install pyarrow (it comes with gradpick)."
+    with pytest.raises(DataError) as raised:
+        store.output_schema()
+    assert str(raised.value) == message
+
+
+def test_the_batch_is_recorded_else_read_off_the_rows(tmp_path: Path, source: Any) -> None:
+    recorded = {"start": 5, "size": 2, "seed": 3, "other": 1}
+    metadata = store_metadata(MODEL, InputSpec(), source, batch=recorded)
+    assert metadata["batch"] == {"start": 5, "size": 2, "seed": 3}
+    assert metadata["class_names"] == list(source.class_names) and metadata["embeddings"] is False
+    with StoreWriter(tmp_path / "new", metadata) as writer:
+        writer.write(output_table([7, 12], ["x", "y"], None, torch.zeros(2, 3)))
+    assert store.stored_batch(open_store(tmp_path / "new")) == {"start": 5, "size": 2, "seed": 3}
+    older = store_metadata(MODEL, InputSpec(), source)  # written before batches were recorded
+    assert "batch" not in older
+    with StoreWriter(tmp_path / "old", older) as writer:
+        writer.write(output_table([9, 7, 8], ["x", "y", "z"], None, torch.zeros(3, 3)))
+    assert store.stored_batch(open_store(tmp_path / "old")) == {"start": 7, "size": 3, "seed": None}
+    with StoreWriter(tmp_path / "empty", older):
+        pass  # no rows: one empty part, the batch of one image at 0
+    assert [path.name for path in (tmp_path / "empty").iterdir()] == ["part-00000.parquet"]
+    empty = open_store(tmp_path / "empty")
+    assert len(empty) == 0 and store.stored_batch(empty) == {"start": 0, "size": 1, "seed": None}
+    with pytest.raises(ValueError, match="^model metadata needs an 'identity'$"):
+        store_metadata({"name": "tiny"}, InputSpec(), source)
+
+
+def test_parts_are_numbered_from_zero_each_holding_part_rows_in_order(
+    tmp_path: Path, source: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(store, "PART_ROWS", 2)
+    with StoreWriter(tmp_path / "out", store_metadata(MODEL, InputSpec(), source)) as writer:
+        for position in range(5):
+            writer.write(output_table([position], ["x"], None, torch.zeros(1, 3)))
+    assert writer.rows == 5
+    parts = sorted((tmp_path / "out").iterdir())
+    assert [part.name for part in parts] == [f"part-0000{n}.parquet" for n in range(3)]
+    held = [pq.read_table(part)["position"].to_pylist() for part in parts]
+    assert held == [[0, 1], [2, 3], [4]]
+
+
+def test_the_refusals_say_exactly_what_to_do(tmp_path: Path, source: Any) -> None:
+    write(tmp_path / "outputs", source)
+    inner = tmp_path / "outputs" / "train"
+    with pytest.raises(DataError) as raised:
+        write(inner, source)
+    assert str(raised.value) == (
+        f"{inner} lies inside the store {tmp_path / 'outputs'}: a store inside another is read "
+        "as part of it. Choose an --out outside it."
+    )
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DataError) as raised:
+        write(tmp_path / "file", source)
+    assert (
+        str(raised.value)
+        == f"{tmp_path / 'file'} exists and is not a folder; choose another --out."
+    )
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for name in "edcba":
+        (folder / f"{name}.txt").write_text(name)
+    with pytest.raises(DataError) as raised:
+        write(folder, source)
+    assert str(raised.value) == (
+        f"{folder} exists and is not a gradpick output store (it holds a.txt, b.txt, c.txt and 2 "
+        "more); writing there would delete it: choose another --out or an empty folder."
+    )
+    (tmp_path / "outputs" / "notes.txt").write_text("mine")
+    with pytest.raises(DataError) as raised:
+        write(tmp_path / "outputs", source)
+    assert str(raised.value) == (
+        f"{tmp_path / 'outputs'} is a store that also holds notes.txt; replacing it would delete "
+        "them: move them out, or choose another --out."
+    )
+    with pytest.raises(DataError) as raised:
+        check_store(open_store(tmp_path / "outputs"), "resnet20:fff")
+    assert "written by model tiny:abc, not by resnet20:fff" in str(raised.value)
+    assert store._named([tmp_path / name for name in "abc"]) == "a, b, c"
+    assert store._named([tmp_path / name for name in "dcba"]) == "a, b, c and 1 more"
+
+
+def test_an_older_formats_message_names_the_version_or_a_question_mark(
+    tmp_path: Path, source: Any
+) -> None:
+    import pyarrow.parquet as pq
+
+    write(tmp_path / "old", source)
+    part = next((tmp_path / "old").glob("*.parquet"))
+    table = pq.read_table(part)
+    meta = {**open_store(tmp_path / "old").metadata, "format": 0}
+    del meta["gradpick_version"]
+    encoded = store.json.dumps(meta).encode()
+    pq.write_table(table.replace_schema_metadata({store.METADATA_KEY: encoded}), part)
+    with pytest.raises(DataError) as raised:
+        open_store(tmp_path / "old")
+    assert str(raised.value) == (
+        f"{tmp_path / 'old'}: written in store format 0 by gradpick ?; this gradpick reads "
+        f"format {store.STORE_FORMAT}. Infer again to rewrite it."
+    )
+    (tmp_path / "none").mkdir()
+    with pytest.raises(DataError, match="no stored outputs here"):
+        open_store(tmp_path / "none")
+    anonymous = store.OpenedStore(table=None, metadata={}, path=tmp_path / "old")
+    with pytest.raises(DataError, match="written by model unknown, not by tiny:abc"):
+        check_store(anonymous, "tiny:abc")
+
+
+def test_publishing_refused_at_the_end_leaves_no_parts_behind(tmp_path: Path, source: Any) -> None:
+    """Another process filled ``out`` while the writer ran: refused, its files kept."""
+    (tmp_path / "work").mkdir()
+    out = tmp_path / "work" / "out"
+    with (
+        pytest.raises(DataError, match="not a gradpick output store"),
+        StoreWriter(out, store_metadata(MODEL, InputSpec(), source)) as writer,
+    ):
+        writer.write(output_table([0], ["a"], None, torch.zeros(1, 3)))
+        out.mkdir()
+        (out / "theirs.txt").write_text("theirs")
+    assert [path.name for path in (tmp_path / "work").iterdir()] == ["out"]
+    assert (out / "theirs.txt").read_text() == "theirs"
+
+
+def test_an_empty_folder_is_filled_without_saying_it_replaced_a_store(
+    tmp_path: Path, source: Any
+) -> None:
+    (tmp_path / "out").mkdir()
+    with StoreWriter(tmp_path / "out", store_metadata(MODEL, InputSpec(), source)) as writer:
+        writer.write(output_table([0], ["a"], None, torch.zeros(1, 3)))
+    assert writer.replaced is None and len(open_store(tmp_path / "out")) == 1
+
+
+def test_only_the_stores_visible_parquet_files_are_read_and_broken_parquet_is_no_store(
+    tmp_path: Path, source: Any
+) -> None:
+    import pyarrow.parquet as pq
+
+    write(tmp_path / "out", source)
+    foreign = pa.table({"x": [1.0]})
+    for hidden in (".draft.parquet", "_common.parquet"):
+        pq.write_table(foreign, tmp_path / "out" / hidden)
+    (tmp_path / "out" / "folder.parquet").mkdir()
+    assert open_store(tmp_path / "out").table["position"].to_pylist() == list(range(6))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "part.parquet").write_bytes(b"not parquet")
+    with pytest.raises(DataError, match=r"not a gradpick output store \(it holds part.parquet\)"):
+        write(tmp_path / "broken", source)
+
+
+def test_a_source_without_a_root_is_recorded_as_it_is(tmp_path: Path) -> None:
+    metadata = {"model": MODEL, "source": {"kind": "arrays", "root": None}}
+    with StoreWriter(tmp_path / "out", metadata) as writer:
+        writer.write(output_table([0], ["#0"], None, torch.zeros(1, 3)))
+    assert open_store(tmp_path / "out").metadata["source"] == {"kind": "arrays", "root": None}
+    assert store.source_root(open_store(tmp_path / "out")) is None
+
+
+def test_the_fingerprint_is_the_sha256_of_every_name_size_and_mtime_in_order(
+    tmp_path: Path,
+) -> None:
+    """Written out from its definition over 20 files (more than one thread's share)."""
+    import hashlib
+    import os
+
+    names = [f"{n:02d}.png" for n in range(20)]
+    for n, name in enumerate(names):
+        (tmp_path / name).write_bytes(b"x" * n)
+    lines = []
+    for name in names:
+        status = os.stat(tmp_path / name)
+        lines.append(f"{name}\0{status.st_size}\0{status.st_mtime_ns}\n")
+    expected = hashlib.sha256("".join(lines).encode()).hexdigest()
+    assert store.source_fingerprint(tmp_path, names) == expected

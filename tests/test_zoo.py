@@ -534,3 +534,41 @@ def test_shipped_weights_are_named_within_the_package_not_by_a_server_path() -> 
     loaded = zoo.load_model("resnet20")
     assert loaded.identity()["weights"] == "gradpick/assets/resnet20.pt"
     assert str(Path(gradpick.__file__).parent) not in json.dumps(loaded.identity())
+
+
+def test_a_factory_model_with_weights_serves_them_and_is_named_by_them(
+    factories: str, tmp_path: Path
+) -> None:
+    import hashlib
+
+    plain = zoo.load_model(f"{factories}:five")
+    state = {key: torch.full_like(value, 0.25) for key, value in plain.module.state_dict().items()}
+    weights = tmp_path / "five.pt"
+    torch.save(state, weights)
+    loaded = zoo.load_model(f"{factories}:five", weights)
+    assert loaded.weights == str(weights) and loaded.weights_origin == ""
+    assert loaded.weights_sha256 == hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert all(torch.equal(loaded.module.state_dict()[key], state[key]) for key in state)
+    assert loaded.spec.size == (32, 32) and loaded.kind == "factory"
+    assert loaded.describe().startswith(f"{factories}:five (weights {weights}); input ")
+
+
+def test_a_built_in_models_identity_carries_its_shipped_card() -> None:
+    """Read from the shipped card file itself, as a sidecar's reader would."""
+    import hashlib
+    import json
+    from importlib import resources
+
+    assets = resources.files("gradpick") / "assets"
+    card = json.loads((assets / "resnet20.json").read_text())
+    loaded = zoo.load_model("resnet20")
+    identity = loaded.identity()
+    assert identity["identity"] == loaded.store_identity and identity["kind"] == "built-in"
+    assert (
+        identity["weights_sha256"]
+        == hashlib.sha256((assets / "resnet20.pt").read_bytes()).hexdigest()
+    )
+    assert identity["card_sha256"] == card["sha256"]
+    assert identity["card_test_accuracy"] == card["test_accuracy"]
+    assert identity["trained_on"] == card["trained_on"] and identity["classes"] == 10
+    assert loaded.weights_origin == "shipped weights"
