@@ -21,17 +21,20 @@ import pytest
 from PIL import Image
 
 from gradpick import data
+from gradpick.bench.pages import QUIET_MS, SETTLED_JS, WATCH_CHANGES_JS
 from gradpick.bench.serving import (  # noqa: F401 (re-exported for the browser tests)
     APP_IDLE,
     CHROMIUM_ARGS,
     HEATMAP_INDICES_JS,
     HEATMAPS_SHOW_JS,
+    HOVERED_JS,
     LOAD_TIMEOUT_MS,
     PAGE_ERRORS,
     SCATTER_POINTS_JS,
     TEXT_BOX_LABEL,
     VIEWPORT,
     Server,
+    click_point,
     free_port,
     healthy,
     heatmap_indices,
@@ -164,6 +167,9 @@ moving (a column still laying out, a scroll, a redraw after a rerun)."""
 
 
 def wait_for_chart(page: Any, selector: str, polling: int = 100) -> None:
-    """Wait until the chart under ``selector`` is drawn and still, so its points can be clicked
-    where ``SCATTER_POINTS_JS`` says they are."""
+    """Wait until the page settled (the browser may still be drawing what a finished run sent,
+    and move the chart) and the chart under ``selector`` is drawn and still, so its points can
+    be clicked where ``SCATTER_POINTS_JS`` says they are."""
+    page.evaluate(WATCH_CHANGES_JS)
+    page.evaluate(SETTLED_JS, [QUIET_MS, LOAD_TIMEOUT_MS])
     page.wait_for_function(CHART_SETTLED_JS, arg=selector, polling=polling)

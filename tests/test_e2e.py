@@ -23,11 +23,13 @@ from serving import (
     APP_IDLE,
     ARTIFACTS,
     CHROMIUM_ARGS,
+    HOVERED_JS,
     REPO,
     SCATTER_POINTS_JS,
     VIEWPORT,
     chromium_executable,
     cifar10_images,
+    click_point,
     explorer_server,
     metric_value,
     open_explorer,
@@ -42,7 +44,7 @@ from serving import (
 )
 
 from gradpick import devices, selection
-from gradpick.ui import gradients_panel, heatmaps, hover, keys, pixels
+from gradpick.ui import gradients_panel, heatmaps, hover, keys, outlines, pixels
 
 pytestmark = pytest.mark.e2e
 
@@ -454,9 +456,11 @@ def test_click_to_heatmap_times_are_recorded(page: Any) -> None:
     grid = keys.selector(keys.GRID_CHART)
     timings = []
     for index in (5, 17, 42, 63, 88):
-        wait_for_chart(page, grid)  # redrawn with the last pick's outline: click it when still
+        wait_for_chart(page, grid)
         points = page.evaluate(SCATTER_POINTS_JS, grid)["points"]
         point = next(p for p in points if p["index"] == index)
+        page.mouse.move(point["x"], point["y"])
+        page.wait_for_function(HOVERED_JS)
         clicked = time.monotonic()
         page.mouse.click(point["x"], point["y"])
         shown = wait_for_heatmaps(page, [index], polling=10)
@@ -495,10 +499,62 @@ def test_the_thumbnail_sheet_is_fetched_by_url_and_kept_across_clicks(page: Any)
     for index in (4, 9):
         wait_for_chart(page, grid)
         points = page.evaluate(SCATTER_POINTS_JS, grid)["points"]
-        point = next(p for p in points if p["index"] == index)
-        page.mouse.click(point["x"], point["y"])
+        click_point(page, next(p for p in points if p["index"] == index))
         wait_for_heatmaps(page, [index])
         assert page.evaluate(SHEET_URL_JS, grid) == sheet
+
+
+COUNT_REDRAWS_JS = """
+(selector) => {
+  const gd = document.querySelector(selector + ' .js-plotly-plot');
+  window.__gridRedraws = 0;
+  gd.on('plotly_afterplot', () => { window.__gridRedraws += 1; });
+}
+"""
+OUTLINE_BOXES_JS = f"""
+(selector) => {{
+  const gd = document.querySelector(selector + ' .js-plotly-plot');
+  const layer = gd.querySelector('#{outlines.LAYER_ID}');
+  return {{
+    chart: gd.getBoundingClientRect().toJSON(),
+    cell: gd._fullLayout.xaxis._length
+      / (gd._fullLayout.xaxis.range[1] - gd._fullLayout.xaxis.range[0]),
+    boxes: layer ? Array.from(layer.children, (box) => ({{
+      cell: Number(box.dataset.cell), ...box.getBoundingClientRect().toJSON(),
+      border: getComputedStyle(box).borderTopColor}})) : []}};
+}}
+"""
+
+
+def test_a_click_outlines_the_picked_thumbnail_over_a_grid_it_does_not_redraw(page: Any) -> None:
+    """The orange outline sits on the clicked thumbnail (inset in its cell, in the picked
+    colour), moves with the next click, and neither click redraws the grid's chart."""
+    grid = keys.selector(keys.GRID_CHART)
+    wait_for_chart(page, grid)
+    page.evaluate(COUNT_REDRAWS_JS, grid)
+    for index in (12, 27):
+        points = page.evaluate(SCATTER_POINTS_JS, grid)["points"]
+        point = next(p for p in points if p["index"] == index)
+        click_point(page, point)
+        wait_for_heatmaps(page, [index])
+        layer = f"document.getElementById('{outlines.LAYER_ID}')"
+        page.wait_for_function(
+            f"(cell) => {layer}?.children.length === 1 && {layer}.firstChild.dataset.cell === cell",
+            arg=str(index),  # the grid's first page starts at image 0
+        )
+        wait_for_chart(page, grid)  # the click's run may move the chart: compare where it is now
+        drawn = page.evaluate(OUTLINE_BOXES_JS, grid)
+        points = page.evaluate(SCATTER_POINTS_JS, grid)["points"]
+        point = next(p for p in points if p["index"] == index)
+        (box,) = drawn["boxes"]
+        assert box["cell"] == index
+        side = drawn["cell"] * (1 - 2 * outlines.INSET)
+        assert box["width"] == pytest.approx(side, abs=1.0)
+        assert box["height"] == pytest.approx(side, abs=1.0)
+        centre = (box["left"] + box["width"] / 2, box["top"] + box["height"] / 2)
+        assert centre == pytest.approx((point["x"], point["y"]), abs=1.0)  # the marker's centre
+        assert box["border"] == "rgb(240, 140, 0)"  # figures.PICKED, #f08c00
+    assert page.evaluate("window.__gridRedraws") == 0
 
 
 HEATMAP_IMAGE_SIZES_JS = f"""

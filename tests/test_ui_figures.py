@@ -47,11 +47,11 @@ def test_thumbnails_of_large_inputs_are_averaged_down_to_the_thumbnail_side() ->
     assert (grey[:, : side // 2] == 0).all() and (grey[:, side // 2 :] == 200).all()
 
 
-def test_thumbnail_grid_markers_carry_batch_indices_and_outlines_mark_right_wrong_picked() -> None:
+def test_thumbnail_grid_markers_carry_batch_indices_and_outlines_mark_right_wrong() -> None:
     indices = list(range(100, 112))
     correct = [index % 3 != 0 for index in indices]
     figure = figures.thumbnail_grid(
-        "/media/sheet.png", indices, [f"#{i}" for i in indices], correct, [101, 105, 999], 5
+        "/media/sheet.png", indices, [f"#{i}" for i in indices], correct, 5, selection_revision=3
     ).to_dict()
     markers = [trace for trace in figure["data"] if trace["mode"] == "markers"]
     assert len(markers) == 1
@@ -59,16 +59,25 @@ def test_thumbnail_grid_markers_carry_batch_indices_and_outlines_mark_right_wron
     outlines = {
         trace["line"]["color"]: trace for trace in figure["data"] if trace["mode"] == "lines"
     }
+    assert set(outlines) == {figures.RIGHT, figures.WRONG}  # the picked ones are drawn apart
     assert _squares(outlines[figures.RIGHT]) == sum(correct)
     assert _squares(outlines[figures.WRONG]) == len(indices) - sum(correct)
-    assert _squares(outlines[figures.PICKED]) == 2
     image = figure["layout"]["images"][0]
     assert image["source"] == "/media/sheet.png"
     assert (image["sizex"], image["sizey"]) == (5, 3)
+    assert figure["layout"]["selectionrevision"] == 3
+
+
+def test_the_thumbnail_grid_is_the_same_figure_whatever_is_picked() -> None:
+    """Picks are not in the figure: a click leaves it unchanged, so the browser keeps it."""
+    arguments = ("/media/sheet.png", [0, 1, 2], ["a", "b", "c"], [True, False, True], 2)
+    drawn = figures.thumbnail_grid(*arguments).to_json()
+    assert figures.thumbnail_grid(*arguments).to_json() == drawn
+    assert figures.thumbnail_grid(*arguments, selection_revision=1).to_json() != drawn
 
 
 def test_unlabelled_thumbnails_get_neutral_outlines() -> None:
-    figure = figures.thumbnail_grid("/media/sheet.png", [0, 1], ["a", "b"], None, [], 2).to_dict()
+    figure = figures.thumbnail_grid("/media/sheet.png", [0, 1], ["a", "b"], None, 2).to_dict()
     colours = [trace["line"]["color"] for trace in figure["data"] if trace["mode"] == "lines"]
     assert colours == [figures.NEUTRAL]
 

@@ -48,6 +48,25 @@ def test_an_empty_selection_is_ignored_and_lets_the_same_one_count_again() -> No
     assert state.picked(session) == [1]
 
 
+def test_a_chart_that_does_not_show_the_picks_is_redrawn_when_something_else_changes_them() -> None:
+    """The grid's own clicks keep its revision (the browser keeps the chart); a pick by any
+    other means changes it, and the chart drawn with it reports the same point again as new."""
+    session: dict[str, Any] = {keys.GRID_CHART: _points(1)}
+    assert state.selection_revision(session, keys.GRID_CHART) == 0
+    state.absorb(session, keys.GRID_CHART, _indices, size=10)
+    assert state.picked(session) == [1]
+    assert state.selection_revision(session, keys.GRID_CHART) == 0  # its own click
+    assert state.selection_revision(session, keys.SCATTER_CHART) == 1  # the others' picks moved
+    state.clear(session)  # the chart still holds point 1 in this run: not absorbed again
+    state.absorb(session, keys.GRID_CHART, _indices, size=10)
+    assert state.picked(session) == []
+    assert state.selection_revision(session, keys.GRID_CHART) == 1  # drawn anew
+    state.absorb(session, keys.GRID_CHART, _indices, size=10)  # point 1 clicked again
+    assert state.picked(session) == [1]
+    state.set_picked(session, [1])  # no change: no redraw
+    assert state.selection_revision(session, keys.GRID_CHART) == 1
+
+
 def test_merge_modes_add_and_remove() -> None:
     session: dict[str, Any] = {keys.PICKED: [1, 2]}
     session[keys.MERGE_MODE] = "add"

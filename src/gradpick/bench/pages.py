@@ -17,6 +17,7 @@ from gradpick.bench.serving import (
     APP_IDLE,
     HEATMAP_INDICES_JS,
     HEATMAPS_SHOW_JS,
+    HOVERED_JS,
     LOAD_TIMEOUT_MS,
     SCATTER_POINTS_JS,
     VIEWPORT,
@@ -41,6 +42,7 @@ __all__ = [
     "click_until_settled",
     "click_until_changed",
     "click_until_heatmaps",
+    "hover",
     "idle",
     "isolated_points",
     "metric",
@@ -240,8 +242,12 @@ async def browser_work(page: Any) -> Callable[[], Awaitable[float]]:
 
 
 async def settled_points(page: Any, selector: str) -> dict[str, Any]:
-    """``SCATTER_POINTS_JS`` once two readings 100 ms apart agree: a chart that was just drawn
-    may still be resized to its column (the grid keeps its cells square, so its rows move)."""
+    """``SCATTER_POINTS_JS`` once the page settled and two readings 100 ms apart agree: the
+    browser may still be drawing what a finished script run sent (a busy page draws the rows
+    above the chart after it, and moves it), and a chart that was just drawn may still be
+    resized to its column (the grid keeps its cells square, so its rows move)."""
+    await page.evaluate(WATCH_CHANGES_JS)
+    await settled(page)
     layout = await page.evaluate(SCATTER_POINTS_JS, selector)
     while True:
         await asyncio.sleep(0.1)
@@ -257,9 +263,16 @@ async def thumbnail(page: Any, index: int) -> dict[str, float]:
     return {"x": float(point["x"]), "y": float(point["y"])}
 
 
+async def hover(page: Any, point: dict[str, float]) -> None:
+    """Move the mouse to ``point`` and wait until plotly has found the mark under it
+    (``HOVERED_JS``), as a user's pointer rests before a click."""
+    await page.mouse.move(point["x"], point["y"])
+    await wait(page, HOVERED_JS, None, CLICK_TIMEOUT_MS)
+
+
 async def click_until_heatmaps(page: Any, point: dict[str, float], expected: list[int]) -> float:
     """Click ``point``; milliseconds until the heatmaps of ``expected`` are visible."""
-    await page.mouse.move(point["x"], point["y"])
+    await hover(page, point)
     clicked = time.monotonic()
     await page.mouse.click(point["x"], point["y"])
     shown = await wait(page, HEATMAPS_SHOW_JS, [expected, False], CLICK_TIMEOUT_MS)
@@ -272,7 +285,7 @@ async def click_until_settled(
     """Click ``point``; milliseconds until the heatmaps of ``expected`` are visible (the first
     paint) and until the page settled (its last change before ``QUIET_MS`` of quiet)."""
     await page.evaluate(WATCH_CHANGES_JS)
-    await page.mouse.move(point["x"], point["y"])
+    await hover(page, point)
     clicked = time.monotonic()
     await page.mouse.click(point["x"], point["y"])
     shown = await wait(page, HEATMAPS_SHOW_JS, [expected, False], CLICK_TIMEOUT_MS)
@@ -306,7 +319,7 @@ def isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dict
 async def click_until_changed(page: Any, point: dict[str, Any]) -> float:
     """Click ``point``; milliseconds until the heatmaps show another pick (then wait for idle)."""
     before = await page.evaluate(HEATMAP_INDICES_JS)
-    await page.mouse.move(point["x"], point["y"])
+    await hover(page, point)
     clicked = time.monotonic()
     await page.mouse.click(point["x"], point["y"])
     shown = await wait(page, HEATMAPS_CHANGED_JS, before, CLICK_TIMEOUT_MS)

@@ -28,6 +28,7 @@ __all__ = [
     "CHROMIUM_ARGS",
     "HEATMAP_INDICES_JS",
     "HEATMAPS_SHOW_JS",
+    "HOVERED_JS",
     "LOAD_TIMEOUT_MS",
     "PAGE_ERRORS",
     "SCATTER_POINTS_JS",
@@ -41,6 +42,7 @@ __all__ = [
     "page_errors",
     "pick_by_text",
     "Server",
+    "click_point",
     "streamlit_server",
     "text_box",
     "wait_for_heatmaps",
@@ -84,6 +86,13 @@ HEATMAPS_SHOW_JS = f"""
 }}
 """
 """True once the captions name exactly ``expected`` (in that order when ``ordered``), each once."""
+
+HOVERED_JS = """
+() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(
+  (gd) => Array.isArray(gd._hoverdata) && gd._hoverdata.length > 0)
+"""
+"""True once some chart's hover found a mark under the mouse. plotly's click picks what its last
+hover found, so a click sent before that (a busy page handles the move late) selects nothing."""
 
 SCATTER_POINTS_JS = """
 (selector) => {
@@ -248,6 +257,14 @@ def wait_for_heatmaps(
     shown = time.monotonic()
     page.locator(APP_IDLE).wait_for(timeout=LOAD_TIMEOUT_MS)
     return shown
+
+
+def click_point(page: Any, point: Mapping[str, float]) -> None:
+    """Rest the mouse on a chart's ``point`` until plotly found the mark there (``HOVERED_JS``),
+    then click it (sync API)."""
+    page.mouse.move(point["x"], point["y"])
+    page.wait_for_function(HOVERED_JS, timeout=LOAD_TIMEOUT_MS)
+    page.mouse.click(point["x"], point["y"])
 
 
 def pick_by_text(page: Any, indices: Sequence[int]) -> None:

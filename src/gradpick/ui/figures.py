@@ -168,6 +168,10 @@ def thumbnail_sheet(images: np.ndarray, columns: int, side: int = THUMBNAIL_SIDE
     return buffer.getvalue()
 
 
+OUTLINE_INSET = 0.03
+"""The right/wrong outlines' gap to their cell's edge, in cells."""
+
+
 def _outlines(centres: Sequence[tuple[float, float]], inset: float) -> tuple[list, list]:
     """x and y of closed squares around ``centres`` (half-size 0.5 - inset), None-separated."""
     xs: list[float | None] = []
@@ -184,15 +188,17 @@ def thumbnail_grid(
     indices: Sequence[int],
     hover: Sequence[str],
     correct: Sequence[bool] | None,
-    picked: Sequence[int],
     columns: int,
+    selection_revision: int = 0,
 ) -> go.Figure:
     """The page of thumbnails ``indices`` (drawn in the sheet at ``sheet_source``, a URL or a
-    data URI) as a selectable chart.
+    data URI) as a selectable chart, one data unit per thumbnail.
 
     One invisible marker sits on each thumbnail's centre and carries its batch index. Outlines
-    are line traces (not selectable): green right, red wrong, grey unlabelled, thick orange
-    picked.
+    are line traces (not selectable): green right, red wrong, grey unlabelled. The picked
+    images' outlines are not part of it (``gradpick.ui.outlines`` draws them over the chart),
+    so a click leaves the figure as it was; a new ``selection_revision`` (plotly's
+    ``selectionrevision``) makes it drop the selection it holds.
     """
     rows = max(1, math.ceil(len(indices) / columns))
     centres = [(p % columns + 0.5, p // columns + 0.5) for p in range(len(indices))]
@@ -200,22 +206,17 @@ def thumbnail_grid(
     for position, centre in enumerate(centres):
         colour = NEUTRAL if correct is None else RIGHT if correct[position] else WRONG
         groups[colour].append(centre)
-    picked_set = set(picked)
-    chosen = [centre for index, centre in zip(indices, centres, strict=True) if index in picked_set]
     traces: list[Trace] = []
-    for colour, members, inset, width in (
-        *((colour, members, 0.03, 1.5) for colour, members in groups.items()),
-        (PICKED, chosen, 0.05, 4.0),
-    ):
+    for colour, members in groups.items():
         if members:
-            xs, ys = _outlines(members, inset)
+            xs, ys = _outlines(members, OUTLINE_INSET)
             traces.append(
                 {
                     "type": "scatter",
                     "x": xs,
                     "y": ys,
                     "mode": "lines",
-                    "line": {"color": colour, "width": width},
+                    "line": {"color": colour, "width": 1.5},
                     "hoverinfo": "skip",
                     "showlegend": False,
                 }
@@ -253,6 +254,7 @@ def thumbnail_grid(
         traces,
         height=max(120, 56 * rows + 20),
         images=[image],
+        selectionrevision=selection_revision,
         xaxis={"range": [0, columns], "visible": False, "fixedrange": True},
         yaxis={
             "range": [rows, 0],

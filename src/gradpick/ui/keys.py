@@ -19,6 +19,7 @@ __all__ = [
     "DETAIL_VALUES",
     "DEVICE",
     "DOWNLOAD",
+    "DRAWN_REVISIONS",
     "EMBEDDING_CHART",
     "EMBEDDING_COLOUR",
     "EMBEDDING_PROJECTION",
@@ -38,6 +39,7 @@ __all__ = [
     "MODEL",
     "NOTICE",
     "OUTPUTS_PATH",
+    "OUTLINES_SCRIPT",
     "OUTPUTS_TAB",
     "PICKED",
     "PICKED_BATCH",
@@ -57,6 +59,7 @@ __all__ = [
     "RUN_SWEEP",
     "SAMPLE_SEED",
     "SCATTER_CHART",
+    "REDRAWS",
     "SEEN",
     "SELECTION_WIDGETS",
     "SOURCE_KIND",
@@ -110,6 +113,10 @@ PRELOAD_CONTAINER = HIDDEN_KEY_PREFIX + "plotly_preload"
 PICKED = "picked"
 PICKED_BATCH = "picked_batch"
 SEEN = "selections_seen"
+REDRAWS = "selection_redraws"
+"""Per selection widget, how often the picks changed by anything else."""
+DRAWN_REVISIONS = "selection_revisions_drawn"
+"""Per selection widget, the revision it was last drawn with (``state.selection_revision``)."""
 NOTICE = "selection_notice"
 MERGE_MODE = "merge_mode"
 TEXT = "picked_text"
@@ -154,6 +161,8 @@ HOVER_ATLAS = "hover_atlas"
 """The media slot of the batch's hover thumbnails (``gradpick.ui.hover``)."""
 HOVER_SCRIPT = HIDDEN_KEY_PREFIX + "hover_script"
 """The container of the hover thumbnails' script, hidden by the page style."""
+OUTLINES_SCRIPT = HIDDEN_KEY_PREFIX + "outlines_script"
+"""The container of the picked thumbnails' outlines script (``gradpick.ui.outlines``)."""
 OUTPUTS_TAB = "outputs_tab"
 """The open outputs view: only that one is drawn, so a click does not rebuild the others."""
 EMBEDDING_PROJECTION = "embedding_projection"

@@ -18,7 +18,7 @@ import streamlit as st
 from gradpick import embedding, selection
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
-from gradpick.ui import cache, figures, hover, keys, media, service, state
+from gradpick.ui import cache, figures, hover, keys, media, outlines, service, state
 from gradpick.ui import judged as judged_now
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded
@@ -173,8 +173,8 @@ def _thumbnails(loaded: Loaded, judged: Mapping[int, str]) -> None:
         list(range(first, last)),
         loaded.hover[first:last],
         None if correct is None else correct[first:last].tolist(),
-        state.picked(st.session_state),
         GRID_COLUMNS,
+        state.selection_revision(st.session_state, keys.GRID_CHART),
     )
 
     def corner(index: int) -> tuple[float, float] | None:
@@ -185,6 +185,10 @@ def _thumbnails(loaded: Loaded, judged: Mapping[int, str]) -> None:
 
     _marked(figure, judged, corner, legend=False)  # the grid has no legend
     _plot(figure, keys.GRID_CHART)
+    cells = outlines.picked_cells(state.picked(st.session_state), first, last)
+    with st.container(key=keys.OUTLINES_SCRIPT):
+        grid = keys.selector(keys.GRID_CHART)
+        st.iframe(outlines.script(grid, cells, GRID_COLUMNS, figures.PICKED), height=1)
 
 
 def _scatter(loaded: Loaded, judged: Mapping[int, str]) -> None:

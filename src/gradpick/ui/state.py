@@ -4,7 +4,11 @@ Charts and the table report selections through their widget state (``state[chart
 ``absorb`` folds a *new* selection into the picked list once, according to the merge mode.
 A chart that is redrawn (its picked highlight changed) comes back with an empty selection,
 which is not a new selection: empty events are ignored, and forget the last one seen, so the
-same points selected again later count again. Everything here works on any mutable mapping,
+same points selected again later count again. A chart whose figure does not show the picks (the
+thumbnail grid: a script draws its outlines) is not redrawn by its own clicks; it carries
+``selection_revision(state, key)``, which changes when the picks change by anything else, so
+it is redrawn then and drops a selection that no longer describes the picks (a click on a point
+plotly still holds selected would unselect it). Everything here works on any mutable mapping,
 so tests drive it with a plain dict and the page with ``st.session_state``.
 """
 
@@ -17,10 +21,12 @@ from typing import Any
 from gradpick import selection
 from gradpick.errors import SelectionError
 from gradpick.ui.keys import (
+    DRAWN_REVISIONS,
     MERGE_MODE,
     NOTICE,
     PICKED,
     PICKED_BATCH,
+    REDRAWS,
     SEEN,
     SELECTION_WIDGETS,
     TEXT,
@@ -39,6 +45,7 @@ __all__ = [
     "fresh_selection",
     "pending_selection",
     "picked",
+    "selection_revision",
     "set_picked",
     "State",
     "table_rows",
@@ -64,9 +71,31 @@ def text_key(state: State) -> str:
     return f"{TEXT}:{state.get(TEXT_VERSION, 0)}"
 
 
-def set_picked(state: State, indices: Sequence[int], notice: str | None = None) -> None:
-    """Replace the selection; the text box follows it and any text error is cleared."""
-    state[PICKED] = [int(index) for index in indices]
+def selection_revision(state: State, key: str) -> int:
+    """The revision to draw the chart ``key`` with: how often the picks changed by anything but
+    that chart. Sent with a new one, the chart drops its selection in the browser (and reports
+    none until the next), so the next selection it reports is new even when it names the same
+    points as the last: the last one seen is forgotten."""
+    revision = int(state.get(REDRAWS, {}).get(key, 0))
+    drawn = state.setdefault(DRAWN_REVISIONS, {})
+    if drawn.get(key) != revision:
+        drawn[key] = revision
+        state.get(SEEN, {}).pop(key, None)
+    return revision
+
+
+def set_picked(
+    state: State, indices: Sequence[int], notice: str | None = None, by: str | None = None
+) -> None:
+    """Replace the selection (``by``: the selection widget whose selection it is, if one); the
+    text box follows it and any text error is cleared."""
+    chosen = [int(index) for index in indices]
+    if chosen != picked(state):
+        counts = state.setdefault(REDRAWS, {})
+        for key in SELECTION_WIDGETS:
+            if key != by:
+                counts[key] = counts.get(key, 0) + 1
+    state[PICKED] = chosen
     state[TEXT_VERSION] = state.get(TEXT_VERSION, 0) + 1
     state[text_key(state)] = selection.format_indices(state[PICKED])
     state.pop(TEXT_ERROR, None)
@@ -74,10 +103,13 @@ def set_picked(state: State, indices: Sequence[int], notice: str | None = None) 
         state[NOTICE] = notice
 
 
-def apply(state: State, indices: Sequence[int], mode: str | None = None) -> None:
-    """Merge ``indices`` into the selection by ``mode`` (default: the page's merge mode)."""
+def apply(
+    state: State, indices: Sequence[int], mode: str | None = None, by: str | None = None
+) -> None:
+    """Merge ``indices`` into the selection by ``mode`` (default: the page's merge mode); ``by``
+    as for ``set_picked``."""
     mode = mode or state.get(MERGE_MODE, "replace")
-    set_picked(state, selection.merge(picked(state), indices, mode))
+    set_picked(state, selection.merge(picked(state), indices, mode), by=by)
 
 
 def follow_batch(state: State, batch_key: str) -> None:
@@ -126,7 +158,7 @@ def absorb(state: State, key: str, extract: Extractor, size: int) -> None:
     indices = [index for index in extract(event) if 0 <= index < size]
     if _encloses(event):
         indices = sorted(indices)  # a box or lasso lists its points by trace, not by any choice
-    apply(state, indices)
+    apply(state, indices, by=key)
 
 
 def _encloses(event: Mapping[str, Any]) -> bool:

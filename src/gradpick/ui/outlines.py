@@ -1,0 +1,104 @@
+"""The picked thumbnails' orange outlines, drawn over a grid chart that a click leaves unchanged.
+
+Drawn as a trace of the grid's figure, the outlines made every click a new figure: Streamlit
+sent it again and plotly redrew the whole chart (its hundred markers, the outlines of every
+thumbnail, the sheet). The figure now holds only what a click does not change, and a small
+script in a hidden ``st.iframe`` (same origin as the page, as ``gradpick.ui.hover``'s) draws
+the picked cells' outlines as boxes over the chart, placed by the chart's own axes, and again
+whenever plotly redraws it (a resize, a new page). A click changes this script's few bytes,
+not the chart. The boxes take no pointer events, so picking works as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+__all__ = ["INSET", "LAYER_ID", "WIDTH", "picked_cells", "script"]
+
+LAYER_ID = "gradpick-picked-outlines"
+"""The id of the element holding the boxes (what the browser tests look for)."""
+INSET = 0.05
+"""Each box's gap to its cell's edge, in cells: inside the right/wrong outline (0.03)."""
+WIDTH = 4
+"""The boxes' line width in CSS pixels."""
+
+
+def picked_cells(picked: Sequence[int], first: int, last: int) -> list[int]:
+    """The grid positions (0 is the page's first thumbnail) of the picked batch indices shown
+    on the page of thumbnails ``first`` to ``last - 1``, in position order."""
+    return sorted({index - first for index in picked if first <= index < last})
+
+
+_SCRIPT = """<script>
+(() => {
+  const config = __CONFIG__;
+  const page = window.parent.document;
+  let chart = null;
+  const draw = () => {
+    if (!chart || !chart._fullLayout || !chart.isConnected) return;
+    const container = chart.querySelector('.svg-container');
+    const plot = container && container.querySelector('.main-svg');
+    if (!plot) return;
+    let layer = container.querySelector('#' + config.layer);
+    if (!layer) {
+      layer = page.createElement('div');
+      layer.id = config.layer;
+      layer.style.cssText = 'position: absolute; inset: 0; pointer-events: none;';
+      plot.after(layer);  // above the sheet and the markers, below plotly's hover labels
+    }
+    const xaxis = chart._fullLayout.xaxis, yaxis = chart._fullLayout.yaxis;
+    const boxes = config.cells.map((cell) => {
+      const column = cell % config.columns, row = Math.floor(cell / config.columns);
+      const left = xaxis._offset + xaxis.l2p(column + config.inset);
+      const right = xaxis._offset + xaxis.l2p(column + 1 - config.inset);
+      const top = yaxis._offset + yaxis.l2p(row + config.inset);
+      const bottom = yaxis._offset + yaxis.l2p(row + 1 - config.inset);
+      return [cell, left, Math.min(top, bottom), right - left, Math.abs(bottom - top)]
+        .map((value) => Math.round(value * 10) / 10);
+    });
+    const drawn = JSON.stringify(boxes);
+    if (layer.dataset.drawn === drawn) return;  // unchanged: touch nothing
+    layer.replaceChildren(...boxes.map(([cell, left, top, width, height]) => {
+      const box = page.createElement('div');
+      box.dataset.cell = String(cell);
+      box.style.cssText = 'position: absolute; box-sizing: border-box; border: '
+        + config.width + 'px solid ' + config.colour + '; left: ' + left + 'px; top: '
+        + top + 'px; width: ' + width + 'px; height: ' + height + 'px;';
+      return box;
+    }));
+    layer.dataset.drawn = drawn;
+  };
+  const attach = () => {
+    const found = page.querySelector(config.chart + ' .js-plotly-plot');
+    if (found && found !== chart && found.on) {
+      if (chart) chart.removeListener('plotly_afterplot', draw);
+      chart = found;
+      chart.on('plotly_afterplot', draw);
+    }
+    draw();
+  };
+  attach();
+  const timer = setInterval(attach, 250);  // a chart drawn later, or drawn anew
+  window.addEventListener('pagehide', () => {
+    clearInterval(timer);
+    if (chart) chart.removeListener('plotly_afterplot', draw);
+  });
+})();
+</script>"""
+
+
+def script(chart_selector: str, cells: Sequence[int], columns: int, colour: str) -> str:
+    """The iframe's HTML: boxes of ``colour`` around the grid ``cells`` (positions, row by row,
+    ``columns`` to a row, one data unit each) of the chart at ``chart_selector`` (the CSS
+    selector of its container)."""
+    config = {
+        "chart": chart_selector,
+        "cells": list(cells),
+        "columns": columns,
+        "inset": INSET,
+        "width": WIDTH,
+        "colour": colour,
+        "layer": LAYER_ID,
+    }
+    return _SCRIPT.replace("__CONFIG__", json.dumps(config))
