@@ -4,8 +4,9 @@ Charts and the table report selections through their widget state (``state[chart
 ``absorb`` folds a *new* selection into the picked list once, according to the merge mode.
 A chart that is redrawn (its picked highlight changed) comes back with an empty selection,
 which is not a new selection: empty events are ignored, and forget the last one seen, so the
-same points selected again later count again. Everything here works on any mutable mapping,
-so tests drive it with a plain dict and the page with ``st.session_state``.
+same points selected again later count again. ``keep_closed_tabs`` keeps the widget values of
+the tabs a run does not draw. Everything here works on any mutable mapping, so tests drive it
+with a plain dict and the page with ``st.session_state``.
 """
 
 from __future__ import annotations
