@@ -30,11 +30,20 @@ TIMEOUT = 180
 IMAGES = 64
 
 
-def open_app(**session: Any) -> AppTest:
-    """The app after its first run, with ``session`` set before it (e.g. widget values)."""
+def open_app(tab: str | None = None, **session: Any) -> AppTest:
+    """The app after its first run, with ``session`` set before it (e.g. widget values) and
+    the explorer's ``tab`` open (only the open tab is drawn; default: Explore)."""
     app = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     for key, value in session.items():
         app.session_state[key] = value
+    if tab is not None:
+        app.session_state[keys.EXPLORER_TAB] = tab
+    return app.run()
+
+
+def open_tab(app: AppTest, tab: str) -> AppTest:
+    """Switch the explorer to ``tab``, as a click on it does (the page reruns)."""
+    app.session_state[keys.EXPLORER_TAB] = tab
     return app.run()
 
 
@@ -274,7 +283,7 @@ def test_folder_and_upload_sources_explain_what_they_need(generated: Path, tmp_p
 
 
 def test_the_strategies_tab_measures_every_strategy_on_the_selection(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [2, 6])
+    app = select(open_app("Strategies", **TUTORIAL), keys.SCATTER_CHART, [2, 6])
     app.button(key="run_comparison").click().run()
     no_errors(app)
     runs = next(frame.value for frame in app.dataframe if "strategy" in frame.value.columns)

@@ -56,7 +56,7 @@ def test_a_whole_batch_strategy_is_refused_clearly_and_the_picks_stay(generated:
 
 
 def test_the_strategies_tab_says_layer_maps_run_recompute(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL, method="hirescam"), keys.SCATTER_CHART, [1])
+    app = select(open_app("Strategies", **TUTORIAL, method="hirescam"), keys.SCATTER_CHART, [1])
     shown = [info.value for info in app.info]
     assert any("HiResCAM's layer gradients run strategy recompute only" in i for i in shown)
 

@@ -19,7 +19,9 @@ from serving import (
     cifar10_images,
     open_explorer,
     page_errors,
+    pick_by_text,
     streamlit_server,
+    wait_for_heatmaps,
 )
 
 from gradpick import data
@@ -103,4 +105,41 @@ def test_verdicts_survive_a_reload(server: str, cache: Path) -> None:
         shots = REPO / "assets" / "screenshots"
         shots.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shots / "triage.png"), full_page=True)
+        browser.close()
+
+
+def test_a_note_and_a_class_typed_in_triage_survive_a_pick_in_explore(
+    server: str, cache: Path
+) -> None:
+    """The closed tab is not drawn, yet the browser shows its values again when it reopens
+    (and so sends them back, not its defaults)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium_executable(), args=CHROMIUM_ARGS
+        )
+        page = open_triage(browser, server)
+        note = page.get_by_label("Note (optional)")
+        note.fill("the ears say dog")
+        note.press("Enter")
+        page.get_by_label("Right class").click()
+        options = page.get_by_role("option")
+        options.last.wait_for()
+        chosen = options.last.inner_text().strip()
+        options.last.click()
+        label_wrong = page.get_by_role("button", name=f"label wrong → {chosen}")
+        label_wrong.wait_for()
+
+        page.get_by_role("tab", name="Explore").click()
+        pick_by_text(page, [1])
+        wait_for_heatmaps(page, [1])
+        page.get_by_role("tab", name="Triage").click()
+        label_wrong.wait_for()
+        assert note.input_value() == "the ears say dog"
+        judge(page, f"label wrong → {chosen}")
+        assert page_errors(page).count() == 0
+        (book,) = cache.rglob("*.verdicts.sqlite")
+        last = VerdictBook(book).history()[-1]
+        assert (last.verdict, last.note) == ("label_wrong", "the ears say dog")
+        assert last.new_label is not None and data.CIFAR10_CLASSES[last.new_label] == chosen
         browser.close()

@@ -12,13 +12,11 @@ from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from test_app import store_of_the_stand_in
+from test_app import TUTORIAL, open_tab, store_of_the_stand_in
+from test_app import open_app as open_page
 
 from gradpick.ui import keys
 from gradpick.verdicts import Verdict, VerdictBook
-
-APP = Path(__file__).resolve().parents[1] / "app.py"
-TUTORIAL = {"model": "tutorial:random-seed0"}
 
 
 @pytest.fixture(autouse=True)
@@ -28,10 +26,8 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def open_app() -> AppTest:
-    app = AppTest.from_file(str(APP), default_timeout=180)
-    for key, value in TUTORIAL.items():
-        app.session_state[key] = value
-    return app.run()
+    """The page on the Triage tab."""
+    return open_page("Triage", **TUTORIAL)
 
 
 def verdicts_file(app: AppTest) -> Path:
@@ -129,11 +125,7 @@ def test_stored_outputs_without_embeddings_skip_the_neighbours_and_keep_verdicts
 def test_the_contrast_map_follows_the_explorers_method_layer_maps_included(
     generated: Path,
 ) -> None:
-    app = AppTest.from_file(str(APP), default_timeout=180)
-    app.session_state[keys.METHOD] = "gradcam"
-    for key, value in TUTORIAL.items():
-        app.session_state[key] = value
-    app.run()
+    app = open_page("Triage", **TUTORIAL, method="gradcam")
     assert not app.exception and not app.error, [e.value for e in app.error]
     assert any(c.startswith("Grad-CAM of logit") for c in contrast_captions(app))
 
@@ -163,7 +155,7 @@ def test_a_verdict_is_a_column_of_the_table_and_a_picking_rule(generated: Path) 
     first = suspect(app)
     index = int(listing(app)["#"].iloc[0])
     app.button(key=keys.per_source(keys.TRIAGE_VERDICT, "label_wrong")).click().run()
-    rows = table(app)
+    rows = table(open_tab(app, "Explore"))
     assert not app.exception and not app.error, [e.value for e in app.error]
     assert rows.loc[rows["verdict"] != "", ["name", "verdict"]].values.tolist() == [
         [first, "label wrong"]

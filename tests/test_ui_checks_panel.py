@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_app import TUTORIAL, captioned_indices, no_errors, open_app, select
+from test_app import TUTORIAL, captioned_indices, no_errors, open_app, open_tab, select
 
 from gradpick.data import CIFAR10_CLASSES
 from gradpick.trust.chunks import CHUNK
@@ -19,7 +19,7 @@ def frame_with(app, column: str):
 
 
 def test_the_checks_run_on_the_picks_when_asked(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [4, 1])
+    app = select(open_app("Trust", **TUTORIAL), keys.SCATTER_CHART, [4, 1])
     assert keys.TRUST_CHECKS not in app.session_state  # nothing runs before the button
     app.multiselect(key="trust_methods").set_value(["gradient", "smoothgrad"])
     app.number_input(key="trust_layers").set_value(2)
@@ -46,11 +46,12 @@ def test_the_checks_run_on_the_picks_when_asked(generated: Path) -> None:
     # The randomised maps (trained + 2 steps) and, per pick, image + 3 classes + contrast.
     widths = [len(image.captions or []) for image in app.image]
     assert 3 in widths and widths.count(5) == 2
-    assert captioned_indices(app) == [4, 1]  # the Explore tab still shows its heatmaps
+    assert captioned_indices(app) == []  # the closed Explore tab is not drawn
+    assert captioned_indices(open_tab(app, "Explore")) == [4, 1]
 
 
 def test_changed_picks_ask_for_a_new_run(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [2])
+    app = select(open_app("Trust", **TUTORIAL), keys.SCATTER_CHART, [2])
     app.number_input(key="trust_layers").set_value(1)
     app.run()
     app.button(key="run_trust_checks").click().run()
@@ -60,7 +61,7 @@ def test_changed_picks_ask_for_a_new_run(generated: Path) -> None:
 
 
 def test_bad_check_options_show_an_error_and_keep_the_page(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [0, 5])
+    app = select(open_app("Trust", **TUTORIAL), keys.SCATTER_CHART, [0, 5])
     app.number_input(key="trust_layers").set_value(50)
     app.run()
     app.button(key="run_trust_checks").click().run()
@@ -68,7 +69,6 @@ def test_bad_check_options_show_an_error_and_keep_the_page(generated: Path) -> N
     assert any(
         "layers to randomise must be a whole number from 1 to 5" in e.value for e in app.error
     )
-    assert captioned_indices(app) == [0, 5]
     app.number_input(key="trust_layers").set_value(1)
     app.number_input(key="trust_tolerance").set_value(0.001)
     app.number_input(key="trust_max_steps").set_value(2)
@@ -76,12 +76,12 @@ def test_bad_check_options_show_an_error_and_keep_the_page(generated: Path) -> N
     app.button(key="run_trust_checks").click().run()
     assert any("did not reach 0.1% relative error" in e.value for e in app.error)
     assert keys.TRUST_CHECKS not in app.session_state
-    assert captioned_indices(app) == [0, 5]
+    assert captioned_indices(open_tab(app, "Explore")) == [0, 5]
 
 
 def test_more_picks_than_a_chunk_are_all_checked(generated: Path) -> None:
     picks = list(range(CHUNK + 2))
-    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, picks)
+    app = select(open_app("Trust", **TUTORIAL), keys.SCATTER_CHART, picks)
     assert any(f"Runs on all {len(picks)} picked image(s)" in c.value for c in app.caption)
     app.number_input(key="trust_layers").set_value(1)
     app.number_input(key="trust_tolerance").set_value(0.2)  # a random net's tiny F(x) - F(b)
@@ -97,7 +97,7 @@ def test_more_picks_than_a_chunk_are_all_checked(generated: Path) -> None:
 
 
 def test_a_chosen_class_is_the_class_every_check_explains(generated: Path) -> None:
-    app = open_app(**TUTORIAL, target_mode="class", target_class=3)
+    app = open_app("Trust", **TUTORIAL, target_mode="class", target_class=3)
     app = select(app, keys.SCATTER_CHART, [6, 2])
     assert any("explaining the logit of cat" in caption.value for caption in app.caption)
     app.number_input(key="trust_layers").set_value(1)

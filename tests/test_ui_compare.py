@@ -8,21 +8,19 @@ from typing import Any
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
+from test_app import captioned_indices, open_app, open_tab
 
 from gradpick import data
 from gradpick.cli import main
 from gradpick.ui import config, keys, service
 
-APP = Path(__file__).resolve().parents[1] / "app.py"
 TUTORIAL = "tutorial:random-seed0"
 RESNET = "resnet20:random-seed0"
 
 
 def _open(**session: Any) -> AppTest:
-    app = AppTest.from_file(str(APP), default_timeout=180)
-    for key, value in session.items():
-        app.session_state[key] = value
-    return app.run()
+    """The page on the Compare tab."""
+    return open_app("Compare", **session)
 
 
 def _no_errors(app: AppTest) -> None:
@@ -47,18 +45,12 @@ def test_a_flip_cell_picks_its_images_and_both_maps_are_drawn(generated: Path) -
     _no_errors(app)
     picked = app.session_state[keys.PICKED]
     assert picked
-    # the Explore tab's heatmaps show the same picks in the same run
-    strips = [
-        e.captions
-        for e in app.image
-        if e.captions and all(c.startswith("#") and "overlay" not in c for c in e.captions)
-    ]
-    assert [int(c.split()[0].lstrip("#")) for c in strips[0]] == picked
     captions = _map_captions(app)
     assert len(captions) == min(len(picked), 8)
     assert all("Spearman" in caption and "SSIM" in caption for caption in captions)
     first_captions = [c for e in app.image for c in e.captions if c.startswith("first: ")]
     assert len(first_captions) == len(captions)
+    assert captioned_indices(open_tab(app, "Explore")) == picked  # the same picks there
 
 
 def test_comparing_a_model_with_itself_flips_nothing(generated: Path) -> None:

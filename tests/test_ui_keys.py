@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from gradpick.ui import keys
+from gradpick.ui import keys, linking
 
 UI = Path(keys.__file__).parent
 
@@ -31,3 +31,7 @@ def test_the_session_state_helpers_do_not_import_the_page_frame() -> None:
 def test_a_key_selects_the_element_streamlit_classes_with_it() -> None:
     assert keys.selector(keys.GRID_CHART) == ".st-key-grid_chart"
     assert keys.selector(keys.HOVER_SCRIPT) == ".st-key-hidden_hover_script"
+
+
+def test_the_kept_widgets_are_named_by_the_explorers_own_tabs() -> None:
+    assert set(keys.TAB_WIDGETS) <= set(linking.TABS)

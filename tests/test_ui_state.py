@@ -191,3 +191,33 @@ def test_per_source_keys_join_their_parts() -> None:
     assert keys.per_source(keys.START, "cifar10:test") == "start:cifar10:test"
     assert keys.per_source(keys.GRID_PAGE, "batch", 100) == "grid_page:batch:100"
     assert keys.download_key("npz") == "download_npz"
+
+
+class _Recording(dict[str, Any]):
+    """A session that notes every key written: setting a value again is what keeps it."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        super().__init__(values)
+        self.written: set[str] = set()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.written.add(key)
+        super().__setitem__(key, value)
+
+
+def test_closed_tabs_set_their_widgets_again_and_a_reopened_tab_once() -> None:
+    widgets = {"One": ("alpha",), "Two": ("beta", "layer")}
+    values = {"alpha": 1, "beta": [2], "layer:net": "conv", "layer_count": 3, "other": 4}
+    session = _Recording(values)
+    widget_values = set(values)
+
+    def written_while(shown: str) -> set[str]:
+        session.written.clear()
+        state.keep_closed_tabs(session, "tabs", shown, widgets)
+        return session.written & widget_values
+
+    assert written_while("One") == {"alpha", "beta", "layer:net"}  # the first run: One opens
+    assert written_while("One") == {"beta", "layer:net"}  # One was drawn last run too
+    assert written_while("Two") == {"alpha", "beta", "layer:net"}  # Two reopens, One closes
+    assert written_while("Two") == {"alpha"}
+    assert {key: session[key] for key in values} == values  # the values themselves are kept

@@ -199,7 +199,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
     before = state.picked(session)
     state.absorb(session, keys.COMPARE_FLIPS, _cell_rows(pairing), len(loaded))
     if state.picked(session) != before:
-        # the Explore tab drew the old picks earlier in this run: draw the new ones everywhere
+        # the page's link was written with the old picks earlier in this run: rewrite it
         st.rerun()
     st.caption(
         f"First: {loaded.served.name}; second: {second.identity.get('name', second.key)}; "

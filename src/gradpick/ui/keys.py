@@ -334,3 +334,46 @@ SELECTIONS_STORE = "selections_store"
 """(batch and model, the path of their store): where their selections are kept."""
 SELECTION_REOPENED = "selection_reopened"
 """Set by a reopen button: the page reruns whole, so the sidebar follows the selection."""
+
+# What the explorer's closed tabs keep (``state.keep_closed_tabs``).
+__all__ += ["TAB_DRAWN", "TAB_WIDGETS"]
+TAB_DRAWN = "tab_drawn"
+"""Prefix of the key naming the tab a tabs widget drew last (``per_source(TAB_DRAWN, tabs)``)."""
+TAB_WIDGETS: dict[str, tuple[str, ...]] = {
+    "Explore": (
+        OUTPUTS_TAB,
+        GRID_PAGE_SIZE,
+        GRID_PAGE,
+        EMBEDDING_PROJECTION,
+        EMBEDDING_COLOUR,
+        MERGE_MODE,
+        RULE,
+        RULE_K,
+        RULE_CLASS,
+        RULE_SEED,
+        RULE_ANCHOR,
+        RULE_VERDICT,
+        TEXT,
+        DETAIL,
+        LAYER,
+        TRUST_BADGES,
+        SELECTION_NAME,
+        SELECTION_NOTE,
+        SELECTION_CHOSEN,
+        SELECTION_NEW_NAME,
+    ),
+    "Trust": (
+        TRUST_METHODS,
+        TRUST_MODE,
+        TRUST_LAYERS,
+        TRUST_BASELINES,
+        TRUST_TOLERANCE,
+        TRUST_MAX_STEPS,
+        TRUST_MAP_METHOD,
+        TRUST_MAP_IMAGE,
+    ),
+    "Triage": (TRIAGE_PICK_VERDICT, TRIAGE_NOTE, TRIAGE_CLASS),
+}
+"""The value widgets each explorer tab draws, by key (or ``per_source`` prefix): a closed tab
+is not drawn, and Streamlit forgets the value of a widget a run does not draw. The Strategies
+and Compare tabs draw only buttons and charts, whose values are events, not settings."""

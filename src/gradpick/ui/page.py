@@ -11,6 +11,7 @@ the whole page.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
@@ -154,29 +155,47 @@ def main() -> None:
 
 @st.fragment
 def _explorer(loaded: Loaded, settings: Settings) -> None:
-    """The outputs, the picked images' gradients and the strategies: what a click changes."""
+    """The outputs, the picked images' gradients and the strategies: what a click changes.
+
+    Only the open tab is drawn (switching tabs reruns this part), so a click in one does not
+    rebuild and send the other four; the closed tabs' widgets keep their values
+    (``state.keep_closed_tabs``)."""
     session = st.session_state
     started = session.pop(keys.RUN_STARTED, None) or time.perf_counter()
     if state.pending_selection(session, keys.PROBABILITY_CHART):
         st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
     outputs.absorb_selections(loaded)
     params = linking.follow(loaded, settings)
-    explore, strategies, trust, compare, triage_tab = st.tabs(linking.TABS, key=keys.EXPLORER_TAB)
-    with explore:
-        with guarded("The link and the named selections"):
-            selections_panel.render(loaded, settings, params)
-        # The outputs sit above the gradients but are drawn after them: a click's heatmaps
-        # reach the browser first, the charts' picked highlights follow.
-        outputs_area = st.container()
-        with guarded("The gradients"):
-            gradients_panel.render_panel(loaded, settings, started)
-        with outputs_area, guarded("The outputs"):
-            outputs.render(loaded, judged.by_index(loaded, settings))
-    with strategies, guarded("The strategies"):
-        strategies_panel.render(loaded, settings)
-    with trust, guarded("The trust checks"):
-        checks_panel.render(loaded, settings)
-    with compare, guarded("The comparison"):
-        compare_panel.render(loaded, settings)
-    with triage_tab, guarded("The triage"):
-        triage_panel.render(loaded, settings)
+    tabs = st.tabs(linking.TABS, key=keys.EXPLORER_TAB, on_change="rerun")
+    shown = next(name for name, tab in zip(linking.TABS, tabs, strict=True) if tab.open)
+    state.keep_closed_tabs(session, keys.EXPLORER_TAB, shown, keys.TAB_WIDGETS)
+    tab = tabs[linking.TABS.index(shown)]
+    if shown == "Explore":
+        with tab:
+            _explore(loaded, settings, params, started)
+        return
+    panel, what = _PANELS[shown]
+    with tab, guarded(what):
+        panel(loaded, settings)
+
+
+def _explore(loaded: Loaded, settings: Settings, params: dict[str, str], started: float) -> None:
+    """The Explore tab: the link, the outputs and the picked images' gradients."""
+    with guarded("The link and the named selections"):
+        selections_panel.render(loaded, settings, params)
+    # The outputs sit above the gradients but are drawn after them: a click's heatmaps
+    # reach the browser first, the charts' picked highlights follow.
+    outputs_area = st.container()
+    with guarded("The gradients"):
+        gradients_panel.render_panel(loaded, settings, started)
+    with outputs_area, guarded("The outputs"):
+        outputs.render(loaded, judged.by_index(loaded, settings))
+
+
+_PANELS: dict[str, tuple[Callable[[Loaded, Settings], None], str]] = {
+    "Strategies": (strategies_panel.render, "The strategies"),
+    "Trust": (checks_panel.render, "The trust checks"),
+    "Compare": (compare_panel.render, "The comparison"),
+    "Triage": (triage_panel.render, "The triage"),
+}
+"""The other tabs' panels and what their guard calls them."""

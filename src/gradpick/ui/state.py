@@ -8,14 +8,15 @@ same points selected again later count again. A chart whose figure does not show
 thumbnail grid: a script draws its outlines) is not redrawn by its own clicks; it carries
 ``selection_revision(state, key)``, which changes when the picks change by anything else, so
 it is redrawn then and drops a selection that no longer describes the picks (a click on a point
-plotly still holds selected would unselect it). Everything here works on any mutable mapping,
-so tests drive it with a plain dict and the page with ``st.session_state``.
+plotly still holds selected would unselect it). ``keep_closed_tabs`` keeps the widget values of
+the tabs a run does not draw. Everything here works on any mutable mapping, so tests drive it
+with a plain dict and the page with ``st.session_state``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from gradpick import selection
@@ -29,9 +30,11 @@ from gradpick.ui.keys import (
     REDRAWS,
     SEEN,
     SELECTION_WIDGETS,
+    TAB_DRAWN,
     TEXT,
     TEXT_ERROR,
     TEXT_VERSION,
+    per_source,
 )
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "Extractor",
     "follow_batch",
     "fresh_selection",
+    "keep_closed_tabs",
     "pending_selection",
     "picked",
     "selection_revision",
@@ -205,3 +209,25 @@ def edit_text(state: State, size: int, key: str) -> None:
 
 def clear(state: State) -> None:
     set_picked(state, [], "Selection cleared.")
+
+
+def keep_closed_tabs(
+    state: State, tabs_key: str, shown: str, widgets: Mapping[str, Collection[str]]
+) -> None:
+    """Keep the widget values of the tabs not drawn in this run; hand a reopened tab its own.
+
+    ``widgets`` names each tab's widget keys (or their ``keys.per_source`` prefixes). Streamlit
+    forgets a keyed widget's value at the end of a run that does not draw it, but not a value
+    set through the session state in that run; and the browser shows a kept value only when it
+    was set in the run that draws the widget again. So every closed tab's values are set again
+    on every run, and the ``shown`` tab's once more on the run that reopens it.
+    """
+    drawn = per_source(TAB_DRAWN, tabs_key)
+    reopened = state.get(drawn) != shown
+    state[drawn] = shown
+    kept = {
+        prefix for tab, names in widgets.items() if tab != shown or reopened for prefix in names
+    }
+    held = [key for key in state if isinstance(key, str) and key.split(":", 1)[0] in kept]
+    for key in held:
+        state[key] = state[key]

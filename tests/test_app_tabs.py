@@ -1,0 +1,174 @@
+"""The explorer's tabs through AppTest: only the open tab is drawn, the closed ones keep their
+widgets' values and their results, and a link naming a tab opens it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from streamlit.testing.v1 import AppTest
+from test_app import TUTORIAL, captioned_indices, no_errors, open_app, open_tab, select
+from test_app_links import open_link
+
+from gradpick.ui import keys, linking
+
+VALUE_WIDGETS = {
+    "selectbox",
+    "multiselect",
+    "number_input",
+    "text_input",
+    "text_area",
+    "radio",
+    "checkbox",
+    "toggle",
+    "slider",
+    "select_slider",
+    "tab_container",
+}
+"""The element types whose values are settings a closed tab must keep."""
+
+
+def tab_block(app: AppTest, name: str) -> Any:
+    return next(tab for tab in app.tabs if tab.label == name)
+
+
+def drawn_tabs(app: AppTest) -> list[str]:
+    """The explorer tabs that hold any element in this run."""
+    return [name for name in linking.TABS if len(tab_block(app, name).children)]
+
+
+def widget_keys(app: AppTest, name: str) -> set[str]:
+    """The keys of the value widgets drawn in the explorer tab ``name``."""
+    found = set()
+    for node in tab_block(app, name):
+        key = getattr(node, "key", None)
+        if key and getattr(node, "type", None) in VALUE_WIDGETS:
+            found.add(key)
+    return found
+
+
+def kept(key: str, tab: str) -> bool:
+    """Whether ``keys.TAB_WIDGETS`` names the widget ``key`` (or its per-source prefix)."""
+    return key.split(":")[0] in keys.TAB_WIDGETS.get(tab, ())
+
+
+def test_a_click_in_explore_draws_only_the_explore_tab(generated: Path) -> None:
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [3, 1])
+    no_errors(app)
+    assert drawn_tabs(app) == ["Explore"]
+    assert captioned_indices(app) == [3, 1]
+    app.button[[b.label for b in app.button].index("Clear selection")].click().run()
+    assert drawn_tabs(app) == ["Explore"]
+    for button in (keys.RUN_COMPARISON, keys.TRUST_RUN, keys.TRIAGE_PICK):
+        assert not any(b.key == button for b in app.button)
+    app = open_tab(app, "Trust")
+    assert drawn_tabs(app) == ["Trust"]
+    assert any("Pick some images in the Explore tab first" in i.value for i in app.info)
+
+
+def test_the_trust_and_strategies_tabs_keep_their_options_and_results(generated: Path) -> None:
+    app = select(open_app("Trust", **TUTORIAL), keys.SCATTER_CHART, [4, 1])
+    app.multiselect(key=keys.TRUST_METHODS).set_value(["smoothgrad"])
+    app.radio(key=keys.TRUST_MODE).set_value("independent")
+    app.number_input(key=keys.TRUST_LAYERS).set_value(1)
+    app.number_input(key=keys.TRUST_TOLERANCE).set_value(0.2)
+    app.run()
+    app.button(key=keys.TRUST_RUN).click().run()
+    no_errors(app)
+    app.selectbox(key=keys.TRUST_MAP_IMAGE).set_value(1).run()
+    chosen = {key: app.session_state[key] for key in widget_keys(app, "Trust")}
+    assert set(chosen) == {
+        keys.TRUST_METHODS,
+        keys.TRUST_MODE,
+        keys.TRUST_LAYERS,
+        keys.TRUST_BASELINES,
+        keys.TRUST_TOLERANCE,
+        keys.TRUST_MAX_STEPS,
+        keys.TRUST_MAP_METHOD,
+        keys.TRUST_MAP_IMAGE,
+    }
+    assert all(kept(key, "Trust") for key in chosen)
+    report = app.session_state[keys.TRUST_CHECKS]
+
+    app = open_tab(app, "Strategies")
+    app.button(key=keys.RUN_COMPARISON).click().run()
+    no_errors(app)
+    comparison = app.session_state[keys.COMPARISON]
+    assert widget_keys(app, "Strategies") == set()  # buttons and charts only
+
+    app = open_tab(app, "Explore")
+    app.run()  # a click in Explore: a run that draws neither tab
+    for key in chosen:
+        assert app.session_state[key] == chosen[key], key
+
+    app = open_tab(app, "Trust")
+    no_errors(app)
+    assert app.multiselect(key=keys.TRUST_METHODS).value == ["smoothgrad"]
+    assert app.number_input(key=keys.TRUST_LAYERS).value == 1
+    assert app.selectbox(key=keys.TRUST_MAP_IMAGE).value == 1
+    assert {key: app.session_state[key] for key in chosen} == chosen
+    assert app.session_state[keys.TRUST_CHECKS] is report
+    assert not any("changed since the last run" in info.value for info in app.info)
+    app = open_tab(app, "Strategies")
+    assert app.session_state[keys.COMPARISON] is comparison
+    assert any("strategy" in frame.value.columns for frame in app.dataframe)
+
+
+def test_the_explore_tab_keeps_its_tools_and_view_while_another_tab_is_open(
+    generated: Path,
+) -> None:
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [5, 2])
+    app.radio(key=keys.MERGE_MODE).set_value("add")
+    app.selectbox(key=keys.DETAIL).set_value(2)
+    app.toggle(key=keys.TRUST_BADGES).set_value(False)
+    app.run()
+    app.session_state[keys.OUTPUTS_TAB] = "Feature space"
+    app.run()
+    app.radio(key=keys.EMBEDDING_COLOUR).set_value("correct").run()
+    no_errors(app)
+    chosen = {key: app.session_state[key] for key in widget_keys(app, "Explore")}
+    assert {keys.MERGE_MODE, keys.DETAIL, keys.TRUST_BADGES, keys.OUTPUTS_TAB} <= set(chosen)
+    assert all(kept(key, "Explore") for key in chosen), sorted(chosen)
+
+    app = open_tab(app, "Compare")
+    app.run()
+    assert widget_keys(app, "Compare") == set()  # the second model is chosen in the sidebar
+    app = open_tab(app, "Explore")
+    no_errors(app)
+    assert {key: app.session_state[key] for key in chosen} == chosen
+    assert app.radio(key=keys.MERGE_MODE).value == "add"
+    assert app.selectbox(key=keys.DETAIL).value == 2
+    assert app.toggle(key=keys.TRUST_BADGES).value is False
+    assert app.radio(key=keys.EMBEDDING_COLOUR).value == "correct"
+    assert captioned_indices(app) == [5, 2]
+
+
+def test_the_triage_tab_keeps_its_note_class_and_verdicts(generated: Path) -> None:
+    app = open_app("Triage", **TUTORIAL)
+    no_errors(app)
+    note = next(box for box in app.text_input if box.label == "Note (optional)")
+    note.set_value("a blurry cat").run()
+    right = next(box for box in app.selectbox if box.label == "Right class")
+    other = next(option for option in right.options if option != right.value)
+    right.set_value(other).run()
+    chosen = {key: app.session_state[key] for key in widget_keys(app, "Triage")}
+    assert all(kept(key, "Triage") for key in chosen), sorted(chosen)
+    assert chosen[note.key] == "a blurry cat"
+
+    app = open_tab(app, "Explore")
+    app = select(app, keys.SCATTER_CHART, [0])
+    app = open_tab(app, "Triage")
+    no_errors(app)
+    assert {key: app.session_state[key] for key in chosen} == chosen
+    assert app.text_input(key=note.key).value == "a blurry cat"
+
+
+def test_a_link_naming_a_tab_opens_and_draws_it(generated: Path) -> None:
+    app = open_link({"model": "tutorial", "picks": "2,4", "tab": "Trust"})
+    no_errors(app)
+    assert app.session_state[keys.EXPLORER_TAB] == "Trust"
+    assert drawn_tabs(app) == ["Trust"]
+    assert any(b.key == keys.TRUST_RUN for b in app.button)
+    assert any("2 picked image(s)" in caption.value for caption in app.caption)
+    assert app.query_params["tab"] == "Trust"
+    assert captioned_indices(open_tab(app, "Explore")) == [2, 4]
