@@ -172,3 +172,21 @@ def test_a_link_naming_a_tab_opens_and_draws_it(generated: Path) -> None:
     assert any("2 picked image(s)" in caption.value for caption in app.caption)
     assert app.query_params["tab"] == "Trust"
     assert captioned_indices(open_tab(app, "Explore")) == [2, 4]
+
+
+def test_the_outputs_views_keep_their_settings_while_another_view_is_open(
+    generated: Path,
+) -> None:
+    app = open_app(**TUTORIAL)
+    app.selectbox(key=keys.GRID_PAGE_SIZE).set_value(50).run()
+    app.session_state[keys.OUTPUTS_TAB] = "Feature space"
+    app.run()
+    app.radio(key=keys.EMBEDDING_COLOUR).set_value("correct").run()
+    for view in ("Table", "Thumbnails", "Confusion matrix", "Feature space", "Thumbnails"):
+        app.session_state[keys.OUTPUTS_TAB] = view
+        app.run()
+        no_errors(app)
+    assert app.selectbox(key=keys.GRID_PAGE_SIZE).value == 50
+    app.session_state[keys.OUTPUTS_TAB] = "Feature space"
+    app.run()
+    assert app.radio(key=keys.EMBEDDING_COLOUR).value == "correct"

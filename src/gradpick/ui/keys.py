@@ -336,9 +336,14 @@ SELECTION_REOPENED = "selection_reopened"
 """Set by a reopen button: the page reruns whole, so the sidebar follows the selection."""
 
 # What the explorer's closed tabs keep (``state.keep_closed_tabs``).
-__all__ += ["TAB_DRAWN", "TAB_WIDGETS"]
+__all__ += ["TAB_DRAWN", "TAB_WIDGETS", "VIEW_WIDGETS"]
 TAB_DRAWN = "tab_drawn"
 """Prefix of the key naming the tab a tabs widget drew last (``per_source(TAB_DRAWN, tabs)``)."""
+VIEW_WIDGETS: dict[str, tuple[str, ...]] = {
+    "Thumbnails": (GRID_PAGE_SIZE, GRID_PAGE),
+    "Feature space": (EMBEDDING_PROJECTION, EMBEDDING_COLOUR),
+}
+"""The value widgets of each outputs view (``state.keep_closed_tabs``), as TAB_WIDGETS."""
 TAB_WIDGETS: dict[str, tuple[str, ...]] = {
     "Explore": (
         OUTPUTS_TAB,

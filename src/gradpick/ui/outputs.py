@@ -106,6 +106,8 @@ def render(loaded: Loaded, judged: Mapping[int, str] | None = None) -> None:
         _selection_tools(loaded, judged)
     with charts:
         tabs = st.tabs(VIEWS, key=keys.OUTPUTS_TAB, on_change="rerun")
+        shown = next((name for name, tab in zip(VIEWS, tabs, strict=True) if tab.open), VIEWS[0])
+        state.keep_closed_tabs(st.session_state, keys.OUTPUTS_TAB, shown, keys.VIEW_WIDGETS)
         views = (_thumbnails, _scatter, _confusion, _embedding, _table)
         for tab, name, view in zip(tabs, VIEWS, views, strict=True):
             if tab.open is False:
