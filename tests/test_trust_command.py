@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from test_trust_report import hand_made_report
 from gradpick import data, models
 from gradpick.cli import main
 from gradpick.cli.arguments import step_progress
-from gradpick.trust.command import summary
+from gradpick.trust import command
+from gradpick.trust.command import summary, write_json
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.report import CheckOptions, report_dict, run_checks
 
@@ -212,3 +214,19 @@ def test_randomisation_is_summed_up_at_its_first_and_last_steps() -> None:
     assert summary(record).splitlines()[1] == (
         "  gradient               fc: 0.500 / 0.500   all 3 layers: 0.125 / 0.125"
     )
+
+
+def test_the_json_file_is_indented_and_refuses_nan(tmp_path: Path) -> None:
+    out = tmp_path / "checks.json"
+    write_json(out, {"indices": [4, 1], "model": {"name": "tutorial"}})
+    assert out.read_text() == (
+        '{\n  "indices": [\n    4,\n    1\n  ],\n  "model": {\n    "name": "tutorial"\n  }\n}\n'
+    )
+    with pytest.raises(ValueError, match="Out of range float values"):
+        write_json(tmp_path / "nan.json", {"spearman": math.nan})
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["checks.json"]
+
+
+def test_a_class_is_named_when_the_names_reach_it_and_numbered_otherwise() -> None:
+    names = ["cat", "dog"]
+    assert [command._name(names, index) for index in (0, 1, 2, -1)] == ["cat", "dog", "2", "-1"]

@@ -283,7 +283,7 @@ def ig_checks(
     """Integrated Gradients (6 steps from a grey image, 0.5) shown, and its badges (only
     completeness: it costs no time)."""
     labels = torch.zeros(len(images), dtype=torch.long)
-    labels[indices] = classes
+    labels[indices] = classes.long()
     request = GradientRequest.build(
         model, images, indices, labels=labels, target=target, classes=classes, reduction=reduction
     )
@@ -303,13 +303,13 @@ def test_ig_completeness_of_the_loss_from_a_grey_baseline(
 ) -> None:
     """The loss of each pick's label at the image and at a grey image, and the maps' sums (a
     mean over the k picks scales each map by 1/k), written out per image."""
-    indices, labels = [2, 5, 0], torch.tensor([1, 7, 4])
+    indices, labels = [2, 5, 0], torch.tensor([1, 7, 4], dtype=torch.int32)  # as numpy gives
     shown, checks = ig_checks(float64_cnn, float64_images, indices, "loss", labels, reduction)
     grey = torch.full_like(float64_images[:1], 0.5)
     scale = len(indices) if reduction == "mean" else 1
     expected = []
     for position, index in enumerate(indices):
-        label = labels[position : position + 1]
+        label = labels[position : position + 1].long()
         with torch.no_grad():
             at_image = F.cross_entropy(float64_cnn(float64_images[index : index + 1]), label)
             at_grey = F.cross_entropy(float64_cnn(grey), label)
