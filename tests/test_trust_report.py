@@ -460,3 +460,28 @@ def test_mean_and_std_leave_out_undefined_values() -> None:
     assert mean_and_std(t([NAN, math.inf, 0.5])) == (0.5, 0.0)
     assert mean_and_std(t([NAN])) == (None, None)
     assert mean_and_std(t([1.0, 2.0, 4.0, 5.0])) == (3.0, math.sqrt(2.5))  # population std
+
+
+def test_options_are_kept_in_their_checked_form() -> None:
+    options = CheckOptions(methods=("smoothgrad", "gradient", "smoothgrad"), road_shares=[0, 0.5],
+                           road_noise=0)  # fmt: skip
+    assert options.methods == ("smoothgrad", "gradient")
+    assert options.road_shares == (0.0, 0.5) and isinstance(options.road_shares[0], float)
+    assert options.road_noise == 0.0 and isinstance(options.road_noise, float)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"layers": 0}, "The number of layers to randomise must be a whole number of at least 1; "
+                        "got 0."),
+        ({"baselines": ()}, "Choose at least one baseline: black, uniform_noise, blurred."),
+        ({"deletion_steps": 1025}, "Deletion and insertion steps must be a whole number from 1 "
+                                   "to 1,024; got 1025."),
+        ({"top": 0}, "The number of top classes must be a whole number of at least 1; got 0."),
+    ],
+)  # fmt: skip
+def test_bad_options_are_refused_in_whole_sentences(options: dict, message: str) -> None:
+    with pytest.raises(InputError) as refused:
+        CheckOptions(**options)
+    assert str(refused.value) == message
