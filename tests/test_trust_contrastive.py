@@ -97,3 +97,13 @@ def test_a_one_output_model_has_no_contrast_and_a_bad_model_is_named() -> None:
     assert str(refused.value) == (
         "The model must map [N, C, H, W] to [N, classes]; it returned (4,)."
     )
+
+
+def test_the_first_class_out_of_range_is_named(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    with pytest.raises(InputError) as refused:
+        class_maps(float64_cnn, float64_images, PICKS, top=1, contrast=(12, 10))
+    assert str(refused.value) == (
+        "Class 12 is out of range for a model with 10 outputs (valid classes 0 to 9)."
+    )
