@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import time
 
 import numpy as np
 import pytest
@@ -452,7 +453,10 @@ def test_road_runs_only_when_its_measured_cost_per_pick_fits(
     images, indices = float64_images.float(), [0, 1, 2, 3]
     held = torch.tensor([1, 2, 3, 4])
     monkeypatch.setattr(quick, "_road_cost", {})
+    started = time.perf_counter()
     checks = quick_checks(tiny_cnn, images, indices, "gradient", "logit", held, budget_s=UNLIMITED)
+    took = (time.perf_counter() - started) * 1000
+    assert checks.method == "gradient" and 0 < checks.milliseconds <= took
     (shape,) = quick._road_cost
     assert shape == (3, 32, 32)  # keyed by the image size, channels included
     # Seconds per pick: four picks' ROAD took at most the whole call.
@@ -466,6 +470,9 @@ def test_road_runs_only_when_its_measured_cost_per_pick_fits(
         "ROAD did not fit in this click's time budget (200,000 ms): the full checks are in the "
         "Trust tab"
     )
+    # Maps not shown yet cost no budget of their own: 0.9 s is enough for the map checks.
+    tight = quick_checks(tiny_cnn, images, indices, "gradient", "logit", held, budget_s=0.9)
+    assert tight.skipped == ("road",)
 
 
 def test_the_map_checks_run_only_when_the_shown_maps_time_fits(
