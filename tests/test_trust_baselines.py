@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -41,3 +42,40 @@ def test_unknown_baseline_and_bad_sigma_are_refused() -> None:
         baseline_images(torch.rand(1, 3, 4, 4), "grey", [0])
     with pytest.raises(InputError, match="sigma"):
         blurred(torch.rand(1, 3, 4, 4), sigma=0.0)
+
+
+@pytest.mark.parametrize("sigma", [2.0, 1.5, 0.3])
+def test_blur_equals_scipys_gaussian_filter_with_edges_replicated(sigma: float) -> None:
+    ndimage = pytest.importorskip("scipy.ndimage")
+    images = torch.rand(2, 3, 20, 17, generator=torch.Generator().manual_seed(3)).double()
+    # scipy's window reaches int(truncate * sigma + 0.5) pixels, this one ceil(3 sigma) (at
+    # least 1): 6, 5 and 1 pixels for these sigmas either way, with truncate 3.
+    expected = np.stack(
+        [
+            [ndimage.gaussian_filter(channel, sigma, mode="nearest", truncate=3.0)
+             for channel in image]
+            for image in images.numpy()
+        ]
+    )  # fmt: skip
+    np.testing.assert_allclose(blurred(images, sigma).numpy(), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("sigma", [-1.0, math.inf, math.nan])
+def test_a_sigma_that_is_not_a_positive_number_is_refused(sigma: float) -> None:
+    with pytest.raises(InputError) as refused:
+        blurred(torch.rand(1, 3, 4, 4), sigma=sigma)
+    assert str(refused.value) == (
+        f"The blur's sigma must be a positive number of pixels; got {sigma!r}."
+    )
+
+
+def test_the_blurred_baseline_is_the_default_blur_and_unknown_ones_are_named() -> None:
+    images = torch.rand(2, 3, 9, 9, generator=torch.Generator().manual_seed(1)).double()
+    assert torch.equal(baseline_images(images, "blurred", [0, 1]), blurred(images, 2.0))
+    noise = baseline_images(images.float(), "uniform_noise", [3, 4], seed=2)
+    assert noise.dtype == torch.float32 and noise.shape == images.shape
+    with pytest.raises(InputError) as refused:
+        baseline_images(images, "grey", [0, 1])
+    assert str(refused.value) == (
+        "Unknown baseline 'grey'; use one of black, uniform_noise, blurred."
+    )

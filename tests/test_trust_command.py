@@ -1,17 +1,22 @@
-"""``gradpick check`` on a generated image folder with tiny weights: JSON round trip, bad input."""
+"""``gradpick check`` on a generated image folder with tiny weights: JSON round trip, bad input,
+and the printed summary of a report built by hand."""
 
 from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
 import test_cli
+from test_trust_report import hand_made_report
 
 from gradpick import data, models
 from gradpick.cli import main
 from gradpick.cli.arguments import step_progress
+from gradpick.trust import command
+from gradpick.trust.command import summary, write_json
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.report import CheckOptions, report_dict, run_checks
 
@@ -170,3 +175,58 @@ def test_the_json_report_has_road_and_class_sensitivity(capsys, folder, weights,
     ] * 2
     assert "ROAD (AUC under noisy linear imputation" in printed
     assert "class sensitivity (mean Spearman" in printed
+
+
+def test_the_summary_of_a_hand_made_report_line_by_line() -> None:
+    lines = summary(report_dict(hand_made_report())).splitlines()
+    assert lines == [
+        "randomisation (Spearman / SSIM, mean over picks, at the first and last step):",
+        "  gradient               fc: 0.500 / 0.500   all 1 layers: 0.500 / 0.500",
+        "completeness (IG: sum of attributions vs F(x) - F(baseline)):",
+        "  #4     black              8 steps  sum       1.5  difference      1.75  error 14.29%",
+        "  #1     black              8 steps  sum       0.5  difference         0  error n/a",
+        "faithfulness (AUC, mean over picks; random order in brackets):",
+        "  gradient               deletion 0.500 (0.688)  insertion 0.375 (0.188)",
+        "ROAD (AUC under noisy linear imputation, mean over picks; gap = LeRF - MoRF):",
+        "  gradient               MoRF 0.281  LeRF 0.375  gap 0.094",
+        "class sensitivity (mean Spearman of |map| vs another class's; picks flagged):",
+        "  gradient               runner_up 0.950 (1 of 2)  random 0.575 (1 of 2)",
+    ]
+
+
+def test_a_mean_over_no_defined_values_is_not_available() -> None:
+    record = report_dict(hand_made_report())
+    record["randomisation"]["gradient"]["steps"][0]["spearman"] = {"mean": None, "std": None}
+    for row in record["class_sensitivity"][:2]:  # the runner-up rows
+        row["spearman"], row["insensitive"] = None, False
+    lines = summary(record).splitlines()
+    assert lines[1] == "  gradient               fc: n/a / 0.500   all 1 layers: n/a / 0.500"
+    assert lines[-1] == "  gradient               runner_up n/a (0 of 2)  random 0.575 (1 of 2)"
+
+
+def test_randomisation_is_summed_up_at_its_first_and_last_steps() -> None:
+    record = report_dict(hand_made_report())
+    steps = record["randomisation"]["gradient"]["steps"]
+    for layers, layer, value in ((2, "conv2", 0.25), (3, "conv1", 0.125)):
+        spread = {"mean": value, "std": 0.0}
+        steps.append({"layer": layer, "randomised_layers": layers, "spearman": spread,
+                      "ssim": spread})  # fmt: skip
+    assert summary(record).splitlines()[1] == (
+        "  gradient               fc: 0.500 / 0.500   all 3 layers: 0.125 / 0.125"
+    )
+
+
+def test_the_json_file_is_indented_and_refuses_nan(tmp_path: Path) -> None:
+    out = tmp_path / "checks.json"
+    write_json(out, {"indices": [4, 1], "model": {"name": "tutorial"}})
+    assert out.read_text() == (
+        '{\n  "indices": [\n    4,\n    1\n  ],\n  "model": {\n    "name": "tutorial"\n  }\n}\n'
+    )
+    with pytest.raises(ValueError, match="Out of range float values"):
+        write_json(tmp_path / "nan.json", {"spearman": math.nan})
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["checks.json"]
+
+
+def test_a_class_is_named_when_the_names_reach_it_and_numbered_otherwise() -> None:
+    names = ["cat", "dog"]
+    assert [command._name(names, index) for index in (0, 1, 2, -1)] == ["cat", "dog", "2", "-1"]

@@ -9,7 +9,7 @@ from torch import nn
 from gradpick.errors import InputError
 from gradpick.models import freeze
 from gradpick.trust.baselines import BASELINES, baseline_images
-from gradpick.trust.completeness import completeness
+from gradpick.trust.completeness import completeness, steps_to_try
 
 PICKS = [2, 0, 5]
 
@@ -88,3 +88,24 @@ def test_bad_options_are_refused(
 ) -> None:
     with pytest.raises(InputError, match=message):
         completeness(float64_cnn, float64_images, PICKS, **options)
+
+
+def test_automatic_steps_double_from_16_and_end_at_the_cap_once() -> None:
+    assert steps_to_try("auto", 0.05, 32) == [16, 32]
+    assert steps_to_try("auto", 0.05, 100) == [16, 32, 64, 100]
+    assert steps_to_try("auto", 0.05, 8) == [8]
+    assert steps_to_try(12, 0.05, 8) == [12]  # a fixed count ignores the cap
+
+
+@pytest.mark.parametrize("tolerance", ["0.1", True, 1.0, float("inf")])
+def test_a_tolerance_that_is_not_a_fraction_below_one_is_refused(
+    float64_cnn: nn.Module, float64_images: torch.Tensor, tolerance: object
+) -> None:
+    message = (
+        f"The tolerance must be a number; got {tolerance!r}."
+        if isinstance(tolerance, str | bool)
+        else f"The tolerance is a relative error: give a number between 0 and 1; got {tolerance!r}."
+    )
+    with pytest.raises(InputError) as refused:
+        completeness(float64_cnn, float64_images, PICKS, tolerance=tolerance)  # type: ignore[arg-type]
+    assert str(refused.value) == message

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError
+from gradpick.models import freeze
 from gradpick.trust.contrastive import class_maps
 
 PICKS = [3, 0, 4]
@@ -68,3 +69,41 @@ def test_bad_pairs_and_counts_are_refused(
         class_maps(float64_cnn, float64_images, PICKS, contrast=[(1, 2), (2, 3)])
     with pytest.raises(InputError, match="top classes must be a whole number from 1 to 10"):
         class_maps(float64_cnn, float64_images, PICKS, top=11)
+
+
+def test_one_pair_per_pick_and_the_default_top_three(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    pairs = [(1, 2), (9, 0), (4, 4)]
+    maps = class_maps(float64_cnn, float64_images, PICKS, contrast=pairs)
+    assert maps.contrast.tolist() == [list(pair) for pair in pairs]
+    assert maps.top_classes.shape == (3, 3) and maps.top_maps.shape == (3, 3, 3, 32, 32)
+    with torch.no_grad():
+        logits = float64_cnn(float64_images[PICKS])
+    by_hand = [float(logits[row, a] - logits[row, b]) for row, (a, b) in enumerate(pairs)]
+    assert maps.contrast_values.tolist() == pytest.approx(by_hand, abs=1e-12)
+    assert torch.equal(maps.contrast_maps[2], torch.zeros(3, 32, 32, dtype=torch.float64))
+
+
+def test_a_one_output_model_has_no_contrast_and_a_bad_model_is_named() -> None:
+    images = torch.rand(2, 3, 4, 4)
+    single = freeze(nn.Sequential(nn.Flatten(), nn.Linear(48, 1)))
+    with pytest.raises(InputError) as refused:
+        class_maps(single, images, [0, 1], top=1)
+    assert str(refused.value) == "A contrast needs a model with at least two classes."
+    flat = freeze(nn.Sequential(nn.Flatten(0), nn.Linear(96, 4)))
+    with pytest.raises(InputError) as refused:
+        class_maps(flat, images, [0, 1], top=1)
+    assert str(refused.value) == (
+        "The model must map [N, C, H, W] to [N, classes]; it returned (4,)."
+    )
+
+
+def test_the_first_class_out_of_range_is_named(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    with pytest.raises(InputError) as refused:
+        class_maps(float64_cnn, float64_images, PICKS, top=1, contrast=(12, 10))
+    assert str(refused.value) == (
+        "Class 12 is out of range for a model with 10 outputs (valid classes 0 to 9)."
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -86,3 +87,40 @@ def test_bad_orders_and_steps_are_refused(tiny_cnn: nn.Module) -> None:
         faithfulness(tiny_cnn, images, [0, 1], {}, steps=0)
     with pytest.raises(InputError, match="random-order reference"):
         faithfulness(tiny_cnn, images, [0, 1], {RANDOM: random_order([0, 1], 1024)})
+
+
+def test_three_shares_and_the_random_order_by_hand(linear: nn.Module) -> None:
+    """Three steps of 16 pixels remove round(16 s / 3) pixels (0, 5, 11, 16), and the random
+    order is a permutation seeded by (seed, batch index)."""
+    images = torch.rand(3, 1, SIDE, SIDE, generator=torch.Generator().manual_seed(4)).double()
+    weights = linear[1].weight[0].detach()
+    order = torch.arange(PIXELS).flip(0).expand(2, PIXELS)
+    curves = faithfulness(linear, images, [2, 1], {"map": order}, classes=0, steps=3, seed=6)
+    canvas = blurred(images)
+    for row, index in enumerate([2, 1]):
+        state = int(np.random.SeedSequence((6, index)).generate_state(1)[0])
+        shuffled = torch.randperm(PIXELS, generator=torch.Generator().manual_seed(state))
+        x, start = images[index].flatten(), canvas[index].flatten()
+        for name, ranking in (("map", order[row].tolist()), (RANDOM, shuffled.tolist())):
+            for share, count in enumerate((0, 5, 11, 16)):
+                gone = set(ranking[:count])
+                kept = sum(float(weights[p] * x[p]) for p in range(PIXELS) if p not in gone)
+                shown = sum(
+                    float(weights[p] * (x[p] if p in gone else start[p])) for p in range(PIXELS)
+                )
+                assert float(curves[name].deletion[row, share]) == pytest.approx(sigmoid(kept))
+                assert float(curves[name].insertion[row, share]) == pytest.approx(sigmoid(shown))
+    assert curves["map"].fractions.tolist() == pytest.approx([0, 1 / 3, 2 / 3, 1])
+    insertion = curves[RANDOM].insertion[1].tolist()
+    by_hand = sum((a + b) / 2 / 3 for a, b in zip(insertion, insertion[1:], strict=False))
+    assert float(curves[RANDOM].insertion_auc[1]) == pytest.approx(by_hand)
+
+
+def test_more_steps_than_the_most_are_refused(linear: nn.Module) -> None:
+    images = torch.rand(1, 1, SIDE, SIDE).double()
+    with pytest.raises(InputError) as refused:
+        faithfulness(linear, images, [0], {}, steps=1025)
+    assert str(refused.value) == (
+        "Deletion and insertion steps must be a whole number from 1 to 1,024; got 1025."
+    )
+    assert faithfulness(linear, images, [0], {}, steps=1024)[RANDOM].deletion.shape == (1, 1025)

@@ -76,3 +76,43 @@ def test_maps_too_small_or_of_two_shapes_are_refused() -> None:
         ssim(torch.rand(1, 16, 16), torch.rand(1, 16, 15))
     with pytest.raises(InputError, match="one shape"):
         spearman(torch.rand(2, 5), torch.rand(3, 5))
+
+
+@pytest.mark.parametrize(("shape", "data_range"), [((2, 11, 11), 1.0), ((1, 13, 24), 2.5)])
+def test_ssim_of_the_smallest_and_of_oblong_maps_matches_scikit_image(
+    shape: tuple[int, ...], data_range: float
+) -> None:
+    metrics = pytest.importorskip("skimage.metrics")
+    generator = torch.Generator().manual_seed(8)
+    first = torch.rand(shape, generator=generator, dtype=torch.float64) * data_range
+    second = first.flip(-1) * 0.5 + 0.3 * torch.rand(shape, generator=generator).double()
+    expected = [
+        metrics.structural_similarity(
+            a.numpy(), b.numpy(), data_range=data_range, gaussian_weights=True, sigma=1.5,
+            use_sample_covariance=False,
+        )
+        for a, b in zip(first, second, strict=True)
+    ]  # fmt: skip
+    assert ssim(first, second, data_range).tolist() == pytest.approx(expected, abs=1e-12)
+
+
+def test_maps_of_one_value_each_or_of_the_wrong_rank_are_refused() -> None:
+    with pytest.raises(InputError) as refused:
+        spearman(torch.rand(5), torch.rand(5))
+    assert str(refused.value) == "Compare maps of one shape [k, ...]; got (5,) and (5,)."
+    with pytest.raises(InputError) as refused:
+        ssim(torch.rand(16, 16), torch.rand(16, 16))
+    assert str(refused.value) == (
+        "SSIM compares maps [k, H, W] of one shape; got (16, 16) and (16, 16)."
+    )
+    with pytest.raises(InputError) as refused:
+        ssim(torch.rand(1, 10, 30), torch.rand(1, 10, 30))
+    assert str(refused.value) == "SSIM needs maps of at least 11 x 11 pixels."
+
+
+def test_spearman_of_float32_maps_of_three_dimensions() -> None:
+    # Ranks [1, 2, 3, 4] against [2, 1, 4, 3]: 1 - 6 * 4 / 60 = 0.6, in float64 whatever given.
+    first = torch.tensor([[[0.1, 0.2], [0.3, 0.4]]])
+    second = torch.tensor([[[0.5, 0.1], [0.9, 0.7]]])
+    result = spearman(first, second)
+    assert result.dtype == torch.float64 and result.tolist() == pytest.approx([0.6], abs=1e-15)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -158,3 +159,47 @@ def test_each_steps_map_is_the_gradient_of_the_model_randomised_by_hand(
         reference = redrawn(tiny_cnn, {layer: order.index(layer) for layer in chosen})
         expected = autograd_maps(reference, images, classes)
         assert torch.allclose(curve.steps[step].maps, expected, atol=1e-6), (mode, name)
+
+
+class Direct(nn.Module):
+    """Logits = W x with W held by the model itself, then a head of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(4)
+        self.weight = nn.Parameter(torch.randn(3, 432, generator=generator, dtype=torch.float64))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images.flatten(1) @ self.weight.T
+
+
+def test_a_models_own_parameters_are_a_layer_named_by_its_class() -> None:
+    model = freeze(Direct())
+    images = torch.rand(3, 3, 12, 12, generator=torch.Generator().manual_seed(1)).double()
+    assert randomisable_layers(model, images[:1]) == ["Direct"]
+    (step,) = randomisation_test(model, images, [2, 0], classes=[1, 2])["gradient"].steps
+    assert (step.layer, step.randomised) == ("Direct", ("Direct",))
+    # d (W' x)[c] / d x = W'[c], W' drawn by hand: N(0, rms^2) from SeedSequence((seed 0, 0)).
+    state = int(np.random.SeedSequence((0, 0)).generate_state(1)[0])
+    draw = torch.randn(3, 432, generator=torch.Generator().manual_seed(state), dtype=torch.float64)
+    redrawn = draw * model.weight.detach().square().mean().sqrt()
+    assert torch.allclose(step.maps.flatten(1), redrawn[[1, 2]], rtol=1e-12, atol=0)
+    assert torch.equal(model.weight, Direct().weight)  # the model itself is untouched
+
+
+def test_a_layer_run_twice_is_randomised_once() -> None:
+    shared = nn.Linear(48, 48)
+    model = freeze(nn.Sequential(nn.Flatten(), shared, nn.Tanh(), shared, nn.Linear(48, 3)))
+    assert randomisable_layers(model, torch.rand(1, 3, 4, 4)) == ["1", "4"]
+
+
+def test_every_layer_by_default_and_a_bad_count_named() -> None:
+    model = freeze(nn.Sequential(nn.Flatten(), nn.Linear(432, 6), nn.Tanh(), nn.Linear(6, 3)))
+    images = torch.rand(2, 3, 12, 12)
+    curve = randomisation_test(model, images, [0, 1], layers=None)["gradient"]
+    assert [step.layer for step in curve.steps] == ["3", "1"]
+    with pytest.raises(InputError) as refused:
+        randomisation_test(model, images, [0, 1], layers=0)
+    assert str(refused.value) == (
+        "The number of layers to randomise must be a whole number from 1 to 2; got 0."
+    )

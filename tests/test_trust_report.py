@@ -1,17 +1,25 @@
-"""All checks at once: independent of how the picks are batched, and a JSON-ready report."""
+"""All checks at once: independent of how the picks are batched, and a JSON-ready report; the
+settings every check shares; a report built by hand and its JSON field by field."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
 from torch import nn
 
 from gradpick.errors import InputError
+from gradpick.trust import engine
+from gradpick.trust.completeness import Completeness
+from gradpick.trust.contrastive import ClassMaps
 from gradpick.trust.engine import METHODS, MethodSettings
-from gradpick.trust.faithfulness import RANDOM
-from gradpick.trust.report import CheckOptions, TrustReport, report_dict, run_checks
+from gradpick.trust.faithfulness import RANDOM, Curves
+from gradpick.trust.randomisation import RandomisationCurve, RandomisationStep
+from gradpick.trust.report import CheckOptions, TrustReport, mean_and_std, report_dict, run_checks
+from gradpick.trust.road import RoadCurves
+from gradpick.trust.sensitivity import ClassSensitivity
 
 QUICK = CheckOptions(
     settings=MethodSettings(samples=4, steps=8, seed=2),
@@ -182,3 +190,298 @@ def test_the_report_has_road_and_class_sensitivity_independent_of_batching(
 def test_bad_road_options_are_refused_before_any_work(options: dict, message: str) -> None:
     with pytest.raises(InputError, match=message):
         CheckOptions(**options)
+
+
+def test_the_settings_default_to_the_attribution_methods_own() -> None:
+    # attribution.attribute's defaults: 16 samples, noise 0.15, 32 steps, seed 0.
+    assert (engine._registered_default("samples"), engine._registered_default("steps")) == (16, 32)
+    settings = MethodSettings()
+    assert (settings.samples, settings.noise, settings.steps, settings.seed) == (16, 0.15, 32, 0)
+    assert settings.layer is None
+
+
+def test_the_settings_a_user_chose_keep_the_checks_own_fields() -> None:
+    chosen = {"samples": 5, "noise": 0.2, "steps": 7, "baseline": 0.3, "layer": "conv1"}
+    assert MethodSettings.from_chosen(chosen) == MethodSettings(
+        samples=5, noise=0.2, steps=7, layer="conv1"
+    )
+
+
+def test_settings_at_their_bounds_are_taken() -> None:
+    low = MethodSettings(samples=1, steps=1, noise=0, seed=0)
+    high = MethodSettings(samples=1024, steps=4096, noise=1, seed=2**40)
+    assert (low.samples, low.steps, high.samples, high.steps) == (1, 1, 1024, 4096)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"samples": True}, "SmoothGrad samples must be a whole number from 1 to 1,024; got True."),
+        (
+            {"steps": 4097},
+            "Integrated Gradients steps must be a whole number from 1 to 4,096; got 4097.",
+        ),
+        ({"noise": "0.1"}, "SmoothGrad noise must be a number; got '0.1'."),
+        ({"noise": False}, "SmoothGrad noise must be a number; got False."),
+        (
+            {"noise": float("nan")},
+            "SmoothGrad noise is a fraction of each image's range (max - min): give a number "
+            "from 0 to 1; got nan.",
+        ),
+        (
+            {"noise": -0.01},
+            "SmoothGrad noise is a fraction of each image's range (max - min): give a number "
+            "from 0 to 1; got -0.01.",
+        ),
+        ({"seed": 1.5}, "The seed must be a whole number of at least 0; got 1.5."),
+        ({"layer": 3}, "The layer is a module's dotted name; got 3."),
+    ],
+)
+def test_bad_settings_are_refused_with_what_was_given(settings: dict, message: str) -> None:
+    with pytest.raises(InputError) as refused:
+        MethodSettings(**settings)
+    assert str(refused.value) == message
+
+
+def test_each_method_gets_its_own_settings_and_only_layer_methods_the_layer() -> None:
+    settings = MethodSettings(samples=5, noise=0.2, steps=7, seed=3, layer="conv1")
+    assert settings.of("gradient") == {}
+    assert settings.of("smoothgrad") == {"samples": 5, "noise": 0.2, "seed": 3}
+    assert settings.of("integrated_gradients") == {"steps": 7}
+    assert settings.of("gradcam") == {}
+    assert (settings.layer_of("gradcam"), settings.layer_of("smoothgrad")) == ("conv1", None)
+
+
+def test_methods_are_named_once_in_the_order_given() -> None:
+    assert engine.check_methods(["smoothgrad", "gradient", "smoothgrad"]) == (
+        "smoothgrad", "gradient",
+    )  # fmt: skip
+    with pytest.raises(InputError) as refused:
+        engine.check_methods([])
+    assert str(refused.value).startswith("Choose at least one attribution method: gradient, ")
+
+
+def test_saliency_scaled_by_its_peak_and_an_all_zero_map_left_at_zero() -> None:
+    maps = torch.tensor([[[[1.0, -4.0]], [[-2.0, 3.0]]], [[[0.0, 0.0]], [[0.0, 0.0]]]])
+    assert engine.saliency(maps).tolist() == [[[2.0, 4.0]], [[0.0, 0.0]]]
+    scaled = engine.scaled_saliency(maps)
+    assert scaled.dtype == torch.float64 and scaled.tolist() == [[[0.5, 1.0]], [[0.0, 0.0]]]
+
+
+def test_noise_std_is_the_fraction_of_each_picks_range() -> None:
+    images = torch.zeros(3, 1, 2, 2)
+    images[0, 0, 0, 0], images[2, 0, 1, 1], images[2, 0, 0, 1] = 0.8, 0.6, -0.2
+    spread = engine.noise_std(images, [2, 0], MethodSettings(noise=0.25))
+    assert spread.dtype == torch.float64 and spread.tolist() == pytest.approx([0.2, 0.2])
+
+
+def test_a_model_in_training_mode_is_served_as_an_eval_copy(tiny_bn_cnn: nn.Module) -> None:
+    assert engine.served_view(tiny_bn_cnn) is tiny_bn_cnn
+    training = tiny_bn_cnn.train()
+    served = engine.served_view(training)
+    assert served is not training and training.training and not served.training
+    assert not any(module.training for module in served.modules())
+
+
+def test_held_classes_given_one_for_all_or_one_each(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    assert engine.held_classes(float64_cnn, float64_images, [1, 2], 9).tolist() == [9, 9]
+    given = engine.held_classes(float64_cnn, float64_images, [1, 2], torch.tensor([0, 4]))
+    assert given.dtype == torch.long and given.tolist() == [0, 4]
+    with pytest.raises(InputError) as refused:
+        engine.held_classes(float64_cnn, float64_images, [1, 2], [1, 2, 3])
+    assert str(refused.value) == "Give one class, or one class per picked image (2)."
+    with pytest.raises(InputError) as refused:
+        engine.held_classes(float64_cnn, float64_images, [1, 2], [-1, 2])
+    assert str(refused.value) == (
+        "Class -1 is out of range for a model with 10 outputs (valid classes 0 to 9)."
+    )
+
+
+def test_a_model_that_does_not_return_one_row_per_image_is_refused() -> None:
+    with pytest.raises(InputError) as refused:
+        engine.logits_of(nn.Flatten(0), torch.rand(2, 3, 4, 4))
+    assert str(refused.value) == (
+        "The model must map [N, C, H, W] to [N, classes]; it returned (96,)."
+    )
+
+
+NAN = math.nan
+
+
+def t(values: object) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def hand_made_report() -> TrustReport:
+    """A report of two picks (4 and 1) whose every number is a binary fraction, built by hand."""
+    options = CheckOptions(
+        methods=("gradient",),
+        settings=MethodSettings(samples=5, noise=0.25, steps=7, seed=1),
+        layers=1,
+        baselines=("black",),
+        ig_steps=8,
+        deletion_steps=2,
+        top=2,
+        road_shares=(0.0, 0.5),
+        road_noise=0.125,
+        seed=3,
+    )
+    blank = torch.zeros(2, 1, 2, 2)
+    step = RandomisationStep("fc", ("fc",), t([0.5, NAN]), t([0.25, 0.75]), blank)
+    rows = [
+        Completeness(4, 3, "black", 8, False, 1.5, 2.0, 0.25),
+        Completeness(1, 0, "black", 8, False, 0.5, 1.0, 1.0),
+    ]
+    fractions = t([0.0, 0.5, 1.0])
+    faithful = {
+        "gradient": Curves(fractions, t([[1.0, 0.5, 0.0], [0.5, 0.5, 0.5]]),
+                           t([[0.0, 0.5, 1.0], [0.25, 0.25, 0.25]])),
+        RANDOM: Curves(fractions, t([[1.0, 1.0, 1.0], [0.5, 0.5, 0.0]]),
+                       t([[0.0, 0.0, 0.0], [0.0, 0.5, 0.5]])),
+    }  # fmt: skip
+    maps = ClassMaps(
+        (4, 1), torch.tensor([[3, 1], [0, 2]]), t([[0.5, 0.25], [0.75, 0.125]]),
+        torch.zeros(2, 2, 1, 2, 2), torch.tensor([[3, 1], [0, 2]]), t([1.5, -0.5]), blank,
+    )  # fmt: skip
+    sensitivity = [
+        ClassSensitivity("gradient", "runner_up", (4, 1), torch.tensor([3, 0]),
+                         torch.tensor([1, 2]), t([0.95, NAN]), t([0.5, 0.25]), blank),
+        ClassSensitivity("gradient", "random", (4, 1), torch.tensor([3, 0]),
+                         torch.tensor([7, 5]), t([0.25, 0.9]), t([0.125, 1.0]), blank),
+    ]  # fmt: skip
+    road = {"gradient": RoadCurves(t([0.0, 0.5]), t([[1.0, 0.5], [0.5, 0.25]]),
+                                   t([[1.0, 1.0], [0.5, 0.5]]))}  # fmt: skip
+    return TrustReport(
+        indices=(4, 1),
+        classes=torch.tensor([3, 0]),
+        options=options,
+        randomisation={"gradient": RandomisationCurve("gradient", "cascade", blank, (step,))},
+        completeness=rows,
+        faithfulness=faithful,
+        class_maps=maps,
+        class_sensitivity=sensitivity,
+        road=road,
+        noise_std=t([0.25, 0.125]),
+        milliseconds={"randomisation": 2.0, "road": 1.5},
+    )
+
+
+def test_the_report_of_a_hand_made_result_field_by_field() -> None:
+    spread = {"mean": 0.5, "std": 0.25}
+    expected = {
+        "indices": [4, 1],
+        "classes": [3, 0],
+        "settings": {
+            "methods": ["gradient"],
+            "smoothgrad": {"samples": 5, "noise_fraction_of_range": 0.25,
+                           "noise_std_per_image": [0.25, 0.125], "seed": 1},
+            "integrated_gradients_steps": 7,
+            "randomisation": {"mode": "cascade", "layers": 1},
+            "completeness": {"baselines": ["black"], "steps": 8, "tolerance": 0.05,
+                             "max_steps": 512, "blur_sigma": 2.0},
+            "top_classes": 2,
+            "class_sensitivity": {"kinds": ["runner_up", "random"], "insensitive_spearman": 0.9},
+            "road": {"shares": [0.0, 0.5], "noise_std": 0.125},
+            "seed": 3,
+        },
+        "randomisation": {"gradient": {"mode": "cascade", "steps": [{
+            "layer": "fc", "randomised_layers": 1,
+            "spearman": {"mean": 0.5, "std": 0.0}, "ssim": spread,
+            "spearman_per_image": [0.5, None], "ssim_per_image": [0.25, 0.75],
+        }]}},
+        "completeness": [
+            {"index": 4, "class": 3, "baseline": "black", "steps": 8, "automatic": False,
+             "attribution_sum": 1.5, "output": 2.0, "baseline_output": 0.25,
+             "difference": 1.75, "delta": -0.25, "relative_error": 0.25 / 1.75},
+            {"index": 1, "class": 0, "baseline": "black", "steps": 8, "automatic": False,
+             "attribution_sum": 0.5, "output": 1.0, "baseline_output": 1.0,
+             "difference": 0.0, "delta": 0.5, "relative_error": None},
+        ],
+        "faithfulness": {
+            "steps": 2,
+            "fractions": [0.0, 0.5, 1.0],
+            "removed_pixels": "black",
+            "insertion_start": "blurred image (Gaussian, sigma 2 px)",
+            "random_order": {"deletion_curve": [0.75, 0.75, 0.5],
+                             "insertion_curve": [0.0, 0.25, 0.25]},
+            "methods": {"gradient": {
+                # Trapezoids over halves: (1 + 0.5) / 4 + (0.5 + 0) / 4 = 0.5, and so on.
+                "deletion_auc": {"mean": 0.5, "std": 0.0},
+                "insertion_auc": {"mean": 0.375, "std": 0.125},
+                "random_deletion_auc": {"mean": 0.6875, "std": 0.3125},
+                "random_insertion_auc": {"mean": 0.1875, "std": 0.1875},
+                "deletion_auc_per_image": [0.5, 0.5],
+                "insertion_auc_per_image": [0.5, 0.25],
+                "deletion_curve": [0.75, 0.5, 0.25],
+                "insertion_curve": [0.125, 0.375, 0.625],
+            }},
+        },
+        "road": {
+            "fractions": [0.0, 0.5],
+            "imputation": "noisy linear: 8 neighbours, direct 0.1667, diagonal 0.08333, "
+            "Gaussian noise std 0.125",
+            "methods": {"gradient": {
+                "morf_auc": {"mean": 0.28125, "std": 0.09375},
+                "lerf_auc": {"mean": 0.375, "std": 0.125},
+                "gap": {"mean": 0.09375, "std": 0.03125},
+                "morf_auc_per_image": [0.375, 0.1875],
+                "lerf_auc_per_image": [0.5, 0.25],
+                "gap_per_image": [0.125, 0.0625],
+                "morf_curve": [0.75, 0.375],
+                "lerf_curve": [0.75, 0.75],
+                "morf_curve_per_image": [[1.0, 0.5], [0.5, 0.25]],
+                "lerf_curve_per_image": [[1.0, 1.0], [0.5, 0.5]],
+            }},
+        },
+        "class_maps": {"top_classes": [[3, 1], [0, 2]],
+                       "top_probabilities": [[0.5, 0.25], [0.75, 0.125]],
+                       "contrast": [[3, 1], [0, 2]], "contrast_values": [1.5, -0.5]},
+        "class_sensitivity": [
+            {"index": 4, "method": "gradient", "kind": "runner_up", "class": 3,
+             "other_class": 1, "spearman": 0.95, "ssim": 0.5, "insensitive": True},
+            {"index": 1, "method": "gradient", "kind": "runner_up", "class": 0,
+             "other_class": 2, "spearman": None, "ssim": 0.25, "insensitive": False},
+            {"index": 4, "method": "gradient", "kind": "random", "class": 3,
+             "other_class": 7, "spearman": 0.25, "ssim": 0.125, "insensitive": False},
+            {"index": 1, "method": "gradient", "kind": "random", "class": 0,
+             "other_class": 5, "spearman": 0.9, "ssim": 1.0, "insensitive": True},
+        ],
+        "milliseconds": {"randomisation": 2.0, "road": 1.5},
+    }  # fmt: skip
+    record = report_dict(hand_made_report())
+    assert record.keys() == expected.keys()
+    for key, value in expected.items():
+        assert record[key] == value, key
+
+
+def test_mean_and_std_leave_out_undefined_values() -> None:
+    assert mean_and_std(t([NAN, math.inf, 0.5])) == (0.5, 0.0)
+    assert mean_and_std(t([NAN])) == (None, None)
+    assert mean_and_std(t([1.0, 2.0, 4.0, 5.0])) == (3.0, math.sqrt(2.5))  # population std
+
+
+def test_options_are_kept_in_their_checked_form() -> None:
+    options = CheckOptions(methods=("smoothgrad", "gradient", "smoothgrad"), road_shares=[0, 0.5],
+                           road_noise=0)  # fmt: skip
+    assert options.methods == ("smoothgrad", "gradient")
+    assert options.road_shares == (0.0, 0.5) and isinstance(options.road_shares[0], float)
+    assert options.road_noise == 0.0 and isinstance(options.road_noise, float)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"layers": 0}, "The number of layers to randomise must be a whole number of at least 1; "
+                        "got 0."),
+        ({"baselines": ()}, "Choose at least one baseline: black, uniform_noise, blurred."),
+        ({"deletion_steps": 1025}, "Deletion and insertion steps must be a whole number from 1 "
+                                   "to 1,024; got 1025."),
+        ({"top": 0}, "The number of top classes must be a whole number of at least 1; got 0."),
+    ],
+)  # fmt: skip
+def test_bad_options_are_refused_in_whole_sentences(options: dict, message: str) -> None:
+    with pytest.raises(InputError) as refused:
+        CheckOptions(**options)
+    assert str(refused.value) == message

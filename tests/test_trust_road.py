@@ -13,9 +13,11 @@ from pytorch_grad_cam.metrics.perturbation_confidence import (
 )
 from pytorch_grad_cam.metrics.road import NoisyLinearImputer
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
+from test_trust_faithfulness import sigmoid
 from torch import nn
 
 from gradpick.errors import InputError
+from gradpick.models import freeze
 from gradpick.trust.engine import MethodSettings, attribute_maps, held_classes, saliency
 from gradpick.trust.faithfulness import attribution_order
 from gradpick.trust.road import impute, road
@@ -164,3 +166,40 @@ def test_bad_noise_and_orders_are_refused(tiny_cnn: nn.Module, random_batch) -> 
         road(tiny_cnn, random_batch.images, [0], orders, noise=-0.1)
     with pytest.raises(InputError, match="must be \\[k, H \\* W\\]"):
         road(tiny_cnn, random_batch.images, [0, 1], orders)
+
+
+def test_the_curves_of_a_linear_model_by_hand_with_seeded_noise() -> None:
+    """logit 1 = w . x, logit 0 = 0, so P(class 1) = sigmoid(w . x) of the filled image: the
+    removed pixels solved densely, plus noise x N(0, 1) drawn by hand per (seed, batch index)."""
+    side, pixels = 4, 16
+    weights = torch.linspace(-1.0, 1.5, 2 * pixels, dtype=torch.float64)
+    layer = nn.Linear(2 * pixels, 2, bias=False).double()
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.weight[1] = weights
+    model = freeze(nn.Sequential(nn.Flatten(), layer))
+    images = torch.rand(4, 2, side, side, generator=torch.Generator().manual_seed(6)).double()
+    indices, shares, noise, seed = [3, 1], (0.0, 0.25, 0.5), 0.2, 5
+    orders = torch.stack(
+        [torch.randperm(pixels, generator=torch.Generator().manual_seed(i)) for i in (8, 9)]
+    )
+    curves = road(model, images, indices, {"map": orders}, 1, shares, noise, seed)["map"]
+    assert curves.fractions.tolist() == list(shares)
+    for row, index in enumerate(indices):
+        state = int(np.random.SeedSequence((seed, index)).generate_state(1)[0])
+        generator = torch.Generator().manual_seed(state)
+        draws = torch.randn(len(shares), 2, side, side, generator=generator, dtype=torch.float64)
+        ranked = orders[row].tolist()
+        for position, share in enumerate(shares):
+            taken = round(share * pixels)
+            for removed, curve in (
+                (ranked[:taken], curves.morf),
+                (ranked[pixels - taken :], curves.lerf),
+            ):
+                mask = np.zeros((side, side), dtype=bool)
+                mask.flat[removed] = True
+                image = images[index].numpy()
+                filled = dense_imputation(image, mask) if mask.any() else image
+                filled = filled + noise * draws[position].numpy() * mask
+                expected = sigmoid(float(weights.numpy() @ filled.ravel()))
+                assert float(curve[row, position]) == pytest.approx(expected, rel=1e-8)
