@@ -147,10 +147,26 @@ def test_a_built_in_stand_in_has_seed_0_weights_even_when_weights_ship(
     assert loaded.weights is None and loaded.weights_sha256 is None and loaded.card is None
     assert loaded.store_identity.startswith("tutorial:random-seed0:")
     assert "random weights, seed 0, untrained" in loaded.describe()
+    with pytest.raises(InputError, match="tutorial standardises its input itself"):
+        zoo.load_model("tutorial", stand_in=True, mean=(0.5,) * 3, std=(0.5,) * 3)
     with pytest.raises(InputError, match="stand-in"):
         zoo.load_model("tutorial", tmp_path / "tutorial.pt", stand_in=True)
     with pytest.raises(InputError, match="stand-in"):
         zoo.load_model(f"torchvision:{TINY_TORCHVISION}", stand_in=True)
+
+
+def test_a_built_in_from_uploaded_bytes_is_named_upload_by_their_digest(tmp_path: Path) -> None:
+    import hashlib
+
+    state = seeded(lambda: models.build("tutorial")).state_dict()
+    path = tmp_path / "tutorial.pt"
+    torch.save(state, path)
+    data = path.read_bytes()
+    loaded = zoo.load_model("tutorial", data)
+    assert (loaded.weights, loaded.weights_sha256) == ("upload", hashlib.sha256(data).hexdigest())
+    assert all(torch.equal(value, state[key]) for key, value in loaded.module.state_dict().items())
+    with pytest.raises(InputError, match="tutorial standardises its input itself"):
+        zoo.load_model("tutorial", data, mean=(0.5,) * 3, std=(0.5,) * 3)
 
 
 # ----------------------------------------------------------------------------- weights enums
@@ -213,6 +229,92 @@ def test_weights_enums_build_the_network_as_torchvision_does(torch_home: Path) -
     torch.testing.assert_close(loaded.module(images), expected, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(
+    ("architecture", "weights", "options"),
+    [
+        # torchvision's builders set these before loading the file (its model docs: GoogLeNet
+        # and Inception v3 re-standardise inside; the SWAG end-to-end ViTs run at 384 and
+        # 518 pixels; MaxViT is built for its 224-pixel input)
+        ("googlenet", "IMAGENET1K_V1", {"transform_input": True, "aux_logits": True}),
+        ("inception_v3", "IMAGENET1K_V1", {"transform_input": True, "aux_logits": True}),
+        ("vit_b_16", "IMAGENET1K_SWAG_E2E_V1", {"image_size": 384}),
+        ("vit_h_14", "IMAGENET1K_SWAG_E2E_V1", {"image_size": 518}),
+        ("vit_b_32", "IMAGENET1K_V1", {"image_size": 224}),
+        ("maxvit_t", "IMAGENET1K_V1", {"input_size": (224, 224)}),
+        ("resnet18", "IMAGENET1K_V1", {}),
+    ],
+)
+def test_each_weights_enum_gets_the_build_options_torchvision_gives_it(
+    architecture: str, weights: str, options: dict[str, object]
+) -> None:
+    enum = torchvision.models.get_model_weights(architecture)[weights]
+    if "aux_logits" in options:
+        options = {**options, "init_weights": False}  # the file replaces every weight anyway
+    assert zoo._enum_build_options(architecture, enum) == options
+
+
+def test_densenet_weights_in_the_hub_cache_load_under_their_published_names(
+    torch_home: Path,
+) -> None:
+    enum = torchvision.models.get_model_weights("densenet121").IMAGENET1K_V1
+    state = seeded(lambda: torchvision.models.get_model("densenet121")).state_dict()
+    path = torch_home / "hub" / "checkpoints" / Path(enum.url).name
+    path.parent.mkdir(parents=True)
+    torch.save(as_published(state), path)
+    loaded = zoo.load_model("torchvision:densenet121:IMAGENET1K_V1")
+    inner = loaded.module.model
+    assert all(torch.equal(value, state[key]) for key, value in inner.state_dict().items())
+
+
+def test_weights_for_another_torchvision_network_are_refused_by_its_name(
+    torch_home: Path, tmp_path: Path
+) -> None:
+    other = seeded(lambda: torchvision.models.get_model("squeezenet1_0")).state_dict()
+    given = tmp_path / "other.pth"
+    torch.save(other, given)
+    cached = torch_home / "hub" / "checkpoints" / Path(tiny_weights_enum().url).name
+    cached.parent.mkdir(parents=True)
+    torch.save(other, cached)
+    refusal = rf"^These weights are not for the 'torchvision:{TINY_TORCHVISION}' architecture"
+    with pytest.raises(ModelError, match=refusal):
+        zoo.load_model(f"torchvision:{TINY_TORCHVISION}", given)
+    with pytest.raises(ModelError, match=refusal):
+        zoo.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
+
+
+def test_an_architecture_without_weights_enums_gets_the_usual_imagenet_recipe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import enum
+
+    class NoWeights(enum.Enum):
+        pass
+
+    monkeypatch.setattr(torchvision.models, "get_model_weights", lambda name: NoWeights)
+    loaded = zoo.load_model(f"torchvision:{TINY_TORCHVISION}")
+    assert loaded.spec == InputSpec(
+        size=(224, 224), resize=256, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)
+    )
+
+
+def test_a_weights_recipe_with_a_filter_pil_lacks_is_read_bilinear(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import functools
+
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms._presets import ImageClassification
+
+    enum = tiny_weights_enum()
+    lanczos = functools.partial(
+        ImageClassification, crop_size=200, resize_size=230, interpolation=InterpolationMode.LANCZOS
+    )
+    monkeypatch.setattr(enum.value, "transforms", lanczos)
+    loaded = zoo.load_model(f"torchvision:{TINY_TORCHVISION}")
+    assert (loaded.spec.size, loaded.spec.resize) == ((200, 200), 230)
+    assert loaded.spec.interpolation == "bilinear"
+
+
 def closed_port_url(name: str) -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -235,6 +337,12 @@ def test_an_absent_file_that_cannot_be_downloaded_says_where_to_put_it(
 
     message = str(error.value)
     assert "Could not download" in message and name in message and str(checkpoints) in message
+    assert message.endswith(
+        f"copy the file {name} into {checkpoints} (the torch hub cache, "
+        "$TORCH_HOME/hub/checkpoints) and try again."
+    )
+    if where == "closed port":  # the socket's own reason, not urllib's wrapper around it
+        assert "([Errno 111] Connection refused)" in message
     assert not list(checkpoints.glob("*")), "a failed download must leave nothing behind"
 
 
@@ -252,6 +360,13 @@ def test_a_missing_file_is_downloaded_into_the_hub_cache_and_hash_checked(
     cached = torch_home / "hub" / "checkpoints" / good.name
     assert loaded.weights == str(cached) and loaded.weights_sha256 == digest
 
+    plain = torch_home / "plain" / f"{TINY_TORCHVISION}.pth"  # no hash in its name: none checked
+    plain.parent.mkdir()
+    plain.write_bytes(good.read_bytes())
+    monkeypatch.setattr(enum.value, "url", plain.as_uri())
+    unhashed = zoo.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1")
+    assert unhashed.weights == str(cached.with_name(plain.name))
+
     wrong = good.rename(good.with_name(f"{TINY_TORCHVISION}-00000000.pth"))
     monkeypatch.setattr(enum.value, "url", wrong.as_uri())
     with pytest.raises(ModelError, match="Could not download.*hash"):
@@ -260,8 +375,11 @@ def test_a_missing_file_is_downloaded_into_the_hub_cache_and_hash_checked(
 
 
 def test_unknown_weights_and_a_second_weights_file_are_explained(tmp_path: Path) -> None:
-    with pytest.raises(ModelError, match="no weights 'IMAGENET9K'.*IMAGENET1K_V1"):
+    with pytest.raises(ModelError) as unknown:
         zoo.load_model(f"torchvision:{TINY_TORCHVISION}:IMAGENET9K")
+    assert str(unknown.value) == (
+        f"{TINY_TORCHVISION} has no weights 'IMAGENET9K'; choose one of DEFAULT, IMAGENET1K_V1."
+    )
     with pytest.raises(InputError, match="names its weights already"):
         zoo.load_model(
             f"torchvision:{TINY_TORCHVISION}:IMAGENET1K_V1", write_state(tmp_path / "w.pt")
@@ -281,6 +399,12 @@ def test_a_torchvision_weights_file_is_used_and_a_fine_tuned_head_rebuilt(tmp_pa
     named = zoo.load_model(f"torchvision:{TINY_TORCHVISION}", path, class_names=names)
 
     assert loaded.classes == 7 and loaded.weights_sha256 == weights_io.sha256_file(path)
+    assert (loaded.weights, loaded.weights_origin) == (str(path), f"weights {path}")
+    assert zoo.load_model(f"torchvision:{TINY_TORCHVISION}").weights_origin == ""
+    headless = {k: v for k, v in tuned.state_dict().items() if k != "classifier.1.weight"}
+    torch.save(headless, path)  # the last layer's weight missing: no head to rebuild for
+    with pytest.raises(ModelError, match=r"missing 1 \(e\.g\. classifier\.1\.weight\)"):
+        zoo.load_model(f"torchvision:{TINY_TORCHVISION}", path)
     assert loaded.spec.class_names == () and named.spec.class_names == names
     images = torch.rand(1, 3, 96, 96)
     mean, std = zoo.IMAGENET_MEAN, zoo.IMAGENET_STD
@@ -354,9 +478,72 @@ def test_a_timm_model_takes_its_spec_from_timm_and_weights_from_a_file(tmp_path:
     assert loaded.spec.resize == int(height / config["crop_pct"])
     assert loaded.spec.mean == tuple(config["mean"]) and loaded.spec.std == tuple(config["std"])
     assert loaded.weights_sha256 == weights_io.sha256_file(path) and loaded.kind == "timm"
+    assert (loaded.weights, loaded.weights_origin) == (str(path), f"weights {path}")
     images = torch.rand(1, 3, height, width)
     expected = zoo.Normalized(weights_io.freeze(model), config["mean"], config["std"])(images)
     torch.testing.assert_close(loaded.module(images), expected, rtol=0, atol=0)
+
+
+def test_a_timm_models_resize_filter_and_outputs_follow_its_own_config() -> None:
+    """test_vit's published config in timm: 160 pixels, bicubic, a 0.95 crop (resize 168)."""
+    import timm
+
+    config = timm.create_model("test_vit", pretrained=False).pretrained_cfg
+    assert (config["input_size"], config["interpolation"], config["crop_pct"]) == (
+        (3, 160, 160),
+        "bicubic",
+        0.95,
+    )
+    loaded = zoo.load_model("timm:test_vit")
+    assert (loaded.spec.size, loaded.spec.resize, loaded.spec.interpolation) == (
+        (160, 160),
+        168,
+        "bicubic",
+    )
+    assert (loaded.classes, loaded.weights, loaded.weights_origin) == (1000, None, "")
+    assert loaded.describe() == (
+        f"timm:test_vit (random weights, seed 0, untrained); input {loaded.spec.describe()}"
+    )
+    three = zoo.load_model("timm:test_resnet", class_names=["cat", "dog", "owl"])
+    assert three.classes == 3 and three.module(torch.rand(1, 3, 160, 160)).shape == (1, 3)
+
+
+@pytest.mark.parametrize(
+    ("given", "interpolation", "resize"),
+    [
+        ({}, "bilinear", 64),  # neither named: bilinear, no margin
+        ({"interpolation": "lanczos", "crop_pct": 0.5}, "bilinear", 128),  # no such PIL filter
+        ({"interpolation": "nearest", "crop_pct": 0.875}, "nearest", 73),  # floor(64 / 0.875)
+    ],
+)
+def test_a_timm_config_without_a_filter_or_crop_is_read_as_bilinear_without_margin(
+    monkeypatch: pytest.MonkeyPatch, given: dict[str, object], interpolation: str, resize: int
+) -> None:
+    import timm.data
+
+    config = {"input_size": (3, 64, 48), "mean": (0.1, 0.2, 0.3), "std": (0.4, 0.5, 0.6), **given}
+    monkeypatch.setattr(timm.data, "resolve_data_config", lambda *args, **kwargs: config)
+    loaded = zoo.load_model(f"timm:{TINY_TIMM}")
+    assert (loaded.spec.size, loaded.spec.resize) == ((64, 48), resize)
+    assert loaded.spec.interpolation == interpolation
+    assert (loaded.spec.mean, loaded.spec.std) == ((0.1, 0.2, 0.3), (0.4, 0.5, 0.6))
+
+
+def test_a_timm_model_of_other_channels_or_weights_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import timm
+    import timm.data
+
+    other = tmp_path / "vit.safetensors"
+    save_file(timm.create_model("test_vit", pretrained=False).state_dict(), other)
+    with pytest.raises(ModelError, match=rf"^These weights are not for the 'timm:{TINY_TIMM}'"):
+        zoo.load_model(f"timm:{TINY_TIMM}", other)
+    grey = {"input_size": (1, 64, 64), "mean": (0.5,), "std": (0.5,)}
+    monkeypatch.setattr(timm.data, "resolve_data_config", lambda *args, **kwargs: grey)
+    with pytest.raises(ModelError) as refused:
+        zoo.load_model(f"timm:{TINY_TIMM}")
+    assert str(refused.value) == f"timm:{TINY_TIMM} takes 1-channel images; gradpick serves RGB."
 
 
 def test_timm_missing_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -382,6 +569,42 @@ def test_unknown_names_list_close_matches(name: str, message: str) -> None:
         zoo.load_model(name)
 
 
+def test_close_matches_are_the_five_nearest_at_half_similarity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """difflib's ratio 2M / T: 'alpha' and 'alphaN' score 10 / 11 (ties: the later name first),
+    'abcdef' and 'abcxyz' exactly 0.5, which still counts."""
+    import timm
+
+    names = [f"alpha{n}" for n in range(1, 8)] + ["abcxyz", "qqqqqq"]
+    monkeypatch.setattr(timm, "list_models", lambda *args, **kwargs: names)
+    monkeypatch.setattr(timm, "is_model", lambda name: False)
+    messages = {}
+    for asked in ("alpha", "abcdef", "zzz"):
+        with pytest.raises(ModelError) as unknown:
+            zoo.load_model(f"timm:{asked}")
+        messages[asked] = str(unknown.value)
+    assert messages == {
+        "alpha": "Unknown timm model 'alpha'. Close matches: alpha7, alpha6, alpha5, alpha4, "
+        "alpha3.",
+        "abcdef": "Unknown timm model 'abcdef'. Close matches: abcxyz.",
+        "zzz": "Unknown timm model 'zzz'.",
+    }
+
+
+def test_only_the_spec_values_given_are_overrides() -> None:
+    given = zoo.given_overrides("40x48", 72, (0.5,) * 3, (0.25,) * 3, ["cat", "dog"])
+    assert given == {
+        "input_size": "40x48",
+        "resize": 72,
+        "mean": (0.5, 0.5, 0.5),
+        "std": (0.25, 0.25, 0.25),
+        "class_names": ["cat", "dog"],
+    }
+    assert zoo.given_overrides(resize=0) == {"resize": 0}  # a resize of 0 is given, and refused
+    assert zoo.given_overrides("", None, None, None, []) == {}
+
+
 FACTORIES = """
 import torch
 from torch import nn
@@ -395,6 +618,9 @@ def maps():
 def five():
     torch.manual_seed(0)
     return nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5))
+
+def listed():
+    return [nn.Linear(4, 5)]
 """
 
 
@@ -426,6 +652,30 @@ def test_a_model_for_other_channels_is_refused_at_load(factories: str) -> None:
 def test_a_model_whose_outputs_are_not_logits_is_refused_at_load(factories: str) -> None:
     with pytest.raises(ModelError, match=r"returns \[1, 4, 30, 30\].*\[1, classes\]"):
         zoo.load_model(f"{factories}:maps")
+
+
+def test_a_factory_that_is_not_one_or_whose_weights_do_not_fit_is_named(
+    factories: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ModelError) as returned:
+        zoo.load_model(f"{factories}:listed")
+    assert str(returned.value) == f"'{factories}:listed' returned list, not a torch.nn.Module."
+    with pytest.raises(ModelError, match="has no attribute 'five:extra'"):
+        zoo.load_model(f"{factories}:five:extra")  # the module is all before the first colon
+    other = tmp_path / "other.pt"
+    torch.save({"weight": torch.ones(2)}, other)
+    with pytest.raises(ModelError, match=f"^These weights are not for the '{factories}:five'"):
+        zoo.load_model(f"{factories}:five", other)
+
+
+def test_images_of_another_shape_or_channel_count_are_refused(factories: str) -> None:
+    loaded = zoo.load_model(f"{factories}:five")
+    with pytest.raises(InputError) as flat:
+        loaded.check_images(torch.zeros(3, 32, 32))
+    assert str(flat.value) == "Images must be [N, 3, H, W]; got [3, 32, 32]."
+    with pytest.raises(InputError, match=r"got \[2, 1, 32, 32\]"):
+        loaded.check_images(torch.zeros(2, 1, 32, 32))
+    loaded.check_images(torch.zeros(2, 3, 32, 32))
 
 
 def test_class_names_must_match_the_outputs(factories: str) -> None:

@@ -33,6 +33,18 @@ def _tests(pattern: str) -> list[str]:
     return sorted(f"tests/{path.name}" for path in (ROOT / "tests").glob(pattern))
 
 
+_TRUST_SHARED = ("chunks", "command", "engine", "quick", "report")
+_MEASURES = (
+    "baselines",
+    "completeness",
+    "contrastive",
+    "faithfulness",
+    "metrics",
+    "randomisation",
+    "road",
+    "sensitivity",
+)
+
 # module: (files mutated, the tests that mirror them). request and strategies were split out of
 # the gradient engine, whose tests (every strategy against the per-sample loop) still pin them.
 MODULES: dict[str, tuple[list[str], list[str]]] = {
@@ -52,8 +64,19 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["src/gradpick/store.py"],
         ["tests/test_store.py", "tests/test_stored.py", "tests/test_infer.py", "tests/test_cli.py"],
     ),
-    "trust": (["src/gradpick/trust/*"], _tests("test_trust_*.py")),
-    "zoo": (["src/gradpick/zoo.py"], ["tests/test_zoo.py"]),
+    # The checks' shared engine, chunks, command, quick checks and report, against every trust
+    # test; the measures each against their own tests (the layer methods' included): under
+    # the whole trust list every run_checks test reaches them, minutes per mutant.
+    "trust": (
+        [f"src/gradpick/trust/{name}.py" for name in ("__init__", *_TRUST_SHARED)],
+        _tests("test_trust_*.py"),
+    ),
+    "measures": (
+        [f"src/gradpick/trust/{name}.py" for name in _MEASURES],
+        [f"tests/test_trust_{name}.py" for name in (*_MEASURES, "layers")],
+    ),
+    # zoo's from_factory is pinned where the models module builds through it.
+    "zoo": (["src/gradpick/zoo.py"], ["tests/test_zoo.py", "tests/test_models.py"]),
 }
 
 _RESULT = re.compile(r"^\s*(\S+): (.+)$")
