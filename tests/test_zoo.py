@@ -561,7 +561,11 @@ def test_timm_missing_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
         ("torchvision:resnet_18", "Unknown torchvision classification model 'resnet_18'.*resnet18"),
         ("torchvision:fasterrcnn_resnet50_fpn", "Unknown torchvision classification model"),
         ("timm:resnet_18", "Unknown timm model 'resnet_18'.*resnet18"),
-        ("resnet", "Unknown model 'resnet'; use resnet20, tutorial, torchvision:NAME"),
+        (
+            "resnet",
+            r"^Unknown model 'resnet'; use resnet20, tutorial, torchvision:NAME\[:WEIGHTS\], "
+            r"timm:NAME or package\.module:factory\.$",
+        ),
     ],
 )
 def test_unknown_names_list_close_matches(name: str, message: str) -> None:
@@ -621,6 +625,37 @@ def five():
 
 def listed():
     return [nn.Linear(4, 5)]
+
+def doubled():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten()).double()
+
+def pooled():
+    return nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+class Broken(nn.Module):
+    def __init__(self, message):
+        super().__init__()
+        self.message = message
+
+    def forward(self, images):
+        raise ValueError(self.message)
+
+class Paired(nn.Module):
+    def forward(self, images):
+        return images.mean(dim=(2, 3)), images
+
+def wordy():
+    return Broken("first line" + chr(10) + "second line")
+
+def silent():
+    return Broken("")
+
+def long():
+    return Broken("x" * 300)
+
+def paired():
+    return Paired()
 """
 
 
@@ -678,9 +713,49 @@ def test_images_of_another_shape_or_channel_count_are_refused(factories: str) ->
     loaded.check_images(torch.zeros(2, 3, 32, 32))
 
 
+def test_the_load_probe_runs_in_the_models_own_dtype_with_or_without_parameters(
+    factories: str,
+) -> None:
+    doubled = zoo.load_model(f"{factories}:doubled")
+    assert doubled.classes == 4 and doubled.module(torch.zeros(1, 3, 32, 32).double()).shape == (
+        1,
+        4,
+    )
+    assert zoo.load_model(f"{factories}:pooled").classes == 3  # no parameters: float32
+
+
+def test_a_model_that_fails_or_returns_no_tensor_is_named_with_its_first_line(
+    factories: str,
+) -> None:
+    tail = ". Check its input channels and --input-size."
+    expected = {
+        "wordy": "(ValueError: first line)",
+        "silent": "(ValueError: ValueError)",
+        "long": f"(ValueError: {'x' * 200})",
+    }
+    for factory, detail in expected.items():
+        with pytest.raises(ModelError) as failed:
+            zoo.load_model(f"{factories}:{factory}")
+        assert str(failed.value) == (
+            f"{factories}:{factory} cannot take 3-channel 32x32 images {detail}{tail}"
+        )
+    with pytest.raises(ModelError) as paired:
+        zoo.load_model(f"{factories}:paired")
+    assert str(paired.value) == (
+        f"{factories}:paired returns tuple for one image; gradpick needs logits of shape "
+        "[1, classes]."
+    )
+
+
 def test_class_names_must_match_the_outputs(factories: str) -> None:
-    with pytest.raises(ModelError, match="predicts 5 classes but 3 class names"):
+    with pytest.raises(ModelError) as mismatch:
         zoo.load_model(f"{factories}:five", class_names=("a", "b", "c"))
+    assert str(mismatch.value) == (
+        f"{factories}:five predicts 5 classes but 3 class names are given; give one name per "
+        "output."
+    )
+    three = zoo.load_model(f"torchvision:{TINY_TORCHVISION}", class_names=("a", "b", "c"))
+    assert three.classes == 3 and three.spec.class_names == ("a", "b", "c")
 
 
 @pytest.mark.parametrize(
@@ -690,7 +765,7 @@ def test_class_names_must_match_the_outputs(factories: str) -> None:
         ({"std": (0.5, 0.0, 0.5)}, "must be positive"),
         ({"input_size": "224x"}, "is not a size"),
         ({"resize": 0}, "between 1 and"),
-        ({"crop": 3}, "Unknown spec setting"),
+        ({"crop": 3, "zoom": 2}, r"^Unknown spec setting\(s\): crop, zoom\.$"),
     ],
 )
 def test_an_impossible_spec_is_an_input_error(overrides: dict, message: str) -> None:
