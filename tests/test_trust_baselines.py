@@ -79,3 +79,19 @@ def test_the_blurred_baseline_is_the_default_blur_and_unknown_ones_are_named() -
     assert str(refused.value) == (
         "Unknown baseline 'grey'; use one of black, uniform_noise, blurred."
     )
+
+
+def test_noise_is_seeded_with_0_by_default_and_needs_one_index_per_image() -> None:
+    """Without a seed, image i's noise is U(0, 1) from SeedSequence((0, i)); a pick whose
+    indices do not match its images one to one is refused rather than cut short."""
+    images = torch.zeros(2, 3, 5, 4, dtype=torch.float64)
+    noise = baseline_images(images, "uniform_noise", [7, 2])
+    for row, index in enumerate([7, 2]):
+        state = int(np.random.SeedSequence((0, index)).generate_state(1)[0])
+        generator = torch.Generator().manual_seed(state)
+        expected = torch.rand((3, 5, 4), generator=generator, dtype=torch.float64)
+        assert torch.equal(noise[row], expected)
+    with pytest.raises(ValueError, match="zip"):
+        baseline_images(images, "uniform_noise", [7, 2, 5])
+    with pytest.raises(ValueError, match="zip"):
+        baseline_images(images, "uniform_noise", [7])

@@ -109,3 +109,90 @@ def test_a_tolerance_that_is_not_a_fraction_below_one_is_refused(
     with pytest.raises(InputError) as refused:
         completeness(float64_cnn, float64_images, PICKS, tolerance=tolerance)  # type: ignore[arg-type]
     assert str(refused.value) == message
+
+
+class Cubic(nn.Module):
+    """logit 0 = s^3 and logit 1 = -s^3 for s the sum of the image's pixels.
+
+    On the path from black, F(a x) = a^3 s^3, and the midpoint rule with m points sums the
+    attributions to s^3 (1 - 1 / (4 m^2)): (1/m) sum_i 3 a_i^2 with a_i = (i + 1/2) / m is
+    1 - 1 / (4 m^2). With pixels that are short binary fractions every term is exact in float64,
+    so the relative error is exactly 1 / (4 m^2): 1 / 1024 at 16 steps.
+    """
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        total = images.flatten(1).sum(dim=1)
+        return torch.stack([total**3, -(total**3)], dim=1)
+
+
+def cubic_images(pixel: float) -> torch.Tensor:
+    """Two float64 images [2, 1, 2, 2] of four equal pixels, so s = 4 * pixel."""
+    return torch.full((2, 1, 2, 2), pixel, dtype=torch.float64)
+
+
+def test_an_error_equal_to_the_tolerance_is_within_it() -> None:
+    """ "At most the tolerance": 16 steps miss by exactly 1/1024, which a tolerance of 1/1024
+    accepts (stopping there, also when 16 is the cap) instead of going on to 32 or failing."""
+    images = cubic_images(0.25)
+    (row,) = completeness(Cubic(), images, [1], steps="auto", tolerance=1 / 1024)
+    assert (row.steps, row.automatic) == (16, True)
+    assert row.attribution_sum == 1 - 1 / 1024 and row.relative_error == 1 / 1024
+    (capped,) = completeness(Cubic(), images, [0], steps="auto", tolerance=1 / 1024, max_steps=16)
+    assert capped.steps == 16 and capped.relative_error == 1 / 1024
+
+
+def test_the_given_class_is_the_one_integrated() -> None:
+    """The attributions explain the held class, not the prediction: class 1 (-s^3) of a pick
+    whose predicted class is 0 sums to -(1 - 1/1024) at 16 steps."""
+    (row,) = completeness(Cubic(), cubic_images(0.25), [0], classes=1, steps=16)
+    assert row.target_class == 1 and (row.output, row.baseline_output) == (-1.0, 0.0)
+    assert row.attribution_sum == -(1 - 1 / 1024) and row.delta == 1 / 1024
+
+
+def test_an_unreachable_tolerance_names_the_image_the_error_and_the_way_out() -> None:
+    # s = 0.5: F(x) - F(black) = 0.125, and 16 steps still miss by 1/1024 (0.1%).
+    with pytest.raises(InputError) as refused:
+        completeness(Cubic(), cubic_images(0.125), [1], steps="auto", tolerance=1e-4, max_steps=16)
+    assert str(refused.value) == (
+        "Integrated Gradients did not reach 0.0% relative error for image 1 within 16 steps "
+        "(still 0.1%, F(x) - F(baseline) = 0.125); raise the step cap or the tolerance, or try "
+        "another baseline."
+    )
+
+
+def test_noise_baselines_are_seeded_with_0_by_default(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    rows = completeness(float64_cnn, float64_images, PICKS, baseline="uniform_noise", steps=1)
+    references = baseline_images(float64_images[PICKS], "uniform_noise", PICKS, seed=0)
+    with torch.no_grad():
+        logits = float64_cnn(references)
+    for position, row in enumerate(rows):
+        assert row.baseline_output == pytest.approx(
+            float(logits[position, row.target_class]), abs=1e-12
+        )
+
+
+def test_bad_steps_step_caps_and_baselines_are_refused_by_name(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    refusals = [
+        ({"steps": 0}, "Integrated Gradients steps must be a whole number from 1 to 4,096; got 0."),
+        (
+            {"max_steps": 5000},
+            "The most Integrated Gradients steps must be a whole number from 2 to 4,096; got 5000.",
+        ),
+        (
+            {"max_steps": 1},
+            "The most Integrated Gradients steps must be a whole number from 2 to 4,096; got 1.",
+        ),
+        (
+            {"baseline": "grey"},
+            "Unknown baseline 'grey'; use one of black, uniform_noise, blurred.",
+        ),
+    ]
+    for options, message in refusals:
+        with pytest.raises(InputError) as refused:
+            completeness(float64_cnn, float64_images, PICKS, **options)
+        assert str(refused.value) == message
+    assert steps_to_try("auto", 0.05, 2) == [2]  # the smallest cap: its two steps at once

@@ -107,3 +107,41 @@ def test_the_first_class_out_of_range_is_named(
     assert str(refused.value) == (
         "Class 12 is out of range for a model with 10 outputs (valid classes 0 to 9)."
     )
+
+
+def test_a_pair_given_as_a_narrow_integer_tensor_is_taken_as_long_classes(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    """Classes are indices: an int32 (A, B) works as (3, 5) would, and comes back as long."""
+    maps = class_maps(
+        float64_cnn, float64_images, PICKS, top=1, contrast=torch.tensor([3, 5], dtype=torch.int32)
+    )
+    assert maps.contrast.dtype == torch.long and maps.contrast.tolist() == [[3, 5]] * 3
+    wanted = one_gradient(float64_cnn, float64_images[PICKS[2]], 3, 5)
+    assert torch.allclose(maps.contrast_maps[2], wanted, rtol=0, atol=1e-12)
+
+
+class Pooled(nn.Module):
+    """A bad model: one row of logits for the whole batch, [1, 4] for any N."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(48, 4)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.layer(images.flatten(1)).sum(dim=0, keepdim=True)
+
+
+def test_a_model_with_one_row_for_the_batch_and_too_many_top_classes_are_refused() -> None:
+    images = torch.rand(2, 3, 4, 4)
+    with pytest.raises(InputError) as refused:
+        class_maps(freeze(Pooled()), images, [0, 1], top=1)
+    assert str(refused.value) == (
+        "The model must map [N, C, H, W] to [N, classes]; it returned (1, 4)."
+    )
+    four = freeze(nn.Sequential(nn.Flatten(), nn.Linear(48, 4)))
+    with pytest.raises(InputError) as refused:
+        class_maps(four, images, [0, 1], top=5)
+    assert str(refused.value) == (
+        "The number of top classes must be a whole number from 1 to 4; got 5."
+    )

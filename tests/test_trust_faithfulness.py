@@ -124,3 +124,42 @@ def test_more_steps_than_the_most_are_refused(linear: nn.Module) -> None:
         "Deletion and insertion steps must be a whole number from 1 to 1,024; got 1025."
     )
     assert faithfulness(linear, images, [0], {}, steps=1024)[RANDOM].deletion.shape == (1, 1025)
+
+
+def test_tied_pixels_go_in_position_order() -> None:
+    """ "Ties by position": a 10 x 10 map of three values lists each value's pixels in
+    increasing position (large maps are where an unstable sort would shuffle them)."""
+    values = torch.zeros(2, 1, 10, 10)
+    values.view(2, -1)[:, ::3] = 2.0
+    values.view(2, -1)[1, 1::7] = -3.0  # |.| counts: these come first in the second map
+    order = attribution_order(values)
+    flat = values.abs().view(2, -1)
+    for row in range(2):
+        by_hand = sorted(range(100), key=lambda p: (-float(flat[row, p]), p))
+        assert order[row].tolist() == by_hand
+
+
+def test_the_random_order_is_seeded_with_0_by_default(linear: nn.Module) -> None:
+    for index in (0, 5):
+        state = int(np.random.SeedSequence((0, index)).generate_state(1)[0])
+        wanted = torch.randperm(PIXELS, generator=torch.Generator().manual_seed(state))
+        assert torch.equal(random_order([index], PIXELS)[0], wanted)
+    images = torch.rand(6, 1, SIDE, SIDE, generator=torch.Generator().manual_seed(2)).double()
+    own = random_order([5, 0], PIXELS, seed=0)
+    curves = faithfulness(linear, images, [5, 0], {"seed 0": own}, steps=4)
+    assert torch.equal(curves[RANDOM].deletion, curves["seed 0"].deletion)
+    assert torch.equal(curves[RANDOM].insertion, curves["seed 0"].insertion)
+
+
+def test_the_given_class_is_read_and_fractions_are_float64(linear: nn.Module) -> None:
+    """P(class 1) = 1 - sigmoid(w . x) on the linear model, whatever it predicts."""
+    images = torch.rand(2, 1, SIDE, SIDE, generator=torch.Generator().manual_seed(3)).double()
+    weights = linear[1].weight[0].detach()
+    order = torch.arange(PIXELS).expand(2, PIXELS)
+    curves = faithfulness(linear, images, [0, 1], {"map": order}, classes=1, steps=2)["map"]
+    for row in range(2):
+        x = images[row].flatten()
+        kept = sum(float(weights[p] * x[p]) for p in range(PIXELS // 2, PIXELS))
+        expected = [1 - sigmoid(float(weights @ x)), 1 - sigmoid(kept), 0.5]
+        assert curves.deletion[row].tolist() == pytest.approx(expected)
+    assert curves.fractions.dtype == torch.float64 and curves.fractions.tolist() == [0, 0.5, 1]

@@ -116,3 +116,12 @@ def test_spearman_of_float32_maps_of_three_dimensions() -> None:
     second = torch.tensor([[[0.5, 0.1], [0.9, 0.7]]])
     result = spearman(first, second)
     assert result.dtype == torch.float64 and result.tolist() == pytest.approx([0.6], abs=1e-15)
+
+
+def test_spearman_of_maps_of_two_pixels_is_plus_or_minus_one() -> None:
+    # Ranks [1, 2]: centred [-1/2, 1/2], each sum of squares 1/2, so the product of spreads is
+    # 1/2 (below 1) and still defines the correlation; only a constant map has none.
+    first = torch.tensor([[0.2, 0.7], [0.2, 0.7], [0.5, 0.5]])
+    second = torch.tensor([[0.1, 0.3], [0.9, 0.3], [0.1, 0.3]])
+    result = spearman(first, second)
+    assert result[:2].tolist() == [1.0, -1.0] and math.isnan(float(result[2]))
