@@ -58,6 +58,8 @@ def test_the_script_names_its_charts_the_atlas_and_its_layout() -> None:
     html = hover.script([".st-key-scatter_chart"], "http://host/media/a.jpg", layout)
     assert "__CONFIG__" not in html
     config = json.loads(html.split("const config = ", 1)[1].split(";\n", 1)[0])
+    # The thumbnail is a cell of the atlas as a background: one cell, its pixels kept sharp.
+    assert "background-repeat: no-repeat" in config.pop("tipStyle")
     assert config == {
         "charts": [".st-key-scatter_chart"],
         "atlas": "http://host/media/a.jpg",

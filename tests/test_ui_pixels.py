@@ -24,6 +24,7 @@ def test_values_are_float32_planes_saliency_first_row_by_row() -> None:
 def test_the_script_names_the_picture_its_values_and_their_shape() -> None:
     html = pixels.script(".st-key-detail", "http://host/media/v.bin", (32, 24), 6)
     config = json.loads(html.split("const config = ", 1)[1].split(";\n", 1)[0])
+    assert "white-space: nowrap" in config.pop("tipStyle")  # the label on one line
     assert config == {
         "image": ".st-key-detail",
         "values": "http://host/media/v.bin",

@@ -21,6 +21,7 @@ from gradpick.bench.serving import (
     LOAD_TIMEOUT_MS,
     SCATTER_POINTS_JS,
     VIEWPORT,
+    metric_value,
 )
 from gradpick.ui import keys
 
@@ -194,8 +195,7 @@ async def settled(page: Any, timeout_ms: float = LOAD_TIMEOUT_MS) -> float:
 
 
 async def metric(page: Any, label: str) -> str:
-    metric = page.locator('[data-testid="stMetric"]').filter(has_text=label)
-    return str(await metric.locator('[data-testid="stMetricValue"]').inner_text())
+    return str(await metric_value(page, label).inner_text())
 
 
 def number(text: str) -> float:

@@ -12,12 +12,13 @@ before, and when the view is closed its iframe goes and takes its listeners with
 from __future__ import annotations
 
 import io
-import json
 import math
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
+
+from gradpick.ui.page_scripts import page_script
 
 __all__ = ["DISPLAY_SIDE", "TIP_ID", "Atlas", "atlas", "cell_side", "script"]
 
@@ -64,23 +65,8 @@ def atlas(images: np.ndarray) -> Atlas:
     return Atlas(buffer.getvalue(), columns, side)
 
 
-_SCRIPT = """<script>
-(() => {
-  const config = __CONFIG__;
-  const page = window.parent.document;
+_BODY = """
   const attached = new Map();
-  const tip = () => {
-    let element = page.getElementById(config.tip);
-    if (!element) {
-      element = page.createElement('div');
-      element.id = config.tip;
-      element.style.cssText = 'position: fixed; z-index: 1000; pointer-events: none; '
-        + 'display: none; border: 2px solid white; box-shadow: 0 1px 6px rgba(0,0,0,.5); '
-        + 'image-rendering: pixelated; background-repeat: no-repeat;';
-      page.body.appendChild(element);
-    }
-    return element;
-  };
   const show = (event) => {
     const point = event.points && event.points[0];
     if (!point || point.customdata === undefined || !event.event) return;
@@ -100,8 +86,6 @@ _SCRIPT = """<script>
     element.style.top = (event.event.clientY + 16) + 'px';
     element.style.display = 'block';
   };
-  const hide = () => { const element = page.getElementById(config.tip);
-                       if (element) element.style.display = 'none'; };
   const attach = () => {
     for (const selector of config.charts) {
       const chart = page.querySelector(selector + ' .js-plotly-plot');
@@ -120,9 +104,11 @@ _SCRIPT = """<script>
       chart.removeListener('plotly_hover', show);
       chart.removeListener('plotly_unhover', hide);
     }
-  });
-})();
-</script>"""
+  });"""
+_TIP_STYLE = (
+    "border: 2px solid white; box-shadow: 0 1px 6px rgba(0,0,0,.5); "
+    "image-rendering: pixelated; background-repeat: no-repeat;"
+)
 
 
 def script(chart_selectors: list[str], atlas_url: str, layout: Atlas) -> str:
@@ -134,5 +120,6 @@ def script(chart_selectors: list[str], atlas_url: str, layout: Atlas) -> str:
         "columns": layout.columns,
         "display": DISPLAY_SIDE,
         "tip": TIP_ID,
+        "tipStyle": _TIP_STYLE,
     }
-    return _SCRIPT.replace("__CONFIG__", json.dumps(config))
+    return page_script(_BODY, config)

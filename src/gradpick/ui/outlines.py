@@ -11,8 +11,9 @@ not the chart. The boxes take no pointer events, so picking works as before.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+
+from gradpick.ui.page_scripts import page_script
 
 __all__ = ["INSET", "LAYER_ID", "WIDTH", "picked_cells", "script"]
 
@@ -30,10 +31,7 @@ def picked_cells(picked: Sequence[int], first: int, last: int) -> list[int]:
     return sorted({index - first for index in picked if first <= index < last})
 
 
-_SCRIPT = """<script>
-(() => {
-  const config = __CONFIG__;
-  const page = window.parent.document;
+_BODY = """
   let chart = null;
   const draw = () => {
     if (!chart || !chart._fullLayout || !chart.isConnected) return;
@@ -83,9 +81,7 @@ _SCRIPT = """<script>
   window.addEventListener('pagehide', () => {
     clearInterval(timer);
     if (chart) chart.removeListener('plotly_afterplot', draw);
-  });
-})();
-</script>"""
+  });"""
 
 
 def script(chart_selector: str, cells: Sequence[int], columns: int, colour: str) -> str:
@@ -101,4 +97,4 @@ def script(chart_selector: str, cells: Sequence[int], columns: int, colour: str)
         "colour": colour,
         "layer": LAYER_ID,
     }
-    return _SCRIPT.replace("__CONFIG__", json.dumps(config))
+    return page_script(_BODY, config)

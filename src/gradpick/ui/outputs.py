@@ -18,7 +18,7 @@ import streamlit as st
 from gradpick import embedding, selection
 from gradpick.errors import SelectionError
 from gradpick.infer import InferenceResult
-from gradpick.ui import cache, figures, hover, keys, media, outlines, service, state
+from gradpick.ui import cache, figures, hover, keys, media, outlines, service, state, tabs
 from gradpick.ui import judged as judged_now
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded
@@ -105,15 +105,11 @@ def render(loaded: Loaded, judged: Mapping[int, str] | None = None) -> None:
     with tools:
         _selection_tools(loaded, judged)
     with charts:
-        tabs = st.tabs(VIEWS, key=keys.OUTPUTS_TAB, on_change="rerun")
-        shown = next((name for name, tab in zip(VIEWS, tabs, strict=True) if tab.open), VIEWS[0])
-        state.keep_closed_tabs(st.session_state, keys.OUTPUTS_TAB, shown, keys.VIEW_WIDGETS)
+        tab, shown = tabs.open_tab(VIEWS, keys.OUTPUTS_TAB, keys.VIEW_WIDGETS)
         views = (_thumbnails, _scatter, _confusion, _embedding, _table)
-        for tab, name, view in zip(tabs, VIEWS, views, strict=True):
-            if tab.open is False:
-                continue
-            with tab, guarded(f"The {name.lower()} view"):
-                view(loaded, judged)
+        view = dict(zip(VIEWS, views, strict=True))[shown]
+        with tab, guarded(f"The {shown.lower()} view"):
+            view(loaded, judged)
 
 
 def _plot(figure: go.Figure, key: str) -> None:

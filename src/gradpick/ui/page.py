@@ -33,6 +33,7 @@ from gradpick.ui import (
     sidebar,
     state,
     strategies_panel,
+    tabs,
     triage_panel,
 )
 from gradpick.ui.config import (
@@ -166,10 +167,7 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
         st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
     outputs.absorb_selections(loaded)
     params = linking.follow(loaded, settings)
-    tabs = st.tabs(linking.TABS, key=keys.EXPLORER_TAB, on_change="rerun")
-    shown = next(name for name, tab in zip(linking.TABS, tabs, strict=True) if tab.open)
-    state.keep_closed_tabs(session, keys.EXPLORER_TAB, shown, keys.TAB_WIDGETS)
-    tab = tabs[linking.TABS.index(shown)]
+    tab, shown = tabs.open_tab(linking.TABS, keys.EXPLORER_TAB, keys.TAB_WIDGETS)
     if shown == "Explore":
         with tab:
             _explore(loaded, settings, params, started)

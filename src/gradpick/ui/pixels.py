@@ -11,9 +11,9 @@ its own label, and sends nothing to the server.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
+
+from gradpick.ui.page_scripts import page_script
 
 __all__ = ["PANELS", "TIP_ID", "script", "values_bytes"]
 
@@ -30,26 +30,9 @@ def values_bytes(saliency: np.ndarray, channels: np.ndarray) -> bytes:
     return planes.tobytes()
 
 
-_SCRIPT = """<script>
-(() => {
-  const config = __CONFIG__;
-  const page = window.parent.document;
+_BODY = """
   let values = null;
   fetch(config.values).then((r) => r.arrayBuffer()).then((b) => { values = new Float32Array(b); });
-  const tip = () => {
-    let element = page.getElementById(config.tip);
-    if (!element) {
-      element = page.createElement('div');
-      element.id = config.tip;
-      element.style.cssText = 'position: fixed; z-index: 1000; pointer-events: none; '
-        + 'display: none; padding: 2px 6px; font: 12px sans-serif; color: white; '
-        + 'background: rgba(0,0,0,.75); border-radius: 3px; white-space: nowrap;';
-      page.body.appendChild(element);
-    }
-    return element;
-  };
-  const hide = () => { const element = page.getElementById(config.tip);
-                       if (element) element.style.display = 'none'; };
   const show = (event) => {
     const img = event.currentTarget;
     const scale = img.clientWidth / img.naturalWidth;
@@ -92,9 +75,11 @@ _SCRIPT = """<script>
       attached.removeEventListener('mousemove', show);
       attached.removeEventListener('mouseleave', hide);
     }
-  });
-})();
-</script>"""
+  });"""
+_TIP_STYLE = (
+    "padding: 2px 6px; font: 12px sans-serif; color: white; "
+    "background: rgba(0,0,0,.75); border-radius: 3px; white-space: nowrap;"
+)
 
 
 def script(image_selector: str, values_url: str, shape: tuple[int, int], gap: int) -> str:
@@ -109,5 +94,6 @@ def script(image_selector: str, values_url: str, shape: tuple[int, int], gap: in
         "gap": gap,
         "panels": list(PANELS),
         "tip": TIP_ID,
+        "tipStyle": _TIP_STYLE,
     }
-    return _SCRIPT.replace("__CONFIG__", json.dumps(config))
+    return page_script(_BODY, config)
