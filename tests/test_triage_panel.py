@@ -3,6 +3,7 @@ there again when the page reopens; stale verdicts shown, not applied; a corrupt 
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 from test_app import TUTORIAL, open_tab, store_of_the_stand_in
@@ -175,3 +177,22 @@ def test_a_verdict_is_a_column_of_the_table_and_a_picking_rule(generated: Path) 
         ]
         assert [t["name"] for t in marks] == ["verdict: label wrong"], view
         assert "customdata" not in marks[0]
+        if view == "Confidence vs loss":  # the mark sits on the image's point as drawn
+            own = {  # its point, and the ring around it once picked
+                (x, y)
+                for spec in specs
+                for trace in spec["data"]
+                if "customdata" in trace
+                for x, y, said in zip(
+                    _array(trace["x"]), _array(trace["y"]), _array(trace["customdata"]), strict=True
+                )
+                if said == index
+            }
+            assert own == {(marks[0]["x"][0], marks[0]["y"][0])}
+
+
+def _array(field: Any) -> list[Any]:
+    """A figure's column as plotly's JSON holds it: a list, or a typed array (base64 bytes)."""
+    if isinstance(field, dict):
+        return np.frombuffer(base64.b64decode(field["bdata"]), dtype=field["dtype"]).tolist()
+    return list(field)

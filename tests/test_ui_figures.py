@@ -158,6 +158,17 @@ def test_a_log_loss_axis_draws_zero_losses_at_the_lowest_value() -> None:
     assert "0 drawn lowest" in figure.layout.yaxis.title.text
 
 
+def test_scatter_heights_lift_zeros_only_on_a_log_axis() -> None:
+    wide = np.array([0.0, 1e-6, 1e-3, 2.0])
+    heights, log_scale = figures.scatter_heights(wide)
+    assert log_scale and heights.tolist() == [1e-6, 1e-6, 1e-3, 2.0]
+    narrow = np.array([0.0, 0.5, 2.0])  # a span of 4: linear, where 0 can be drawn
+    heights, log_scale = figures.scatter_heights(narrow)
+    assert not log_scale and heights.tolist() == [0.0, 0.5, 2.0]
+    heights, log_scale = figures.scatter_heights(np.array([1e-6, 2.0]))
+    assert log_scale and heights.tolist() == [1e-6, 2.0]
+
+
 def test_each_strategy_keeps_its_colour_across_sweep_charts() -> None:
     with_retain = {"summed": ([1], [1.0], [1]), "retain_graph": ([1], [2.0], [1])}
     without = {"summed": ([1], [1.0], [1]), "vmap": ([1], [2.0], [1])}

@@ -39,6 +39,7 @@ __all__ = [
     "embedding_scatter",
     "faithfulness_lines",
     "outputs_scatter",
+    "scatter_heights",
     "probability_bars",
     "randomisation_lines",
     "Series",
@@ -304,6 +305,17 @@ def _picked_rings(points: np.ndarray, hover: Sequence[str], picked: Sequence[int
     return [_points(points, hover, "picked", list(picked), ring)]
 
 
+def scatter_heights(values: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Where ``outputs_scatter`` draws ``values`` and whether on a log axis: one when the
+    positive values span more than a factor of 100, with 0 drawn at the lowest positive value
+    (a log axis has no 0). Marks added over the scatter are placed by the same heights."""
+    positive = values[values > 0]
+    log_scale = positive.size > 1 and float(positive.max() / positive.min()) > 100
+    if log_scale and positive.size < values.size:
+        return np.maximum(values, positive.min()), True
+    return values, log_scale
+
+
 def outputs_scatter(
     confidences: np.ndarray,
     values: np.ndarray,
@@ -316,11 +328,10 @@ def outputs_scatter(
 ) -> go.Figure:
     """Confidence against ``values`` (the loss, or entropy without labels), coloured by
     predicted class; wrong predictions are crosses and picked images get a ring."""
-    positive = values[values > 0]
-    log_scale = positive.size > 1 and float(positive.max() / positive.min()) > 100
-    if log_scale and positive.size < values.size:
-        values = np.maximum(values, positive.min())  # a log axis has no 0
+    drawn, log_scale = scatter_heights(values)
+    if log_scale and not bool((values > 0).all()):
         value_label += " (0 drawn lowest)"
+    values = drawn
     traces: list[Trace] = []
     indices = np.arange(len(confidences))
     points = np.stack([confidences, values], axis=1)

@@ -204,7 +204,8 @@ def _scatter(loaded: Loaded, judged: Mapping[int, str]) -> None:
         state.picked(st.session_state),
     )
     confidences = result.confidences.numpy()
-    _marked(figure, judged, lambda i: (float(confidences[i]), float(values[i])))
+    heights = figures.scatter_heights(values)[0]  # a zero loss on a log axis is drawn lowest
+    _marked(figure, judged, lambda i: (float(confidences[i]), float(heights[i])))
     st.caption(
         "Each point is an image (hover to see it); crosses are wrong predictions. Select to pick."
         + (" Open marks: the Triage tab's verdicts." if judged else "")
