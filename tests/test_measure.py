@@ -202,3 +202,23 @@ def test_a_cpu_memory_measurement_prints_nothing() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == "" and done.stdout == ""
+
+
+def test_warming_the_profiler_runs_it_once_and_a_measured_step_counts_as_warm() -> None:
+    """In a fresh process (this one may have profiled already): cold, warmed, then a no-op."""
+    probe = (
+        "from gradpick import measure\n"
+        "cold = measure.profiler_ready()\n"
+        "measure.warm_profiler()\n"
+        "print(cold, measure.profiler_ready())\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["False", "True"]
+    assert "gpuGetDeviceCount" not in run.stderr  # the profiler's GPU probe stays quiet
+    measured = (
+        "import torch\nfrom gradpick import measure\n"
+        "with measure.PeakMemory(torch.device('cpu')).track():\n    torch.ones(4).sum()\n"
+        "print(measure.profiler_ready())\n"
+    )
+    run = subprocess.run([sys.executable, "-c", measured], capture_output=True, text=True)
+    assert run.stdout.split() == ["True"]

@@ -1,5 +1,5 @@
-"""The launcher: its server is healthy, and a session's first run finds torch, the panels and
-the default model already loaded in the server's process."""
+"""The launcher: its server is healthy, and a session's first run finds torch, the panels, the
+default model and (on the CPU) the memory profiler already set up in the server's process."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ import json, os, sys
 from pathlib import Path
 
 found = {"torch": "torch" in sys.modules, "page": "gradpick.ui.page" in sys.modules}
-from gradpick import devices
+from gradpick import devices, measure
+
+found["profiler"] = measure.profiler_ready()
 from gradpick.ui import cache, service
 
 def refuse(*args, **kwargs):
@@ -67,7 +69,8 @@ def test_the_first_run_finds_torch_the_panels_and_the_model_loaded(tmp_path: Pat
     try:
         wait_healthy(f"http://127.0.0.1:{port}", server)
         asyncio.run(_start_session(port))
-        assert json.loads(out.read_text()) == {"torch": True, "page": True, "model": True}
+        found = json.loads(out.read_text())
+        assert found == {"torch": True, "page": True, "model": True, "profiler": True}
     finally:
         server.terminate()
         log = server.communicate(timeout=15)[0].decode()
