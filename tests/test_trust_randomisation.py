@@ -203,3 +203,54 @@ def test_every_layer_by_default_and_a_bad_count_named() -> None:
     assert str(refused.value) == (
         "The number of layers to randomise must be a whole number from 1 to 2; got 0."
     )
+
+
+def test_refusals_progress_and_curve_names_read_back(
+    tiny_cnn: nn.Module, images: torch.Tensor
+) -> None:
+    with pytest.raises(InputError) as refused:
+        randomisation_test(tiny_cnn, images, PICKS, mode="shuffle")
+    assert str(refused.value) == (
+        "Unknown randomisation mode 'shuffle'; use one of cascade, independent."
+    )
+    bare = freeze(nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten()))
+    with pytest.raises(InputError) as refused:
+        randomisation_test(bare, images, PICKS)
+    assert str(refused.value) == (
+        "The model has no layers with parameters, so there is nothing to randomise."
+    )
+    calls: list[tuple[int, int]] = []
+    curves = randomisation_test(
+        tiny_cnn,
+        images,
+        PICKS,
+        methods=("gradient", "smoothgrad"),
+        settings=QUICK,
+        progress=lambda done, total: calls.append((done, total)),
+    )
+    assert calls == [(1, 3), (2, 3), (3, 3)]
+    assert {name: curve.method for name, curve in curves.items()} == {
+        "gradient": "gradient",
+        "smoothgrad": "smoothgrad",
+    }
+
+
+class _Gate(nn.Module):
+    """A layer with a parameter of its own and a child layer with parameters of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((3, 1, 1), 2.0))
+        self.inner = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x * self.scale)
+
+
+def test_randomising_a_layer_leaves_its_child_layers_alone() -> None:
+    torch.manual_seed(0)
+    gate = _Gate()
+    inner = {key: value.clone() for key, value in gate.inner.state_dict().items()}
+    randomise_layer(gate, seed=0, position=0)
+    assert not torch.equal(gate.scale.detach(), torch.full((3, 1, 1), 2.0))
+    assert all(torch.equal(gate.inner.state_dict()[key], value) for key, value in inner.items())

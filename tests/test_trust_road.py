@@ -20,7 +20,7 @@ from gradpick.errors import InputError
 from gradpick.models import freeze
 from gradpick.trust.engine import MethodSettings, attribute_maps, held_classes, saliency
 from gradpick.trust.faithfulness import attribution_order
-from gradpick.trust.road import impute, road
+from gradpick.trust.road import check_noise, check_shares, impute, road
 
 OFFSETS = {(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)} - {(0, 0)}
 
@@ -203,3 +203,55 @@ def test_the_curves_of_a_linear_model_by_hand_with_seeded_noise() -> None:
                 filled = filled + noise * draws[position].numpy() * mask
                 expected = sigmoid(float(weights.numpy() @ filled.ravel()))
                 assert float(curve[row, position]) == pytest.approx(expected, rel=1e-8)
+
+
+def test_share_and_noise_refusals_in_whole_sentences() -> None:
+    assert check_shares([0.1, 0.5]) == (0.1, 0.5)  # two shares are enough
+    assert check_shares([0, 0.5]) == (0.0, 0.5) and isinstance(check_shares([0, 0.5])[0], float)
+    for shares in ([0.2, 0.2], [False, 0.5], ["0.1", 0.5]):
+        with pytest.raises(InputError) as refused:
+            check_shares(shares)
+        assert str(refused.value) == (
+            "ROAD shares are the fractions of pixels removed: give at least two increasing "
+            f"numbers from 0 up to (not including) 1; got {shares!r}."
+        )
+    assert check_noise(0) == 0.0 and isinstance(check_noise(0), float)
+    for noise in (True, "0.1", float("inf")):
+        with pytest.raises(InputError) as refused:
+            check_noise(noise)  # type: ignore[arg-type]
+        assert str(refused.value) == (
+            f"ROAD's noise must be a standard deviation of at least 0; got {noise!r}."
+        )
+
+
+def test_removed_pixels_of_the_wrong_shape_are_named_with_the_images_shape() -> None:
+    with pytest.raises(InputError) as refused:
+        impute(torch.zeros(2, 3, 4, 4), torch.zeros(2, 3, 4, dtype=torch.bool))
+    assert str(refused.value) == (
+        "The removed pixels must be [n, H, W] for images (2, 3, 4, 4); got (2, 3, 4)."
+    )
+
+
+def test_the_default_seed_the_given_classes_and_seeds_and_the_exact_shares(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    orders = {"flat": torch.arange(1024).expand(1, 1024)}
+    shares = (0.0, 0.1, 0.3)
+
+    def curves(**options: object) -> torch.Tensor:
+        found = road(float64_cnn, float64_images, [4], orders, shares=shares, **options)["flat"]
+        assert found.fractions.dtype == torch.float64
+        assert found.fractions.tolist() == list(shares)  # 0.1, not float32's 0.10000000149
+        return torch.cat([found.morf, found.lerf], dim=1)
+
+    assert torch.equal(curves(), curves(seed=0))
+    assert not torch.allclose(curves(), curves(seed=1))
+    # The picks alone, each seeded by its batch index: the same noise as from the whole batch.
+    alone = road(float64_cnn, float64_images[[4]], [0], orders, shares=shares, seeds=[4])["flat"]
+    assert torch.equal(torch.cat([alone.morf, alone.lerf], dim=1), curves())
+    # A class given is the class read, not the prediction: at share 0 nothing is removed.
+    probabilities = float64_cnn(float64_images[[4]]).softmax(dim=1)[0]
+    other = int(probabilities.argmin())
+    given = road(float64_cnn, float64_images, [4], orders, classes=[other], shares=shares)
+    assert given["flat"].morf[0, 0] == pytest.approx(float(probabilities[other]), rel=1e-12)
+    assert given["flat"].morf[0, 0] < probabilities.max()
