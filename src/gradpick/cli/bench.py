@@ -36,50 +36,52 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return _bench_cam(args)
     from gradpick.bench import strategies as bench
 
-    given: dict[str, Any] = {
-        "models": args.models,
-        "sizes": args.n,
-        "picks": args.k,
-        "repeats": args.repeats,
-        "device": args.device,
-        "row_budget_seconds": args.budget,
-        "threads": args.threads,
-    }
-    overrides: dict[str, Any] = {
-        field: tuple(value) if isinstance(value, list) else value
-        for field, value in given.items()
+    config = _given(
+        bench.QUICK if args.quick else bench.BenchConfig(),
+        models=args.models,
+        sizes=args.n,
+        picks=args.k,
+        repeats=args.repeats,
+        device=args.device,
+        row_budget_seconds=args.budget,
+        threads=args.threads,
+    )
+    report = bench.run_benchmark(config, progress=lambda line: print(line, file=sys.stderr))
+    return _written(report, bench.report_text(report), args.json or "bench.json")
+
+
+def _given(config: Any, **options: Any) -> Any:
+    """``config`` (a dataclass) with the options given on the command line: ``None`` is an
+    option not given; lists become tuples, as the configs hold them."""
+    overrides = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in options.items()
         if value is not None
     }
-    config = replace(bench.QUICK if args.quick else bench.BenchConfig(), **overrides)
-    report = bench.run_benchmark(config, progress=lambda line: print(line, file=sys.stderr))
-    print(bench.report_text(report))
-    report.write_json(args.json or "bench.json")
-    print(f"\nwrote {args.json or 'bench.json'}")
+    return replace(config, **overrides)
+
+
+def _written(report: Any, text: str, path: str) -> int:
+    """Print a benchmark's table, write its JSON to ``path`` and say so."""
+    print(text)
+    report.write_json(path)
+    print(f"\nwrote {path}")
     return 0
 
 
 def _bench_cam(args: argparse.Namespace) -> int:
     from gradpick.bench import cam
 
-    given: dict[str, Any] = {
-        "model": args.cam_model,
-        "sizes": args.n,
-        "picks": args.k,
-        "repeats": args.repeats,
-        "threads": args.threads,
-    }
-    overrides: dict[str, Any] = {
-        name: tuple(value) if isinstance(value, list) else value
-        for name, value in given.items()
-        if value is not None
-    }
-    config = replace(cam.QUICK if args.quick else cam.CamBenchConfig(), **overrides)
+    config = _given(
+        cam.QUICK if args.quick else cam.CamBenchConfig(),
+        model=args.cam_model,
+        sizes=args.n,
+        picks=args.k,
+        repeats=args.repeats,
+        threads=args.threads,
+    )
     report = cam.run_cam_benchmark(config, progress=lambda line: print(line, file=sys.stderr))
-    print(cam.report_text(report))
-    path = args.json or "bench-cam.json"
-    report.write_json(path)
-    print(f"\nwrote {path}")
-    return 0
+    return _written(report, cam.report_text(report), args.json or "bench-cam.json")
 
 
 def _bench_badges(args: argparse.Namespace) -> int:
@@ -113,16 +115,9 @@ def _bench_explorer(args: argparse.Namespace) -> int:
     if args.taskset:
         server, browser = explorer_bench.parse_taskset(args.taskset)
         config = replace(config, server_cpus=server, browser_cpus=browser)
-    if args.clicks is not None:
-        config = replace(config, clicks=args.clicks)
-    if args.threads is not None:
-        config = replace(config, threads=args.threads)
+    config = _given(config, clicks=args.clicks, threads=args.threads)
     report = explorer_bench.run_explorer_benchmark(config, chromium)
-    print(explorer_bench.report_text(report))
-    path = args.json or "bench-explorer.json"
-    report.write_json(path)
-    print(f"\nwrote {path}")
-    return 0
+    return _written(report, explorer_bench.report_text(report), args.json or "bench-explorer.json")
 
 
 def _cmd_bench_infer(args: argparse.Namespace) -> int:
