@@ -421,3 +421,75 @@ def test_integration_midpoints_are_exact_in_the_images_dtype():
 
     alphas = _midpoints(5, torch.zeros(1, dtype=torch.float64))
     assert torch.equal(alphas, torch.tensor([0.1, 0.3, 0.5, 0.7, 0.9], dtype=torch.float64))
+
+
+def test_unknown_methods_settings_and_layers_are_named_with_the_known_ones() -> None:
+    with pytest.raises(InputError) as refused:
+        attribution.get("lime")
+    assert str(refused.value) == (
+        "Unknown attribution method 'lime'; use one of gradient, gradient_x_input, smoothgrad, "
+        "integrated_gradients, gradcam, gradcam_plus_plus, hirescam, xgradcam, layercam, "
+        "scorecam."
+    )
+    with pytest.raises(InputError) as refused:
+        METHODS["smoothgrad"](steps=3)
+    assert str(refused.value) == (
+        "SmoothGrad takes no setting 'steps'; its settings: noise, samples, seed."
+    )
+    with pytest.raises(InputError) as refused:
+        METHODS["gradient"](samples=3)
+    assert str(refused.value).endswith("takes no setting 'samples'; its settings: none.")
+    with pytest.raises(InputError) as refused:
+        attribution.build("gradient", {}, layer="conv")
+    assert str(refused.value).endswith(
+        "works on the input pixels, not at a layer; the layer methods: gradcam, "
+        "gradcam_plus_plus, hirescam, xgradcam, layercam, scorecam."
+    )
+    assert attribution.build("scorecam", {"batch_size": 3, "samples": 9}).settings == {
+        "batch_size": 3
+    }
+
+
+def test_attributes_defaults_are_the_documented_ones(small_images: torch.Tensor) -> None:
+    model = _smooth_model()
+    picks, classes = [1, 4], [2, 0]
+
+    def maps(**options: object) -> torch.Tensor:
+        found = attribute(model, small_images, picks, target="logit", classes=classes, **options)
+        assert found.gradients.memory is None  # not measured unless asked
+        return found.maps
+
+    assert torch.equal(
+        maps(method="smoothgrad"), maps(method="smoothgrad", samples=16, noise=0.15, seed=0)
+    )
+    assert torch.equal(
+        maps(method="integrated_gradients"),
+        maps(method="integrated_gradients", steps=32, baseline=0.0),
+    )
+    assert not torch.equal(maps(method="smoothgrad"), maps(method="smoothgrad", noise=1.15))
+    assert not torch.equal(
+        maps(method="integrated_gradients"), maps(method="integrated_gradients", steps=33)
+    )
+    scored = attribute(model, small_images, picks, method="scorecam", target="logit", batch_size=3)
+    assert scored.settings == {"batch_size": 3}
+
+
+@pytest.mark.parametrize("method", ["smoothgrad", "integrated_gradients"])
+def test_a_logit_difference_is_the_difference_of_the_two_logits_maps(
+    small_images: torch.Tensor, method: str
+) -> None:
+    """Both methods are linear in the target: the maps of z[c] - z[v] are the maps of z[c]
+    minus those of z[v], over the same noise or the same path."""
+    model = _smooth_model()
+    picks, ours, theirs = [1, 4], [2, 0], [3, 3]
+    chosen = METHODS[method](**({"samples": 4} if method == "smoothgrad" else {"steps": 8}))
+
+    def maps(classes: list[int], versus: list[int] | None = None) -> torch.Tensor:
+        request = GradientRequest.build(
+            model, small_images, picks, target="logit", classes=classes, versus=versus
+        )
+        return chosen.attribute(request).maps
+
+    difference = maps(ours, theirs)
+    assert torch.allclose(difference, maps(ours) - maps(theirs), rtol=0, atol=1e-12)
+    assert not torch.allclose(difference, maps(ours), rtol=0, atol=1e-6)
