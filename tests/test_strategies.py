@@ -11,6 +11,7 @@ from torch import nn
 
 from gradpick import cli, gradients, strategies
 from gradpick.errors import InputError
+from gradpick.request import GradientRequest
 from gradpick.strategies import REGISTRY, CostModel
 
 
@@ -180,3 +181,42 @@ def test_vmap_differentiates_class_zero_when_asked_for_it(
         (gradient,) = torch.autograd.grad(tiny_cnn(one)[0, 0], one)
         expected.append(gradient[0])
     torch.testing.assert_close(result.gradients, torch.stack(expected))
+
+
+@pytest.mark.parametrize("name", strategies.NAMES)
+def test_each_strategy_differentiates_a_logit_difference(
+    name: str, tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    """versus makes each target z[class] - z[versus]: compared with autograd of the two
+    logits of each picked image alone, class 0 in a pair included."""
+    images, _ = random_batch
+    picks, ours, theirs = [5, 0, 9], [3, 0, 7], [0, 4, 2]
+    request = GradientRequest.build(
+        tiny_cnn, images, picks, target="logit", classes=ours, versus=theirs, strategy=name
+    )
+    result = gradients.compute(request)
+    expected = []
+    for index, mine, other in zip(picks, ours, theirs, strict=True):
+        one = images[index].unsqueeze(0).clone().requires_grad_(True)
+        logits = tiny_cnn(one)[0]
+        (gradient,) = torch.autograd.grad(logits[mine] - logits[other], one)
+        expected.append(gradient[0])
+    torch.testing.assert_close(result.gradients, torch.stack(expected))
+
+
+def test_a_model_vmap_cannot_run_is_named_with_its_error() -> None:
+    class Itemised(nn.Module):
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            scale = float(images.sum().item())  # .item() has no batching rule
+            return images.flatten(1)[:, :3] * scale
+
+    images = torch.rand(4, 3, 2, 2)
+    with pytest.raises(InputError) as refused:
+        gradients.input_gradients(
+            Itemised().eval(), images, [1], target="logit", classes=0, strategy="vmap"
+        )
+    message = str(refused.value)
+    assert message.startswith("vmap could not run this model (")
+    assert message.endswith("); use strategy='recompute'.")
+    error = message[len("vmap could not run this model (") : -len("); use strategy='recompute'.")]
+    assert "item" in error and len(error) == 160  # the error's own words, cut at 160
