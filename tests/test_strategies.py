@@ -188,9 +188,10 @@ def test_each_strategy_differentiates_a_logit_difference(
     name: str, tiny_cnn: nn.Module, random_batch: Any
 ) -> None:
     """versus makes each target z[class] - z[versus]: compared with autograd of the two
-    logits of each picked image alone, class 0 in a pair included."""
+    logits of each picked image alone, class 0 in a pair included, and image 5 picked twice
+    for class 3, against two other classes (two targets, not one reused)."""
     images, _ = random_batch
-    picks, ours, theirs = [5, 0, 9], [3, 0, 7], [0, 4, 2]
+    picks, ours, theirs = [5, 0, 9, 5], [3, 0, 7, 3], [0, 4, 2, 1]
     request = GradientRequest.build(
         tiny_cnn, images, picks, target="logit", classes=ours, versus=theirs, strategy=name
     )
