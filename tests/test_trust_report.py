@@ -3,6 +3,7 @@ settings every check shares; a report built by hand and its JSON field by field.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -12,14 +13,14 @@ from torch import nn
 
 from gradpick.errors import InputError
 from gradpick.trust import engine
-from gradpick.trust.completeness import Completeness
+from gradpick.trust.completeness import Completeness, completeness
 from gradpick.trust.contrastive import ClassMaps
 from gradpick.trust.engine import METHODS, MethodSettings
-from gradpick.trust.faithfulness import RANDOM, Curves
-from gradpick.trust.randomisation import RandomisationCurve, RandomisationStep
+from gradpick.trust.faithfulness import RANDOM, Curves, attribution_order, faithfulness
+from gradpick.trust.randomisation import RandomisationCurve, RandomisationStep, randomisation_test
 from gradpick.trust.report import CheckOptions, TrustReport, mean_and_std, report_dict, run_checks
-from gradpick.trust.road import RoadCurves
-from gradpick.trust.sensitivity import ClassSensitivity
+from gradpick.trust.road import RoadCurves, road
+from gradpick.trust.sensitivity import ClassSensitivity, class_sensitivity
 
 QUICK = CheckOptions(
     settings=MethodSettings(samples=4, steps=8, seed=2),
@@ -259,6 +260,28 @@ def test_methods_are_named_once_in_the_order_given() -> None:
     with pytest.raises(InputError) as refused:
         engine.check_methods([])
     assert str(refused.value).startswith("Choose at least one attribution method: gradient, ")
+    with pytest.raises(InputError) as refused:
+        engine.check_methods(["gradient", "lime"])
+    assert str(refused.value) == (
+        "Unknown attribution method 'lime'; use one of gradient, gradient_x_input, smoothgrad, "
+        "integrated_gradients, gradcam, gradcam_plus_plus, hirescam, xgradcam, layercam, "
+        "scorecam."
+    )
+
+
+@pytest.mark.parametrize("rows", [3, 5])
+def test_logits_of_another_batch_size_are_refused(rows: int) -> None:
+    """Two-dimensional, but one row short or over: not the batch's logits."""
+
+    class Rows(nn.Module):
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(rows, 10)
+
+    with pytest.raises(InputError) as refused:
+        engine.logits_of(Rows().eval(), torch.zeros(4, 3, 2, 2))
+    assert str(refused.value) == (
+        f"The model must map [N, C, H, W] to [N, classes]; it returned ({rows}, 10)."
+    )
 
 
 def test_saliency_scaled_by_its_peak_and_an_all_zero_map_left_at_zero() -> None:
@@ -485,3 +508,71 @@ def test_bad_options_are_refused_in_whole_sentences(options: dict, message: str)
     with pytest.raises(InputError) as refused:
         CheckOptions(**options)
     assert str(refused.value) == message
+
+
+def _same(first: object, second: object) -> bool:
+    """Equal field by field: tensors exactly (NaN where NaN), floats exactly (NaN as NaN)."""
+    if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor):
+        return first.shape == second.shape and bool(
+            ((first == second) | (first.isnan() & second.isnan())).all()
+            if first.is_floating_point()
+            else (first == second).all()
+        )
+    if dataclasses.is_dataclass(first) and dataclasses.is_dataclass(second):
+        return type(first) is type(second) and all(
+            _same(getattr(first, f.name), getattr(second, f.name))
+            for f in dataclasses.fields(first)
+        )
+    if isinstance(first, dict) and isinstance(second, dict):
+        return first.keys() == second.keys() and all(_same(first[k], second[k]) for k in first)
+    if isinstance(first, list | tuple) and isinstance(second, list | tuple):
+        return len(first) == len(second) and all(map(_same, first, second))
+    if isinstance(first, float) and isinstance(second, float):
+        return first == second or (math.isnan(first) and math.isnan(second))
+    return first == second
+
+
+def test_every_check_runs_with_the_options_and_classes_given(tiny_cnn: nn.Module) -> None:
+    """Each section of the report is its check called directly with the same options: the
+    settings, the seed, the classes held (not the predictions) and ROAD's noise reach each."""
+    images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(11))
+    picks = [1, 4]
+    predicted = tiny_cnn(images[picks]).argmax(dim=1)
+    held = (predicted + 1) % 10
+    settings = MethodSettings(samples=3, noise=0.3, steps=4)
+    options = CheckOptions(
+        methods=("gradient", "smoothgrad"),
+        settings=settings,
+        layers=1,
+        baselines=("uniform_noise",),
+        ig_steps=4,
+        deletion_steps=4,
+        top=2,
+        road_shares=(0.0, 0.3),
+        road_noise=0.2,
+        seed=3,
+    )
+    report = run_checks(tiny_cnn, images, picks, held, options)
+    assert set(report.milliseconds) == {
+        "randomisation",
+        "completeness",
+        "faithfulness",
+        "road",
+        "class_maps",
+        "class_sensitivity",
+    }
+    curves = randomisation_test(
+        tiny_cnn, images, picks, options.methods, held, settings, "cascade", 1, 3
+    )
+    assert _same(report.randomisation, curves)
+    assert _same(
+        report.completeness,
+        completeness(tiny_cnn, images, picks, held, "uniform_noise", 4, seed=3),
+    )
+    orders = {method: attribution_order(curve.original) for method, curve in curves.items()}
+    assert _same(report.faithfulness, faithfulness(tiny_cnn, images, picks, orders, held, 4, 3))
+    assert _same(report.road, road(tiny_cnn, images, picks, orders, held, (0.0, 0.3), 0.2, 3))
+    assert _same(
+        report.class_sensitivity,
+        class_sensitivity(tiny_cnn, images, picks, options.methods, held, settings, 3),
+    )
