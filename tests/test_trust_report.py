@@ -576,3 +576,11 @@ def test_every_check_runs_with_the_options_and_classes_given(tiny_cnn: nn.Module
         report.class_sensitivity,
         class_sensitivity(tiny_cnn, images, picks, options.methods, held, settings, 3),
     )
+
+
+def test_classes_given_in_a_narrow_dtype_are_held_as_long_on_the_cpu(tiny_cnn: nn.Module) -> None:
+    images = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    for given in (torch.tensor([4, 7], dtype=torch.int32), torch.tensor([4, 7], dtype=torch.uint8)):
+        held = engine.held_classes(tiny_cnn, images, [0, 2], given)
+        assert held.dtype == torch.long and held.device.type == "cpu"
+        assert held.tolist() == [4, 7]
