@@ -359,3 +359,39 @@ def test_a_logit_difference_reaches_the_stacked_methods(float64_cnn) -> None:
         at_black[rows, wanted] - at_black[rows, against]
     )
     torch.testing.assert_close(maps.sum(dim=(1, 2, 3)), expected, rtol=1e-3, atol=1e-4)
+
+
+def test_refusals_of_targets_and_class_pairs_in_whole_sentences() -> None:
+    model, images = _model(), _images()
+    with pytest.raises(InputError) as refused:
+        GradientRequest.build(model, images, [0])
+    assert str(refused.value) == (
+        "target='loss' needs the true labels; pass labels=..., or use target='logit' for "
+        "unlabelled images."
+    )
+    with pytest.raises(InputError) as refused:
+        GradientRequest.build(model, images, [0], target="logit", versus=[1])
+    assert str(refused.value) == (
+        "A logit difference (versus=...) needs target='logit' and the classes whose logit it "
+        "starts from (classes=...)."
+    )
+    with pytest.raises(InputError) as refused:
+        GradientRequest.build(model, images, [0], target="logit", classes=[1], versus=[0.5])
+    assert str(refused.value) == (
+        "Versus classes must be whole numbers (class indices), not torch.float32."
+    )
+    with pytest.raises(InputError) as refused:
+        GradientRequest.build(model, images, [0], target="logit", classes=[1.5])
+    assert str(refused.value) == "Classes must be whole numbers (class indices), not torch.float32."
+
+
+def test_float64_images_are_refused_on_mps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MPS has no float64: refused before anything moves (the device is stood in for, so this
+    runs on any machine)."""
+    from gradpick import request as request_module
+
+    monkeypatch.setattr(request_module, "device_matching", lambda *_: torch.device("mps"))
+    model = _model().double()
+    with pytest.raises(InputError) as refused:
+        GradientRequest.build(model, _images(dtype=torch.float64), [0], target="logit")
+    assert str(refused.value) == "The MPS device has no float64; use float32 or the CPU."
