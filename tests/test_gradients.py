@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from captum.attr import Saliency
 from torch import nn
 
+from gradpick import gradients as gradients_module
 from gradpick import models, strategies
 from gradpick.errors import (
     DeviceMemoryError,
@@ -35,6 +36,7 @@ from gradpick.gradients import (
     naive_loop_error,
     saved_bytes_per_image,
 )
+from gradpick.request import GradientRequest
 
 MODEL_NAMES = ("tiny_cnn", "tiny_bn_cnn", "tutorial", "resnet20")
 
@@ -790,3 +792,55 @@ def test_saved_bytes_are_measured_per_image_shape_and_never_below_the_image() ->
         assert saved_bytes_per_image(model, torch.zeros(4, *shape), cpu) == 2 * side
     nothing_saved = saved_bytes_per_image(_Doubles(), torch.zeros(2, 3, 8, 8), cpu)
     assert nothing_saved == 3 * 8 * 8 * 4  # the image itself, as a floor
+
+
+def test_compute_refuses_a_training_mode_model_unless_told_with_the_whole_message(
+    tiny_bn_cnn: nn.Module, random_batch: Any
+) -> None:
+    """compute and compute_with, not only input_gradients, refuse coupled gradients by default."""
+    images, labels = random_batch
+    training = copy.deepcopy(tiny_bn_cnn).train()
+    request = GradientRequest.build(training, images, [0, 3], labels)
+    expected = (
+        "'1' (BatchNorm2d) is in training mode, where it mixes samples across the batch, so one "
+        "image's gradient depends on the others. Call model.eval() first, or pass "
+        "allow_coupled=True to compute coupled gradients on purpose."
+    )
+    for call in (gradients_module.compute, lambda r: gradients_module.compute_with(r, None)):
+        with pytest.raises(SampleCouplingError) as refused:
+            call(request)
+        assert str(refused.value) == expected
+    assert gradients_module.compute(request, allow_coupled=True).coupled
+
+
+@pytest.mark.parametrize("strategy", ["recompute", "vmap"])
+def test_memory_is_measured_when_asked_and_exactly_two_chunks_are_joined(
+    tiny_cnn: nn.Module, random_batch: Any, strategy: str
+) -> None:
+    images, labels = random_batch
+    picks = [2, 9, 4, 11]
+    whole = input_gradients(tiny_cnn, images, picks, labels, strategy=strategy)
+    assert whole.memory is None and whole.device == "cpu"
+    measured = input_gradients(
+        tiny_cnn, images, picks, labels, strategy=strategy, measure_memory=True
+    )
+    assert measured.memory is not None and measured.memory.peak.bytes is not None
+    counted = strategies.get(strategy).counts_saved
+    assert (measured.memory.saved_for_backward.bytes is not None) == counted
+    request = GradientRequest.build(tiny_cnn, images, picks, labels, strategy=strategy)
+    halves = gradients_module.compute(request, chunk_size=2)
+    assert halves.chunks == 2  # the strategies that chunk: the batch of picks in two halves
+    torch.testing.assert_close(halves.gradients, whole.gradients)  # float32: up to rounding
+    assert halves.indices == whole.indices
+
+
+def test_a_budget_sets_the_chunk_size_in_whole_images(
+    tiny_cnn: nn.Module, random_batch: Any
+) -> None:
+    """A budget of 2.5 images' saved bytes takes 2 at a time; 2 picks over 1.5 take 1 each."""
+    images, labels = random_batch
+    per_image = saved_bytes_per_image(tiny_cnn, images, torch.device("cpu"))
+    request = GradientRequest.build(tiny_cnn, images, [1, 2, 3, 4, 5], labels)
+    assert gradients_module.compute(request, memory_budget=int(2.5 * per_image)).chunks == 3
+    pair = GradientRequest.build(tiny_cnn, images, [1, 2], labels)
+    assert gradients_module.compute(pair, memory_budget=int(1.5 * per_image)).chunks == 2
