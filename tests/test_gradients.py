@@ -844,3 +844,13 @@ def test_a_budget_sets_the_chunk_size_in_whole_images(
     assert gradients_module.compute(request, memory_budget=int(2.5 * per_image)).chunks == 3
     pair = GradientRequest.build(tiny_cnn, images, [1, 2], labels)
     assert gradients_module.compute(pair, memory_budget=int(1.5 * per_image)).chunks == 2
+
+
+def test_a_model_that_is_itself_in_training_mode_is_named_by_its_class(
+    random_batch: Any,
+) -> None:
+    """The whole model has no name of its own: the refusal names its class."""
+    images, _ = random_batch
+    with pytest.raises(SampleCouplingError) as refused:
+        input_gradients(nn.BatchNorm2d(3).train(), images, [0], target="logit", classes=0)
+    assert str(refused.value).startswith("'BatchNorm2d' (BatchNorm2d) is in training mode")
