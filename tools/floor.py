@@ -17,12 +17,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from gradpick.bench import pages
-from gradpick.bench.serving import CHROMIUM_ARGS, free_port
+from gradpick.bench.serving import CHROMIUM_ARGS, free_port, wait_healthy
 
 PAGE = Path(__file__).with_name("floor_page.py")
 
@@ -64,14 +62,10 @@ def measure(extra: int, kind: str, sidebar: int, clicks: int) -> str:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    url = f"http://localhost:{port}"
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(f"http://localhost:{port}/_stcore/health")
-                break
-            except OSError:
-                time.sleep(0.1)
-        shown, settled, worked = asyncio.run(_clicks(f"http://localhost:{port}", clicks))
+        wait_healthy(url, server)
+        shown, settled, worked = asyncio.run(_clicks(url, clicks))
     finally:
         server.terminate()
         server.wait()
