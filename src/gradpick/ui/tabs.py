@@ -24,6 +24,6 @@ def open_tab(
 
     ``widgets`` names each tab's widget keys, kept while it is closed."""
     tabs = st.tabs(list(names), key=key, on_change="rerun")
-    shown = next(name for name, tab in zip(names, tabs, strict=True) if tab.open)
-    state.keep_closed_tabs(st.session_state, key, shown, widgets)
-    return tabs[list(names).index(shown)], shown
+    position = next(position for position, tab in enumerate(tabs) if tab.open)
+    state.keep_closed_tabs(st.session_state, key, names[position], widgets)
+    return tabs[position], names[position]
