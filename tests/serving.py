@@ -173,3 +173,18 @@ def wait_for_chart(page: Any, selector: str, polling: int = 100) -> None:
     page.evaluate(WATCH_CHANGES_JS)
     page.evaluate(SETTLED_JS, [QUIET_MS, LOAD_TIMEOUT_MS])
     page.wait_for_function(CHART_SETTLED_JS, arg=selector, polling=polling)
+
+
+def expander_summary(page: Any, key: str) -> Any:
+    """The clickable header of the expander drawn with widget key ``key``."""
+    return page.locator(f"{keys.selector(key)} summary").first
+
+
+def open_expander(page: Any, key: str) -> None:
+    """Open the expander drawn with ``key`` (the detailed view, the downloads) and wait for the
+    run that draws its content: both are drawn only while open."""
+    summary = expander_summary(page, key)
+    summary.scroll_into_view_if_needed()
+    if page.locator(f"{keys.selector(key)} details[open]").count() == 0:
+        summary.click()
+    page.locator(APP_IDLE).wait_for()

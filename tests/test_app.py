@@ -207,8 +207,44 @@ def test_clear_empties_the_selection(generated: Path) -> None:
     assert any("No images picked yet" in info.value for info in app.info)
 
 
+def _charts_keyed(app: AppTest, key: str) -> list[Any]:
+    """The page's plotly charts drawn with widget key ``key`` (their element id ends with it)."""
+    return [chart for chart in app.get("plotly_chart") if chart.proto.id.endswith(f"-{key}")]
+
+
+def test_the_detailed_view_and_the_downloads_are_drawn_only_once_opened(generated: Path) -> None:
+    """Closed (the default), a click's rerun sends neither; each opens on its own."""
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [4, 9])
+    no_errors(app)
+    labels = [expander.label for expander in app.expander]
+    assert gradients_panel.DETAIL_LABEL in labels and gradients_panel.DOWNLOADS_LABEL in labels
+    assert not [box for box in app.selectbox if box.key == keys.DETAIL]
+    assert not _charts_keyed(app, keys.PROBABILITY_CHART)
+    assert not app.get("download_button")
+
+    app.session_state[keys.DETAIL_OPEN] = True
+    app.run()
+    no_errors(app)
+    assert app.selectbox(key=keys.DETAIL).value == 4
+    assert any(caption.endswith("· overlay") for image in app.image for caption in image.captions)
+    assert len(_charts_keyed(app, keys.PROBABILITY_CHART)) == 1
+    assert not app.get("download_button")
+
+    app.session_state[keys.DOWNLOADS_OPEN] = True
+    app.run()
+    no_errors(app)
+    shown = [button.proto.label for button in app.get("download_button")]
+    assert shown == [
+        "Gradients (.pt)",
+        "Gradients (.npz)",
+        "Heatmap grid (.png)",
+        "Report (.json)",
+        "Report (.html)",
+    ]
+
+
 def test_a_click_on_a_probability_bar_makes_its_class_the_target(generated: Path) -> None:
-    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [4])
+    app = select(open_app(**TUTORIAL, **{keys.DETAIL_OPEN: True}), keys.SCATTER_CHART, [4])
     app.session_state[keys.PROBABILITY_CHART] = {
         "selection": {"points": [{"customdata": 7}], "box": [], "lasso": []}
     }

@@ -24,8 +24,10 @@ VALUE_WIDGETS = {
     "slider",
     "select_slider",
     "tab_container",
+    "expander",
 }
-"""The element types whose values are settings a closed tab must keep."""
+"""The element types whose values are settings a closed tab must keep (an expander's, when it
+tracks whether it is open)."""
 
 
 def tab_block(app: AppTest, name: str) -> Any:
@@ -119,6 +121,8 @@ def test_the_explore_tab_keeps_its_tools_and_view_while_another_tab_is_open(
 ) -> None:
     app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [5, 2])
     app.radio(key=keys.MERGE_MODE).set_value("add")
+    app.session_state[keys.DETAIL_OPEN] = True  # the detailed view is drawn once opened
+    app.run()
     app.selectbox(key=keys.DETAIL).set_value(2)
     app.toggle(key=keys.TRUST_BADGES).set_value(False)
     app.run()
@@ -127,7 +131,8 @@ def test_the_explore_tab_keeps_its_tools_and_view_while_another_tab_is_open(
     app.radio(key=keys.EMBEDDING_COLOUR).set_value("correct").run()
     no_errors(app)
     chosen = {key: app.session_state[key] for key in widget_keys(app, "Explore")}
-    assert {keys.MERGE_MODE, keys.DETAIL, keys.TRUST_BADGES, keys.OUTPUTS_TAB} <= set(chosen)
+    expected = {keys.MERGE_MODE, keys.DETAIL_OPEN, keys.DETAIL, keys.TRUST_BADGES, keys.OUTPUTS_TAB}
+    assert expected <= set(chosen)
     assert all(kept(key, "Explore") for key in chosen), sorted(chosen)
 
     app = open_tab(app, "Compare")

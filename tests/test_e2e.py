@@ -32,6 +32,7 @@ from serving import (
     click_point,
     explorer_server,
     metric_value,
+    open_expander,
     open_explorer,
     open_local_folder,
     page_errors,
@@ -201,6 +202,7 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: A
     assert strips.count() == len(expected)
     assert _metric(page, "Gradient step").endswith("ms")
     assert "MB" in _metric(page, "Peak memory")
+    open_expander(page, keys.DOWNLOADS_OPEN)
     _shot(page, "scatter-selection", readme=True)
     _shot_of_section(
         page,
@@ -419,6 +421,7 @@ def test_hovering_the_detailed_maps_shows_each_pixels_value(page: Any) -> None:
     its map, row, column and value, and nothing is shown over the gaps between the maps."""
     pick_by_text(page, [3])
     wait_for_heatmaps(page, [3])
+    open_expander(page, keys.DETAIL_OPEN)
     picture = page.locator(f"{keys.selector(keys.DETAIL_HEATMAPS)} img")
     picture.scroll_into_view_if_needed()
     page.wait_for_function(

@@ -215,6 +215,8 @@ async def _download_npz(page: Any, folder: Path, name: str) -> tuple[dict[str, n
     from playwright.async_api import Error as PlaywrightError
 
     target = folder / name
+    downloads = page.locator(f"{keys.selector(keys.DOWNLOADS_OPEN)} summary").first
+    await downloads.click()  # drawn only once opened
     for attempt in range(2):
         await page.locator(APP_IDLE).wait_for()
         async with page.expect_download() as event:

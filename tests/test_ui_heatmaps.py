@@ -104,6 +104,26 @@ def test_step_memory_is_measured_and_labelled(tiny_cnn: nn.Module, batch: ImageB
     assert "peak" in memory.peak.counts
 
 
+@pytest.mark.parametrize("strategy", ["recompute", "summed", "retain_graph"])
+def test_step_memory_follows_the_number_of_picks_not_which_images(
+    tiny_bn_cnn: nn.Module, batch: ImageBatch, strategy: str
+) -> None:
+    """The explorer measures a step's memory once per number of picks (``cache.step_memory``):
+    other images of the batch, with other labels and predictions, must cost the same."""
+    request = HeatmapRequest(strategy=strategy)
+    first = heatmaps.step_memory(tiny_bn_cnn, batch, PICKED, request)
+    other = [index for index in range(len(batch)) if index not in PICKED][: len(PICKED)]
+    assert (
+        batch.labels is not None and batch.labels[other].tolist() != batch.labels[PICKED].tolist()
+    )
+    again = heatmaps.step_memory(tiny_bn_cnn, batch, other, request)
+    assert first is not None and first.saved_for_backward.bytes
+    assert again == first
+    fewer = heatmaps.step_memory(tiny_bn_cnn, batch, PICKED[:1], request)
+    assert fewer is not None and fewer.saved_for_backward.bytes
+    assert fewer.saved_for_backward.bytes < first.saved_for_backward.bytes
+
+
 @pytest.mark.parametrize("shared", [True, False])
 def test_tiles_are_enlarged_by_whole_pixels(batch: ImageBatch, shared: bool) -> None:
     maps = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))

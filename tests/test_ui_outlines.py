@@ -14,15 +14,15 @@ def test_picked_cells_are_the_picks_on_the_page_as_positions_in_order() -> None:
     assert outlines.picked_cells([100], first=100, last=200) == [0]
 
 
-def test_the_script_is_told_the_chart_the_cells_and_how_to_draw_them() -> None:
-    selector = keys.selector(keys.GRID_CHART)
-    html = outlines.script(selector, [0, 13], 10, figures.PICKED)
+def test_the_script_is_told_the_chart_where_the_cells_are_and_how_to_draw_them() -> None:
+    selector, holder = keys.selector(keys.GRID_CHART), keys.selector(keys.OUTLINES_CELLS)
+    html = outlines.script(selector, holder, 10, figures.PICKED)
     match = re.search(r"const config = (\{.*?\});", html)
     assert match is not None
     config = json.loads(match.group(1))
     assert config == {
         "chart": selector,
-        "cells": [0, 13],
+        "cells": holder,
         "columns": 10,
         "inset": outlines.INSET,
         "width": outlines.WIDTH,
@@ -30,3 +30,15 @@ def test_the_script_is_told_the_chart_the_cells_and_how_to_draw_them() -> None:
         "layer": outlines.LAYER_ID,
     }
     assert html.startswith("<script>") and html.rstrip().endswith("</script>")
+
+
+def test_the_script_is_the_same_for_every_pick_and_the_cells_travel_beside_it() -> None:
+    """The browser keeps an iframe whose HTML is unchanged: a click changes only the cells."""
+    selector, holder = keys.selector(keys.GRID_CHART), keys.selector(keys.OUTLINES_CELLS)
+    assert outlines.script(selector, holder, 10, figures.PICKED) == outlines.script(
+        selector, holder, 10, figures.PICKED
+    )
+    element = outlines.cells_html([0, 13, 99])
+    match = re.fullmatch(r"<div data-cells='(\[[^']*\])'></div>", element)
+    assert match is not None and json.loads(match.group(1)) == [0, 13, 99]
+    assert outlines.cells_html([]) == "<div data-cells='[]'></div>"

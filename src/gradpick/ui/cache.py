@@ -237,12 +237,17 @@ def step_memory(
     batch_key: str,
     model_identity: str,
     device: str,
-    indices: tuple[int, ...],
+    picks: int,
     request: heatmaps.HeatmapRequest,
+    _indices: tuple[int, ...],
     _model: nn.Module,
     _batch: ImageBatch,
 ) -> MemoryReport | None:
-    return heatmaps.step_memory(_model, _batch, indices, request)
+    """The gradient step's memory, measured once per number of picks and settings: what a step
+    saves and allocates follows the tensors' shapes, never the pixels, so any ``picks`` images
+    of one batch cost the same (``tests/test_ui_heatmaps.py`` checks it). A click on another
+    image then pays no second profiled run (about 80 ms on two cores)."""
+    return heatmaps.step_memory(_model, _batch, _indices, request)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -46,6 +46,12 @@ PANELS_COMPACT = "image · saliency |gradient| · overlay"
 PANELS_LAYER = "image · layer map · overlay"
 MAP_GAP = 6
 """Transparent picture pixels between the detailed view's maps."""
+MEMORY_NOTE = (
+    "Measured once for each number of picks with these settings: a step's memory follows "
+    "the tensors' shapes, not the pixels, so another image of the batch costs the same."
+)
+DETAIL_LABEL = "Detailed view: one pick's maps large, each pixel's value on hover, its classes"
+DOWNLOADS_LABEL = "Downloads: the gradients (.pt, .npz), the heatmap grid (.png), reports"
 
 
 def absorb_target_click() -> None:
@@ -117,12 +123,23 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     with memory_slot:
         if settings.measure_memory:
             with guarded("Measuring memory"):
-                memory = cache.step_memory(*cached_by, request, loaded.model, loaded.batch)
+                memory = cache.step_memory(
+                    *cached_by[:3], len(picked), request, tuple(picked), loaded.model, loaded.batch
+                )
                 _memory_readouts(memory)
         else:
             st.caption("Memory not measured (turn on 'Measure memory' in the sidebar).")
-    _detail(loaded, result, tiles, titles, unit)
-    _downloads(loaded, settings, result, titles, memory)
+    # Drawn only while open: a click's rerun sends neither when they are closed.
+    detail = st.expander(DETAIL_LABEL, key=keys.DETAIL_OPEN, on_change="rerun")
+    if detail.open:
+        with detail:
+            _detail(loaded, result, tiles, titles, unit)
+    else:
+        state.keep(st.session_state, keys.DETAIL)
+    downloads = st.expander(DOWNLOADS_LABEL, key=keys.DOWNLOADS_OPEN, on_change="rerun")
+    if downloads.open:
+        with downloads:
+            _downloads(loaded, settings, result, titles, memory)
 
 
 def _step_readouts(loaded: Loaded, result: Attribution, request: HeatmapRequest) -> None:
@@ -154,7 +171,9 @@ def _memory_readouts(memory: MemoryReport | None) -> None:
         ("Saved for backward", memory.saved_for_backward),
         ("Peak memory", memory.peak),
     ):
-        st.metric(label, format_bytes(figure.bytes), help=f"{figure.counts} ({UNIT_NOTE})")
+        st.metric(
+            label, format_bytes(figure.bytes), help=f"{figure.counts} ({UNIT_NOTE}). {MEMORY_NOTE}"
+        )
         st.caption(figure.counts)
 
 

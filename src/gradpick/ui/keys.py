@@ -15,10 +15,12 @@ __all__ = [
     "CONFUSION_CHART",
     "DETAIL",
     "DETAIL_HEATMAPS",
+    "DETAIL_OPEN",
     "DETAIL_SCRIPT",
     "DETAIL_VALUES",
     "DEVICE",
     "DOWNLOAD",
+    "DOWNLOADS_OPEN",
     "DRAWN_REVISIONS",
     "EMBEDDING_CHART",
     "EMBEDDING_COLOUR",
@@ -39,6 +41,7 @@ __all__ = [
     "MODEL",
     "NOTICE",
     "OUTPUTS_PATH",
+    "OUTLINES_CELLS",
     "OUTLINES_SCRIPT",
     "OUTPUTS_TAB",
     "PICKED",
@@ -163,6 +166,9 @@ HOVER_SCRIPT = HIDDEN_KEY_PREFIX + "hover_script"
 """The container of the hover thumbnails' script, hidden by the page style."""
 OUTLINES_SCRIPT = HIDDEN_KEY_PREFIX + "outlines_script"
 """The container of the picked thumbnails' outlines script (``gradpick.ui.outlines``)."""
+OUTLINES_CELLS = "outlines_cells"
+"""The element that tells the outlines' script which cells to box (inside the hidden
+``OUTLINES_SCRIPT`` container)."""
 OUTPUTS_TAB = "outputs_tab"
 """The open outputs view: only that one is drawn, so a click does not rebuild the others."""
 EMBEDDING_PROJECTION = "embedding_projection"
@@ -202,6 +208,8 @@ RULE_CLASS = "rule_class"
 RULE_SEED = "rule_seed"
 RULE_VERDICT = "rule_verdict"
 HEATMAPS_CONTAINER = "heatmaps"
+DETAIL_OPEN = "detail_open"
+"""The detailed view's expander: drawn only while open, so a click does not send it closed."""
 DETAIL = "detail_index"
 DETAIL_HEATMAPS = "detail_heatmaps"
 """The container of the detailed view's picture of maps."""
@@ -210,6 +218,8 @@ DETAIL_VALUES = "detail_values"
 DETAIL_SCRIPT = HIDDEN_KEY_PREFIX + "detail_script"
 """The container of the script that shows those values on hover, hidden by the page style."""
 DOWNLOAD = "download"
+DOWNLOADS_OPEN = "downloads_open"
+"""The downloads' expander, drawn only while open like the detailed view's."""
 RUN_COMPARISON = "run_comparison"
 COMPARISON = "strategy_comparison"
 STRATEGY_BARS = "strategy_bars"
@@ -359,7 +369,9 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         RULE_ANCHOR,
         RULE_VERDICT,
         TEXT,
+        DETAIL_OPEN,
         DETAIL,
+        DOWNLOADS_OPEN,
         LAYER,
         TRUST_BADGES,
         SELECTION_NAME,

@@ -5,17 +5,23 @@ sent it again and plotly redrew the whole chart (its hundred markers, the outlin
 thumbnail, the sheet). The figure now holds only what a click does not change, and a small
 script in a hidden ``st.iframe`` (same origin as the page, as ``gradpick.ui.hover``'s) draws
 the picked cells' outlines as boxes over the chart, placed by the chart's own axes, and again
-whenever plotly redraws it (a resize, a new page). A click changes this script's few bytes,
-not the chart. The boxes take no pointer events, so picking works as before.
+whenever plotly redraws it (a resize, a new page). The boxes take no pointer events, so picking
+works as before.
+
+The script's own HTML never changes, so the browser keeps its iframe across clicks rather than
+loading it again (a reload and a first draw were the last ~60 ms of a click's page changes).
+The picked cells travel beside it as ``cells_html``, a hidden element whose change the script
+observes and answers at once.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from gradpick.ui.page_scripts import page_script
 
-__all__ = ["INSET", "LAYER_ID", "WIDTH", "picked_cells", "script"]
+__all__ = ["INSET", "LAYER_ID", "WIDTH", "cells_html", "picked_cells", "script"]
 
 LAYER_ID = "gradpick-picked-outlines"
 """The id of the element holding the boxes (what the browser tests look for)."""
@@ -32,7 +38,11 @@ def picked_cells(picked: Sequence[int], first: int, last: int) -> list[int]:
 
 
 _BODY = """
-  let chart = null;
+  let chart = null, holder = null, cells = [];
+  const read = () => {
+    const element = holder && holder.querySelector('[data-cells]');
+    cells = element ? JSON.parse(element.dataset.cells) : [];
+  };
   const draw = () => {
     if (!chart || !chart._fullLayout || !chart.isConnected) return;
     const container = chart.querySelector('.svg-container');
@@ -46,7 +56,7 @@ _BODY = """
       plot.after(layer);  // above the sheet and the markers, below plotly's hover labels
     }
     const xaxis = chart._fullLayout.xaxis, yaxis = chart._fullLayout.yaxis;
-    const boxes = config.cells.map((cell) => {
+    const boxes = cells.map((cell) => {
       const column = cell % config.columns, row = Math.floor(cell / config.columns);
       const left = xaxis._offset + xaxis.l2p(column + config.inset);
       const right = xaxis._offset + xaxis.l2p(column + 1 - config.inset);
@@ -67,6 +77,7 @@ _BODY = """
     }));
     layer.dataset.drawn = drawn;
   };
+  const changed = new MutationObserver(() => { read(); draw(); });
   const attach = () => {
     const found = page.querySelector(config.chart + ' .js-plotly-plot');
     if (found && found !== chart && found.on) {
@@ -74,23 +85,33 @@ _BODY = """
       chart = found;
       chart.on('plotly_afterplot', draw);
     }
+    const present = page.querySelector(config.cells);
+    if (present !== holder) {
+      changed.disconnect();
+      holder = present;
+      if (holder) changed.observe(holder, {childList: true, subtree: true, attributes: true,
+                                           characterData: true});
+    }
+    read();
     draw();
   };
   attach();
-  const timer = setInterval(attach, 250);  // a chart drawn later, or drawn anew
+  const timer = setInterval(attach, 250);  // a chart or cells element drawn later, or anew
   window.addEventListener('pagehide', () => {
     clearInterval(timer);
+    changed.disconnect();
     if (chart) chart.removeListener('plotly_afterplot', draw);
   });"""
 
 
-def script(chart_selector: str, cells: Sequence[int], columns: int, colour: str) -> str:
-    """The iframe's HTML: boxes of ``colour`` around the grid ``cells`` (positions, row by row,
-    ``columns`` to a row, one data unit each) of the chart at ``chart_selector`` (the CSS
-    selector of its container)."""
+def script(chart_selector: str, cells_selector: str, columns: int, colour: str) -> str:
+    """The iframe's HTML: boxes of ``colour`` around the grid cells (positions, row by row,
+    ``columns`` to a row, one data unit each) that the element at ``cells_selector`` holds
+    (``cells_html``), over the chart at ``chart_selector`` (the CSS selector of its container).
+    The same for every pick, so the browser keeps the iframe across clicks."""
     config = {
         "chart": chart_selector,
-        "cells": list(cells),
+        "cells": cells_selector,
         "columns": columns,
         "inset": INSET,
         "width": WIDTH,
@@ -98,3 +119,8 @@ def script(chart_selector: str, cells: Sequence[int], columns: int, colour: str)
         "layer": LAYER_ID,
     }
     return page_script(_BODY, config)
+
+
+def cells_html(cells: Sequence[int]) -> str:
+    """The hidden element that tells ``script`` which grid cells to box (``picked_cells``)."""
+    return f"<div data-cells='{json.dumps([int(cell) for cell in cells])}'></div>"

@@ -185,8 +185,10 @@ def _thumbnails(loaded: Loaded, judged: Mapping[int, str]) -> None:
     _plot(figure, keys.GRID_CHART)
     cells = outlines.picked_cells(state.picked(st.session_state), first, last)
     with st.container(key=keys.OUTLINES_SCRIPT):
-        grid = keys.selector(keys.GRID_CHART)
-        st.iframe(outlines.script(grid, cells, GRID_COLUMNS, figures.PICKED), height=1)
+        grid, holder = keys.selector(keys.GRID_CHART), keys.selector(keys.OUTLINES_CELLS)
+        st.iframe(outlines.script(grid, holder, GRID_COLUMNS, figures.PICKED), height=1)
+        with st.container(key=keys.OUTLINES_CELLS):
+            st.markdown(outlines.cells_html(cells), unsafe_allow_html=True)
 
 
 def _scatter(loaded: Loaded, judged: Mapping[int, str]) -> None:

@@ -44,8 +44,12 @@ def run() -> None:
     with preload.container(key=PRELOAD_CONTAINER):
         st.plotly_chart(_INVISIBLE_CHART, config={"staticPlot": True, "displayModeBar": False})
     try:
+        from gradpick import process
         from gradpick.ui.page import main
 
+        # Once per process (the launcher did it already): Streamlit's full collection after
+        # every run then skips the imported modules instead of delaying the click's elements.
+        process.freeze_loaded_objects()
         main()
     finally:
         preload.empty()

@@ -46,6 +46,7 @@ __all__ = [
     "Extractor",
     "follow_batch",
     "fresh_selection",
+    "keep",
     "keep_closed_tabs",
     "pending_selection",
     "picked",
@@ -228,6 +229,13 @@ def keep_closed_tabs(
     kept = {
         prefix for tab, names in widgets.items() if tab != shown or reopened for prefix in names
     }
-    held = [key for key in state if isinstance(key, str) and key.split(":", 1)[0] in kept]
-    for key in held:
+    keep(state, *(key for key in state if isinstance(key, str) and key.split(":", 1)[0] in kept))
+
+
+def keep(state: State, *keys: str) -> None:
+    """Keep the values of widgets this run does not draw (a closed tab's, a closed expander's).
+
+    Streamlit forgets a keyed widget's value at the end of a run that does not draw it, but not
+    a value set through the session state in that run. Keys without a value are left alone."""
+    for key in [key for key in keys if key in state]:
         state[key] = state[key]
