@@ -60,3 +60,13 @@ def test_the_report_is_a_markdown_table_with_the_ratios_and_the_machine() -> Non
     assert "- failed: large batch: TimeoutError: waited too long" in lines
     assert "server cores 0, browser cores 1" in text
     assert report.as_dict()["steps"][0]["met"] == "yes"
+
+
+def test_a_click_waits_for_the_hover_of_its_own_mark() -> None:
+    """The mark a click's hover must find: a point's batch index, a confusion cell, else any
+    (the hover still held from the previous click must not count for the next one)."""
+    from gradpick.bench.serving import hovered_mark
+
+    assert hovered_mark({"x": 1.0, "y": 2.0, "index": 63}) == 63
+    assert hovered_mark({"x": 1.0, "y": 2.0, "cell": [3, 5], "count": 2}) == [3, 5]
+    assert hovered_mark({"x": 1.0, "y": 2.0}) is None

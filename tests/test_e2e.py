@@ -463,7 +463,7 @@ def test_click_to_heatmap_times_are_recorded(page: Any) -> None:
         points = page.evaluate(SCATTER_POINTS_JS, grid)["points"]
         point = next(p for p in points if p["index"] == index)
         page.mouse.move(point["x"], point["y"])
-        page.wait_for_function(HOVERED_JS)
+        page.wait_for_function(HOVERED_JS, arg=index)
         clicked = time.monotonic()
         page.mouse.click(point["x"], point["y"])
         shown = wait_for_heatmaps(page, [index], polling=10)

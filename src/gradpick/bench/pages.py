@@ -21,6 +21,7 @@ from gradpick.bench.serving import (
     LOAD_TIMEOUT_MS,
     SCATTER_POINTS_JS,
     VIEWPORT,
+    hovered_mark,
     metric_value,
 )
 from gradpick.ui import keys
@@ -260,14 +261,14 @@ async def settled_points(page: Any, selector: str) -> dict[str, Any]:
 async def thumbnail(page: Any, index: int) -> dict[str, float]:
     layout = await settled_points(page, GRID)
     point = next(p for p in layout["points"] if p["index"] == index)
-    return {"x": float(point["x"]), "y": float(point["y"])}
+    return {"x": float(point["x"]), "y": float(point["y"]), "index": index}
 
 
 async def hover(page: Any, point: dict[str, float]) -> None:
     """Move the mouse to ``point`` and wait until plotly has found the mark under it
     (``HOVERED_JS``), as a user's pointer rests before a click."""
     await page.mouse.move(point["x"], point["y"])
-    await wait(page, HOVERED_JS, None, CLICK_TIMEOUT_MS)
+    await wait(page, HOVERED_JS, hovered_mark(point), CLICK_TIMEOUT_MS)
 
 
 async def click_until_heatmaps(page: Any, point: dict[str, float], expected: list[int]) -> float:

@@ -36,6 +36,7 @@ __all__ = [
     "VIEWPORT",
     "free_port",
     "healthy",
+    "hovered_mark",
     "heatmap_indices",
     "metric_value",
     "open_explorer",
@@ -88,11 +89,14 @@ HEATMAPS_SHOW_JS = f"""
 """True once the captions name exactly ``expected`` (in that order when ``ordered``), each once."""
 
 HOVERED_JS = """
-() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(
-  (gd) => Array.isArray(gd._hoverdata) && gd._hoverdata.length > 0)
+(mark) => Array.from(document.querySelectorAll('.js-plotly-plot')).some(
+  (gd) => Array.isArray(gd._hoverdata) && gd._hoverdata.some((found) => mark === null
+    || JSON.stringify(found.customdata) === JSON.stringify(mark)))
 """
-"""True once some chart's hover found a mark under the mouse. plotly's click picks what its last
-hover found, so a click sent before that (a busy page handles the move late) selects nothing."""
+"""True once some chart's hover found the ``mark`` under the mouse (its customdata: a batch
+index, a confusion cell), or any mark when ``mark`` is null. plotly's click picks what its last
+hover found, so a click sent before that (a busy page handles the move late) selects nothing,
+or, while the hover of the previous click's mark is still held, that mark again."""
 
 SCATTER_POINTS_JS = """
 (selector) => {
@@ -259,11 +263,17 @@ def wait_for_heatmaps(
     return shown
 
 
-def click_point(page: Any, point: Mapping[str, float]) -> None:
+def hovered_mark(point: Mapping[str, Any]) -> Any:
+    """The customdata plotly's hover must find at ``point``: its batch ``index``, its confusion
+    ``cell``, or None (any mark) for a point that names neither."""
+    return point.get("index", point.get("cell"))
+
+
+def click_point(page: Any, point: Mapping[str, Any]) -> None:
     """Rest the mouse on a chart's ``point`` until plotly found the mark there (``HOVERED_JS``),
     then click it (sync API)."""
     page.mouse.move(point["x"], point["y"])
-    page.wait_for_function(HOVERED_JS, timeout=LOAD_TIMEOUT_MS)
+    page.wait_for_function(HOVERED_JS, arg=hovered_mark(point), timeout=LOAD_TIMEOUT_MS)
     page.mouse.click(point["x"], point["y"])
 
 
