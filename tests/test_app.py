@@ -375,7 +375,7 @@ def test_on_the_real_cifar10_test_split(
 
 
 def test_many_picks_get_a_compact_grid_and_a_detail_selector(generated: Path) -> None:
-    app = open_app(**TUTORIAL)
+    app = open_app(**TUTORIAL, **{keys.DETAIL_OPEN: True})
     index_box(app).input("0-13").run()
     no_errors(app)
     assert captioned_indices(app) == list(range(14))

@@ -15,6 +15,7 @@ from gradpick import attribution, export, render
 from gradpick.data import CIFAR10_CLASSES, ImageBatch
 from gradpick.errors import InputError
 from gradpick.measure import MemoryReport
+from gradpick.request import GradientRequest
 from gradpick.ui import heatmaps
 from gradpick.ui.heatmaps import HeatmapRequest
 
@@ -102,6 +103,37 @@ def test_step_memory_is_measured_and_labelled(tiny_cnn: nn.Module, batch: ImageB
     assert memory.saved_for_backward.bytes and memory.saved_for_backward.bytes > 0
     assert "saved" in memory.saved_for_backward.counts
     assert "peak" in memory.peak.counts
+
+
+@pytest.mark.parametrize("method", sorted(attribution.METHODS))
+@pytest.mark.parametrize("mode", ["loss", "class"])
+def test_the_picks_alone_give_the_maps_of_the_whole_batch(
+    tiny_bn_cnn: nn.Module, batch: ImageBatch, method: str, mode: str
+) -> None:
+    """A click converts only its picks to floats, unless the strategy forwards the whole batch
+    or the method is seeded by batch index: the maps and their batch indices are those of the
+    engine given all N images at their batch indices."""
+    request = HeatmapRequest(method=method, target_mode=mode, target_class=3)
+    shown = heatmaps.compute(tiny_bn_cnn, batch, PICKED, request)
+    target, classes = request.engine_target()
+    built = attribution.build(method, {}, None)
+    reference = built.attribute(
+        GradientRequest.build(
+            tiny_bn_cnn,
+            batch.float_images(),
+            PICKED,
+            labels=batch.labels,
+            target=target,
+            classes=classes,
+        )
+    )
+    assert shown.gradients.indices == tuple(PICKED)
+    torch.testing.assert_close(shown.maps, reference.maps)
+    torch.testing.assert_close(shown.gradients.gradients, reference.gradients.gradients)
+    images, positions = heatmaps.engine_images(batch, PICKED, whole=False)
+    assert positions == [0, 1, 2] and images.dtype == torch.float32
+    assert torch.equal(images, batch.float_images()[PICKED])
+    assert heatmaps.engine_images(batch, PICKED, whole=True)[1] == PICKED
 
 
 @pytest.mark.parametrize("strategy", ["recompute", "summed", "retain_graph"])
