@@ -294,10 +294,16 @@ async def click_until_settled(
     return (shown - clicked) * 1000, (done - clicked) * 1000
 
 
-async def switch_tab(page: Any, name: str, chart: str) -> float:
+async def switch_tab(page: Any, name: str, chart: str) -> tuple[float, float]:
+    """Switch to the outputs view ``name`` from a settled page; milliseconds until its
+    ``chart`` is drawn (the first paint) and until the page settled."""
+    await page.evaluate(WATCH_CHANGES_JS)
+    await settled(page)
     clicked = time.monotonic()
     await page.get_by_role("tab", name=name, exact=True).click()
-    return (await wait(page, DRAWN_JS, chart) - clicked) * 1000
+    drawn = await wait(page, DRAWN_JS, chart)
+    done = await settled(page, CLICK_TIMEOUT_MS)
+    return (drawn - clicked) * 1000, (done - clicked) * 1000
 
 
 def isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dict[str, Any]]:
@@ -317,12 +323,14 @@ def isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dict
     return found
 
 
-async def click_until_changed(page: Any, point: dict[str, Any]) -> float:
-    """Click ``point``; milliseconds until the heatmaps show another pick (then wait for idle)."""
+async def click_until_changed(page: Any, point: dict[str, Any]) -> tuple[float, float]:
+    """Click ``point``; milliseconds until the heatmaps show another pick (the first paint) and
+    until the page settled."""
+    await page.evaluate(WATCH_CHANGES_JS)
     before = await page.evaluate(HEATMAP_INDICES_JS)
     await hover(page, point)
     clicked = time.monotonic()
     await page.mouse.click(point["x"], point["y"])
     shown = await wait(page, HEATMAPS_CHANGED_JS, before, CLICK_TIMEOUT_MS)
-    await idle(page)
-    return (shown - clicked) * 1000
+    done = await settled(page, CLICK_TIMEOUT_MS)
+    return (shown - clicked) * 1000, (done - clicked) * 1000
