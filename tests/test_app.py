@@ -92,6 +92,17 @@ def no_errors(app: AppTest) -> None:
     assert not app.error, [e.value for e in app.error]
 
 
+def test_the_launcher_reads_the_batch_the_page_opens_on(generated: Path) -> None:
+    """``service.default_batch`` (what the launcher reads and infers before it serves) names
+    the batch the sidebar opens on before anything is typed."""
+    app = open_app()
+    no_errors(app)
+    base = service.DataChoice()
+    default = service.default_batch(base, service.open_source(base))
+    assert default.seed == 0  # the generated folder lists its images class by class
+    assert app.session_state[keys.PICKED_BATCH] == default.batch_key
+
+
 def test_opens_on_the_default_batch_with_outputs_and_no_selection(generated: Path) -> None:
     app = open_app()
     no_errors(app)

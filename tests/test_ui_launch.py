@@ -1,5 +1,7 @@
 """The launcher: its server is healthy, and a session's first run finds torch, the panels, the
-default model and (on the CPU) the memory profiler already set up in the server's process."""
+default model, (on the CPU) the memory profiler, the loaded objects frozen out of the garbage
+collector's passes and, for a local page on a local CIFAR-10 copy, the default batch read and
+inferred, already in the server's process."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from gradpick import data
 from gradpick.bench.serving import free_port, wait_healthy
+from gradpick.ui import config
 
 PROBE = """
 import json, os, sys
@@ -34,6 +38,21 @@ try:
     found["model"] = True
 except AssertionError:
     found["model"] = False
+import gc
+from gradpick import stored
+from gradpick.ui import page
+
+found["frozen"] = gc.get_freeze_count() > 100_000
+service.read_batch = refuse  # what a cache miss of the batch calls
+stored.infer_and_keep = refuse  # and of its outputs
+base = service.DataChoice()
+source = cache.source(base.source_key, base)
+choice = service.default_batch(base, source)
+try:
+    page.infer_choice(choice, source, option, devices.resolve_device("auto"), keep=True)
+    found["batch"] = True
+except AssertionError:
+    found["batch"] = False
 Path(os.environ["PROBE_OUT"]).write_text(json.dumps(found))
 """
 """Run as the served script: what the server's process held when a session's run began."""
@@ -57,7 +76,11 @@ async def _start_session(port: int) -> None:
                 return
 
 
-def test_the_first_run_finds_torch_the_panels_and_the_model_loaded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hosted", [False, True])
+def test_the_first_run_finds_torch_the_panels_the_model_and_the_batch_loaded(
+    tmp_path: Path, generated_folder: Path, hosted: bool
+) -> None:
+    """A hosted page reads and infers its first batch itself, after its memory settings."""
     script, out = tmp_path / "probe.py", tmp_path / "found.json"
     script.write_text(PROBE)
     port = free_port()
@@ -65,12 +88,15 @@ def test_the_first_run_finds_torch_the_panels_and_the_model_loaded(tmp_path: Pat
     command += ["--server.port", str(port), "--server.headless", "true"]
     command += ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
     env = {**os.environ, "PROBE_OUT": str(out), "OMP_NUM_THREADS": "1"}
+    env |= {data.CIFAR10_DIR_ENV: str(generated_folder), "GRADPICK_CACHE_DIR": str(tmp_path)}
+    env[config.HOSTED_ENV] = "1" if hosted else "0"
     server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", server)
         asyncio.run(_start_session(port))
         found = json.loads(out.read_text())
-        assert found == {"torch": True, "page": True, "model": True, "profiler": True}
+        expected = {"torch": True, "page": True, "model": True, "profiler": True}
+        assert found == {**expected, "frozen": True, "batch": not hosted}
     finally:
         server.terminate()
         log = server.communicate(timeout=15)[0].decode()

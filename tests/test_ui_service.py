@@ -375,3 +375,22 @@ def test_export_records_name_the_weights_and_the_batch() -> None:
     assert uploaded["split"] is None and uploaded["N"] == 3
     plain = replace(batch, split=None)  # read from a folder without train/ and test/
     assert service.source_record(DataChoice(kind="folder", split="test"), plain)["split"] is None
+
+
+@pytest.mark.parametrize(
+    ("labels", "cap", "expected"),
+    [
+        ([0, 0, 1, 1, 2, 2], None, {"seed": 0, "start": 0, "size": 6}),  # by class: a sample
+        ([2, 0, 1, 0, 2, 1], None, {"seed": None, "start": 0, "size": 6}),  # mixed: the first
+        ([2, 0, 1, 0, 2, 1], 4, {"seed": None, "start": 0, "size": 4}),  # a hosted cap
+    ],
+)
+def test_the_default_batch_is_a_sample_of_a_class_sorted_source_and_else_its_start(
+    labels: list[int], cap: int | None, expected: dict[str, int | None]
+) -> None:
+    images = torch.zeros(len(labels), 3, 32, 32, dtype=torch.uint8)
+    source = data.ArraySource(images, torch.tensor(labels), data.CIFAR10_CLASSES, "six images")
+    base = service.DataChoice(size=None)
+    chosen = service.default_batch(base, source, cap)
+    assert {"seed": chosen.seed, "start": chosen.start, "size": chosen.size} == expected
+    assert (chosen.kind, chosen.split) == (base.kind, base.split)

@@ -17,8 +17,15 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gradpick.errors import InputError
+from gradpick.errors import GradpickError, InputError
+
+if TYPE_CHECKING:  # torch and the panels are imported in ``warm``, timed
+    import torch
+
+    from gradpick.ui.service import ModelOption
 
 __all__ = ["launch", "warm"]
 
@@ -45,7 +52,8 @@ def _quiet_streamlit() -> Iterator[None]:
 
 def warm(app_args: Sequence[str]) -> float:
     """Import torch and every module a page run imports, load the model the page opens on (the
-    first built-in one, unless ``app_args`` name the user's own), run it once, on the CPU set up
+    first built-in one, unless ``app_args`` name the user's own), run it once, read and infer
+    the page's default batch where that is local (``_infer_default_batch``), on the CPU set up
     the memory profiler the page measures clicks with, and freeze all that out of the garbage
     collector's passes (``process.freeze_loaded_objects``); returns milliseconds."""
     started = time.perf_counter()
@@ -70,10 +78,36 @@ def warm(app_args: Sequence[str]) -> float:
             # its kernels and grows its allocator, which would slow the first page's inference.
             zeros = torch.zeros(INFERENCE_BATCH_SIZE, 3, *served.spec.size, dtype=torch.uint8)
             infer(served.module, zeros, batch_size=INFERENCE_BATCH_SIZE, features=True)
+            _infer_default_batch(app_args, option, torch.device(device))
         if devices.resolve_device("auto").type == "cpu":  # the page measures clicks' memory
             measure.warm_profiler()  # with the profiler, whose first use takes seconds
         process.freeze_loaded_objects()  # out of the full collection after every script run
     return (time.perf_counter() - started) * 1000
+
+
+def _infer_default_batch(
+    app_args: Sequence[str], option: ModelOption, device: torch.device
+) -> None:
+    """Read and infer the batch the page opens on, into the page's own caches, so the first
+    session finds it done instead of reading and inferring while its browser loads the page on
+    the same cores. Only for a local page on a local CIFAR-10 copy: a hosted page starts with
+    the page's own memory settings, a download is the page's to show, and a page opened on a
+    store (``--outputs``) infers nothing."""
+    from gradpick.data import CIFAR10_DIR_ENV
+    from gradpick.ui import cache, config, page, service
+
+    if config.hosted_mode(os.environ.get(config.HOSTED_ENV), Path.cwd()):
+        return
+    if not os.environ.get(CIFAR10_DIR_ENV):
+        return
+    try:
+        if config.parse_outputs(list(app_args)):
+            return
+        base = service.DataChoice()  # the sidebar's first source and split
+        source = cache.source(base.source_key, base)
+        page.infer_choice(service.default_batch(base, source), source, option, device, keep=True)
+    except (GradpickError, OSError):
+        return  # the page opens the same batch and explains what went wrong
 
 
 def launch(argv: Sequence[str]) -> None:

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
+import torch
 
 from gradpick import process, store
-from gradpick.data import ImageBatch
+from gradpick.data import ImageBatch, ImageSource
 from gradpick.infer import InferenceResult
 from gradpick.ui import (
     cache,
@@ -43,12 +44,14 @@ from gradpick.ui.config import (
     app_config,
 )
 from gradpick.ui.guard import guarded
+from gradpick.ui.service import DataChoice, ModelOption
 from gradpick.ui.session import Loaded, Settings
 from gradpick.units import format_bytes
 from gradpick.zoo import LoadedModel
 
 __all__ = [
     "HOSTED_NOTE",
+    "infer_choice",
     "main",
 ]
 
@@ -68,32 +71,57 @@ def _load(settings: Settings) -> Loaded | None:
     loaded: Loaded | None = None
     with guarded("Loading the batch and the model"):
         option, device = settings.model, settings.device
-        served = cache.served(option.identity, str(device), option)
         if choice.kind != "stored":
-            # Every model reads the images at its own input size. A store's images keep the
-            # size they were inferred at: a model of another spec is refused with the store.
-            source = source.at_spec(served.spec)
+            keep = not app_config().hosted  # a hosted demo keeps no stores on its disk
+            loaded, note = infer_choice(choice, source, option, device, keep)
+            if note:
+                st.warning(note)
+            return loaded
+        served = cache.served(option.identity, str(device), option)
         batch_key = choice.batch_key
         if st.session_state.get(keys.per_source(keys.REINFER, choice.source_key)):
             # Inferring a changed store's images again reads them as they are now, not as
             # the batch cache holds them from before the change.
             batch_key += f"|{source.fingerprint()}"
-        pixels_key = f"{batch_key}|{served.spec.describe()}"
-        batch, note = service.fit_classes(
-            cache.batch(pixels_key, source, choice), served.classes, option.class_names
-        )
+        batch, note = _read_batch(batch_key, choice, source, served, option)
         if note:
             st.warning(note)
-        if choice.kind == "stored":
-            result = _stored_outputs(settings, served, batch, batch_key)
-        else:
-            keep = not app_config().hosted  # a hosted demo keeps no stores on its disk
-            result = cache.inference(
-                choice.batch_key, option.identity, str(device), served, batch, source, keep
-            )
+        result = _stored_outputs(settings, served, batch, batch_key)
         hover = cache.hover_lines(batch_key, option.identity, batch, result)
         loaded = Loaded(choice, batch, option, served, device, result, hover)
     return loaded
+
+
+def _read_batch(
+    batch_key: str,
+    choice: DataChoice,
+    source: ImageSource,
+    served: LoadedModel,
+    option: ModelOption,
+) -> tuple[ImageBatch, str | None]:
+    """The batch (from its cache, per batch and input spec) with its classes fitted to the
+    model's; the note says how, when they differ."""
+    pixels_key = f"{batch_key}|{served.spec.describe()}"
+    return service.fit_classes(
+        cache.batch(pixels_key, source, choice), served.classes, option.class_names
+    )
+
+
+def infer_choice(
+    choice: DataChoice, source: ImageSource, option: ModelOption, device: torch.device, keep: bool
+) -> tuple[Loaded, str | None]:
+    """The batch a (not stored) choice names, read at the model's own input size, with its
+    outputs and hover lines, each from its cache (``keep``: write the app's own store of the
+    outputs); the note says how the batch's classes were fitted to the model's. The launcher
+    calls this for the page's default batch before it serves, so the first page finds it done."""
+    served = cache.served(option.identity, str(device), option)
+    source = source.at_spec(served.spec)  # every model reads the images at its own input size
+    batch, note = _read_batch(choice.batch_key, choice, source, served, option)
+    result = cache.inference(
+        choice.batch_key, option.identity, str(device), served, batch, source, keep
+    )
+    hover = cache.hover_lines(choice.batch_key, option.identity, batch, result)
+    return Loaded(choice, batch, option, served, device, result, hover), note
 
 
 def _stored_outputs(

@@ -36,6 +36,7 @@ __all__ = [
     "SOURCE_KINDS",
     "SOURCE_LABELS",
     "batch_table",
+    "default_batch",
     "check_batch_size",
     "DataChoice",
     "describe_indices",
@@ -229,6 +230,16 @@ def _named_for_visitors(choice: DataChoice) -> Iterator[None]:
             f"{choice.public_name}: the images could not be {problem} on this server just now. "
             "Try again later, or upload your own images meanwhile."
         ) from None
+
+
+def default_batch(base: DataChoice, source: ImageSource, cap: int | None = None) -> DataChoice:
+    """The batch the sidebar opens a source on before anything is typed: ``DEFAULT_BATCH_SIZE``
+    images (at most ``cap``), a seeded sample (seed 0) when the source lists its images class
+    by class, else the first ones."""
+    size = min(DEFAULT_BATCH_SIZE, len(source), cap or len(source))
+    if sorted_by_class(source):
+        return replace(base, size=size, seed=0)
+    return replace(base, start=0, size=size)
 
 
 def sorted_by_class(source: ImageSource) -> bool:
