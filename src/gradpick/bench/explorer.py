@@ -112,6 +112,9 @@ class ExplorerBenchConfig:
     """Cores for the browser and this driver; empty: no pinning."""
     threads: int | None = None
     """OMP_NUM_THREADS for the server and the plain reference (None: torch's own default)."""
+    method: str | None = None
+    """The attribution view the session opens on, through the page's link (None: the page's
+    default, the plain gradient); e.g. 'gradcam' times the clicks with the layer maps on."""
     app: Path = field(default_factory=default_app)
     python: str = sys.executable
     log: Path = Path("artifacts") / "bench-explorer-server.log"
@@ -219,7 +222,8 @@ def report_text(report: ExplorerReport) -> str:
     lines.append(
         f"- machine: {context['cpus']} CPUs, load average {context['load_before']} before and "
         f"{context['load_after']} after; server cores {context['server_cpus']}, browser cores "
-        f"{context['browser_cpus']}, OMP_NUM_THREADS={context['threads']}"
+        f"{context['browser_cpus']}, OMP_NUM_THREADS={context['threads']}; attribution view "
+        f"{context.get('method', 'gradient')}"
     )
     return "\n".join(lines)
 
@@ -509,7 +513,8 @@ async def _drive(
         browser = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         prefix = _prefix(config.server_cpus)
         with streamlit_server(config.app, env, config.log, config.python, prefix) as server:
-            opened = await open_session(browser, server.url)
+            query = "" if config.method is None else f"/?method={config.method}"
+            opened = await open_session(browser, server.url + query)
             page = opened.page
             steps["first"].samples.append((opened.shown - server.healthy_at) * 1000)
             steps["healthy"].samples.append((server.healthy_at - server.launched) * 1000)
@@ -590,6 +595,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         "server_cpus": ",".join(map(str, config.server_cpus)) or "any",
         "browser_cpus": ",".join(map(str, config.browser_cpus)) or "any",
         "threads": config.threads if config.threads is not None else "unset",
+        "method": config.method or "gradient",
         "plain": plain,
         "plain_after": after,
         "page": readouts,

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gradpick import data, devices, models
+from gradpick import attribution, data, devices, models
 from gradpick.cli.arguments import (
     Commands,
     add_data_arguments,
@@ -115,7 +115,7 @@ def _bench_explorer(args: argparse.Namespace) -> int:
     if args.taskset:
         server, browser = explorer_bench.parse_taskset(args.taskset)
         config = replace(config, server_cpus=server, browser_cpus=browser)
-    config = _given(config, clicks=args.clicks, threads=args.threads)
+    config = _given(config, clicks=args.clicks, threads=args.threads, method=args.method)
     report = explorer_bench.run_explorer_benchmark(config, chromium)
     return _written(report, explorer_bench.report_text(report), args.json or "bench-explorer.json")
 
@@ -242,6 +242,12 @@ def _bench_parser(commands: Commands) -> None:
     )
     parser.add_argument(
         "--clicks", type=positive_int, help="with --explorer: clicks per timed step (default 10)"
+    )
+    parser.add_argument(
+        "--method",
+        choices=attribution.METHOD_NAMES,
+        help="with --explorer: the attribution view the session opens on (by its link), e.g. "
+        "gradcam for the layer maps (default: the page's own, the plain gradient)",
     )
     parser.add_argument(
         "--clicks-only",
