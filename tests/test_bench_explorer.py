@@ -48,6 +48,7 @@ def test_the_report_is_a_markdown_table_with_the_ratios_and_the_machine() -> Non
         "server_cpus": "0",
         "browser_cpus": "1",
         "threads": "unset",
+        "page": {"method": "Grad-CAM 3.2 ms"},
         "failed": ["large batch: TimeoutError: waited too long"],
     }
     report = ExplorerReport(ExplorerBenchConfig(), steps, {"inference ratio": 0.93}, context)
@@ -59,6 +60,7 @@ def test_the_report_is_a_markdown_table_with_the_ratios_and_the_machine() -> Non
     assert "- inference ratio: 0.93" in lines
     assert "- failed: large batch: TimeoutError: waited too long" in lines
     assert "server cores 0, browser cores 1" in text
+    assert text.endswith("attribution view Grad-CAM 3.2 ms")
     assert report.as_dict()["steps"][0]["met"] == "yes"
 
 

@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gradpick import attribution
 from gradpick.bench.pages import (
     CELLS_JS,
     CLICK_TIMEOUT_MS,
@@ -223,7 +224,7 @@ def report_text(report: ExplorerReport) -> str:
         f"- machine: {context['cpus']} CPUs, load average {context['load_before']} before and "
         f"{context['load_after']} after; server cores {context['server_cpus']}, browser cores "
         f"{context['browser_cpus']}, OMP_NUM_THREADS={context['threads']}; attribution view "
-        f"{context.get('method', 'gradient')}"
+        f"{context['page'].get('method', 'plain gradient')}"
     )
     return "\n".join(lines)
 
@@ -521,6 +522,9 @@ async def _drive(
             steps["first_connected"].samples.append((opened.connected - server.healthy_at) * 1000)
             readouts["first_inference"] = await metric(page, "Throughput")
             await phase("clicks", _thumbnail_clicks(page, picks[: config.clicks], steps))
+            if config.method not in (None, "gradient"):  # the view's own readout proves it on
+                label = attribution.get(config.method).label
+                readouts["method"] = f"{label} {await metric(page, label)}"
             if config.sessions:
                 await phase(
                     "sessions",
@@ -595,7 +599,6 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         "server_cpus": ",".join(map(str, config.server_cpus)) or "any",
         "browser_cpus": ",".join(map(str, config.browser_cpus)) or "any",
         "threads": config.threads if config.threads is not None else "unset",
-        "method": config.method or "gradient",
         "plain": plain,
         "plain_after": after,
         "page": readouts,
