@@ -124,7 +124,14 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
         if settings.measure_memory:
             with guarded("Measuring memory"):
                 memory = cache.step_memory(
-                    *cached_by[:3], len(picked), request, tuple(picked), loaded.model, loaded.batch
+                    loaded.key,
+                    loaded.option.identity,
+                    str(loaded.device),
+                    len(picked),
+                    request,
+                    tuple(picked),
+                    loaded.model,
+                    loaded.batch,
                 )
                 _memory_readouts(memory)
         else:

@@ -77,6 +77,8 @@ def _load(settings: Settings) -> Loaded | None:
             if note:
                 st.warning(note)
             return loaded
+        # A store's images keep the size they were inferred at: a model of another spec is
+        # refused with the store.
         served = cache.served(option.identity, str(device), option)
         batch_key = choice.batch_key
         if st.session_state.get(keys.per_source(keys.REINFER, choice.source_key)):
