@@ -560,6 +560,50 @@ def test_a_click_outlines_the_picked_thumbnail_over_a_grid_it_does_not_redraw(pa
     assert page.evaluate("window.__gridRedraws") == 0
 
 
+RINGS_JS = f"""
+(selector) => {{
+  const gd = document.querySelector(selector + ' .js-plotly-plot');
+  const layer = gd.querySelector('#{outlines.LAYER_ID}');
+  return layer ? Array.from(layer.children, (ring) => ({{
+    index: Number(ring.dataset.cell), ...ring.getBoundingClientRect().toJSON(),
+    border: getComputedStyle(ring).borderTopColor,
+    radius: getComputedStyle(ring).borderTopLeftRadius}})) : [];
+}}
+"""
+
+
+def test_a_click_rings_the_picked_point_over_a_scatter_it_does_not_redraw(page: Any) -> None:
+    """The scatter's picks are rings over the chart, like the grid's outlines: each click
+    moves the ring to its point and leaves the figure, so plotly draws nothing again."""
+    page.get_by_role("tab", name="Confidence vs loss").click()
+    chart = keys.selector(keys.SCATTER_CHART)
+    wait_for_chart(page, chart)
+    page.evaluate(COUNT_REDRAWS_JS, chart)
+    chosen: list[int] = []
+    for _ in range(2):
+        wait_for_chart(page, chart)  # the click's run may move the chart: find points anew
+        layout = page.evaluate(SCATTER_POINTS_JS, chart)
+        others = {"points": [p for p in layout["points"] if p["index"] not in chosen]}
+        point = _isolated_point(others)
+        chosen.append(point["index"])
+        click_point(page, point)
+        wait_for_heatmaps(page, [point["index"]])
+        page.wait_for_function(
+            f"(s) => ({RINGS_JS})(s).length === 1 && ({RINGS_JS})(s)[0].index === {point['index']}",
+            arg=chart,
+        )
+        wait_for_chart(page, chart)
+        (ring,) = page.evaluate(RINGS_JS, chart)
+        point = next(
+            p for p in page.evaluate(SCATTER_POINTS_JS, chart)["points"] if p["index"] == chosen[-1]
+        )
+        centre = (ring["left"] + ring["width"] / 2, ring["top"] + ring["height"] / 2)
+        assert centre == pytest.approx((point["x"], point["y"]), abs=1.0)
+        assert ring["width"] == pytest.approx(outlines.RING, abs=0.5)
+        assert ring["border"] == "rgb(240, 140, 0)" and ring["radius"] == "50%"
+    assert page.evaluate("window.__gridRedraws") == 0
+
+
 HEATMAP_IMAGE_SIZES_JS = f"""
 () => Array.from(document.querySelectorAll('{HEATMAPS} [data-testid="stImage"] img'),
   (img) => [img.naturalWidth, img.naturalHeight])

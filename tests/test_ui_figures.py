@@ -94,7 +94,7 @@ def test_outputs_scatter_puts_every_image_in_its_predicted_class_trace() -> None
         correct,
         CLASSES,
         [str(i) for i in range(200)],
-        picked=[3, 4],
+        selection_revision=2,
     )
     members: dict[tuple[str, str], list[int]] = {}
     for trace in figure.data:  # trace objects: to_dict() would base64-encode the arrays
@@ -108,10 +108,8 @@ def test_outputs_scatter_puts_every_image_in_its_predicted_class_trace() -> None
         seen += right + wrong
     assert sorted(seen) == list(range(200))
     legend = [trace.name for trace in figure.data if trace.showlegend is not False]
-    assert legend == [*CLASSES, "picked"]
-    traces = {trace.name: trace for trace in figure.data}
-    assert list(traces["picked"].customdata) == [3, 4]
-    assert list(traces["picked"].hovertext) == ["3", "4"]
+    assert legend == list(CLASSES)  # the picks are ringed over the chart, not in it
+    assert figure.layout.selectionrevision == 2
 
 
 def test_confusion_matrix_has_one_marker_per_nonempty_cell_with_its_count() -> None:
@@ -151,7 +149,7 @@ def test_sweep_lines_draw_time_and_memory_per_strategy() -> None:
 def test_a_log_loss_axis_draws_zero_losses_at_the_lowest_value() -> None:
     losses = np.array([0.0, 1e-6, 1e-3, 2.0])
     figure = figures.outputs_scatter(
-        np.full(4, 0.5), losses, "loss", np.zeros(4, int), None, CLASSES, list("abcd"), []
+        np.full(4, 0.5), losses, "loss", np.zeros(4, int), None, CLASSES, list("abcd")
     )
     assert figure.layout.yaxis.type == "log"
     assert min(figure.data[0].y) == pytest.approx(1e-6)
@@ -182,7 +180,7 @@ def test_large_scatters_switch_to_webgl() -> None:
     def kinds(n: int) -> set[str]:
         rng = np.random.default_rng(0)
         figure = figures.outputs_scatter(
-            rng.random(n), rng.random(n), "loss", np.zeros(n, int), None, CLASSES, ["h"] * n, []
+            rng.random(n), rng.random(n), "loss", np.zeros(n, int), None, CLASSES, ["h"] * n
         )
         return {trace.type for trace in figure.data}
 
@@ -191,22 +189,21 @@ def test_large_scatters_switch_to_webgl() -> None:
 
 
 @pytest.mark.parametrize("size", [60, figures.WEBGL_ABOVE + 1])
-def test_embedding_scatter_colours_each_group_and_rings_the_picked(size: int) -> None:
+def test_embedding_scatter_colours_each_group_and_leaves_the_picks_out(size: int) -> None:
     rng = np.random.default_rng(2)
     points = rng.random((size, 2))
     groups = rng.integers(0, 2, size)
     hover = [f"#{i}" for i in range(size)]
-    figure = figures.embedding_scatter(points, groups, ("right", "wrong"), hover, [5, 1], "pca")
+    figure = figures.embedding_scatter(points, groups, ("right", "wrong"), hover, "pca", 4)
     traces = {trace.name: trace for trace in figure.data}
-    assert set(traces) == {"right", "wrong", "picked"}
+    assert set(traces) == {"right", "wrong"}  # the picks are ringed over the chart
+    assert figure.layout.selectionrevision == 4
     for group, name in enumerate(("right", "wrong")):
         members = np.flatnonzero(groups == group)
         assert list(traces[name].customdata) == members.tolist()
         np.testing.assert_array_equal(traces[name].x, points[members, 0])
         np.testing.assert_array_equal(traces[name].y, points[members, 1])
         assert traces[name].marker.color == (figures.RIGHT, figures.WRONG)[group]
-    assert list(traces["picked"].customdata) == [5, 1]
-    assert list(traces["picked"].hovertext) == ["#5", "#1"]
     kind = "scattergl" if size > figures.WEBGL_ABOVE else "scatter"
     assert {trace.type for trace in figure.data} == {kind}
     assert figure.layout.xaxis.title.text == "PCA 1"
@@ -215,7 +212,7 @@ def test_embedding_scatter_colours_each_group_and_rings_the_picked(size: int) ->
 def test_embedding_scatter_by_class_uses_the_class_colours() -> None:
     points = np.arange(8, dtype=float).reshape(4, 2)
     figure = figures.embedding_scatter(
-        points, np.array([2, 0, 2, 1]), CLASSES, list("abcd"), [], "umap"
+        points, np.array([2, 0, 2, 1]), CLASSES, list("abcd"), "umap"
     )
     colours = {trace.name: trace.marker.color for trace in figure.data}
     assert colours == {CLASSES[i]: figures.CLASS_COLOURS[i] for i in (0, 1, 2)}

@@ -28,6 +28,7 @@ def test_the_script_is_told_the_chart_where_the_cells_are_and_how_to_draw_them()
         "width": outlines.WIDTH,
         "colour": figures.PICKED,
         "layer": outlines.LAYER_ID,
+        "ring": outlines.RING,
     }
     assert html.startswith("<script>") and html.rstrip().endswith("</script>")
 
@@ -42,3 +43,14 @@ def test_the_script_is_the_same_for_every_pick_and_the_cells_travel_beside_it() 
     match = re.fullmatch(r"<div data-cells='(\[[^']*\])'></div>", element)
     assert match is not None and json.loads(match.group(1)) == [0, 13, 99]
     assert outlines.cells_html([]) == "<div data-cells='[]'></div>"
+
+
+def test_without_columns_the_script_rings_points_by_batch_index() -> None:
+    """A scatter's picks are circles around its points, found by their customdata."""
+    selector, holder = keys.selector(keys.SCATTER_CHART), keys.selector(keys.OUTLINES_CELLS)
+    html = outlines.script(selector, holder, None, figures.PICKED)
+    match = re.search(r"const config = (\{.*?\});", html)
+    assert match is not None
+    config = json.loads(match.group(1))
+    assert (config["chart"], config["columns"], config["ring"]) == (selector, None, outlines.RING)
+    assert "border-radius: 50%" in html and "trace.customdata" in html

@@ -297,14 +297,6 @@ def _points(
     }
 
 
-def _picked_rings(points: np.ndarray, hover: Sequence[str], picked: Sequence[int]) -> list[Trace]:
-    """An orange ring around each picked image's point (none when nothing is picked)."""
-    if not picked:
-        return []
-    ring = {"size": 15, "color": "rgba(0,0,0,0)", "line": {"color": PICKED, "width": 2.5}}
-    return [_points(points, hover, "picked", list(picked), ring)]
-
-
 def scatter_heights(values: np.ndarray) -> tuple[np.ndarray, bool]:
     """Where ``outputs_scatter`` draws ``values`` and whether on a log axis: one when the
     positive values span more than a factor of 100, with 0 drawn at the lowest positive value
@@ -324,10 +316,12 @@ def outputs_scatter(
     correct: np.ndarray | None,
     class_names: Sequence[str],
     hover: Sequence[str],
-    picked: Sequence[int],
+    selection_revision: int = 0,
 ) -> go.Figure:
     """Confidence against ``values`` (the loss, or entropy without labels), coloured by
-    predicted class; wrong predictions are crosses and picked images get a ring."""
+    predicted class; wrong predictions are crosses. The picks are ringed over the chart
+    (``gradpick.ui.outlines``), so a click leaves the figure as it was; a new
+    ``selection_revision`` makes plotly drop the selection it holds."""
     drawn, log_scale = scatter_heights(values)
     if log_scale and not bool((values > 0).all()):
         value_label += " (0 drawn lowest)"
@@ -347,10 +341,10 @@ def outputs_scatter(
                 trace.update(legendgroup=name, showlegend=not shown)
                 shown = True
                 traces.append(trace)
-    traces += _picked_rings(points, hover, picked)
     return _figure(
         traces,
         height=430,
+        selectionrevision=selection_revision,
         xaxis={"title": {"text": "confidence (top-1 probability)"}, "range": [0, 1.02]},
         yaxis={"title": {"text": value_label}, "type": "log" if log_scale else "linear"},
     )
@@ -361,11 +355,12 @@ def embedding_scatter(
     groups: np.ndarray,
     group_names: Sequence[str],
     hover: Sequence[str],
-    picked: Sequence[int],
     method: str,
+    selection_revision: int = 0,
 ) -> go.Figure:
     """The batch in feature space: ``points`` [N, 2] (a projection of the penultimate-layer
-    features) coloured by ``groups`` [N] (indices into ``group_names``), picked images ringed.
+    features) coloured by ``groups`` [N] (indices into ``group_names``); the picks are ringed
+    over the chart, as in ``outputs_scatter``.
 
     Right/wrong colouring uses the page's green and red; classes use the class colours.
     """
@@ -376,11 +371,11 @@ def embedding_scatter(
         if members.size:
             colour = (RIGHT, WRONG)[group] if two_tone else _class_colour(group)
             traces.append(_points(points, hover, name, members, {"color": colour, "size": 6}))
-    traces += _picked_rings(points, hover, picked)
     label = method.upper()
     return _figure(
         traces,
         height=470,
+        selectionrevision=selection_revision,
         xaxis={"title": {"text": f"{label} 1"}, "zeroline": False},
         yaxis={"title": {"text": f"{label} 2"}, "zeroline": False},
     )

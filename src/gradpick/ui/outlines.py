@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from gradpick.ui.page_scripts import page_script
 
-__all__ = ["INSET", "LAYER_ID", "WIDTH", "cells_html", "picked_cells", "script"]
+__all__ = ["INSET", "LAYER_ID", "RING", "WIDTH", "cells_html", "picked_cells", "script"]
 
 LAYER_ID = "gradpick-picked-outlines"
 """The id of the element holding the boxes (what the browser tests look for)."""
@@ -29,6 +29,8 @@ INSET = 0.05
 """Each box's gap to its cell's edge, in cells: inside the right/wrong outline (0.03)."""
 WIDTH = 4
 """The boxes' line width in CSS pixels."""
+RING = 15
+"""A picked point's circle, across, in CSS pixels: around a scatter's 6-7 pixel markers."""
 
 
 def picked_cells(picked: Sequence[int], first: int, last: int) -> list[int]:
@@ -43,6 +45,24 @@ _BODY = """
     const element = holder && holder.querySelector('[data-cells]');
     cells = element ? JSON.parse(element.dataset.cells) : [];
   };
+  const rings = (xaxis, yaxis) => {  // a circle around each picked batch index's point
+    const where = new Map();
+    for (const trace of chart._fullData) {
+      if (!trace.customdata || !trace.x) continue;
+      for (let i = 0; i < trace.customdata.length; i++) {
+        const index = Number(trace.customdata[i]);
+        if (!where.has(index)) where.set(index, [trace.x[i], trace.y[i]]);
+      }
+    }
+    const half = config.ring / 2;
+    return cells.filter((index) => where.has(index)).map((index) => {
+      const [x, y] = where.get(index);
+      return [index, xaxis._offset + xaxis.c2p(x) - half, yaxis._offset + yaxis.c2p(y) - half,
+              config.ring, config.ring].map((value) => Math.round(value * 10) / 10);
+    }).filter(([, left, top]) => left + half >= xaxis._offset
+      && left + half <= xaxis._offset + xaxis._length && top + half >= yaxis._offset
+      && top + half <= yaxis._offset + yaxis._length);  // zoomed out of the plot: not drawn
+  };
   const draw = () => {
     if (!chart || !chart._fullLayout || !chart.isConnected) return;
     const container = chart.querySelector('.svg-container');
@@ -56,7 +76,7 @@ _BODY = """
       plot.after(layer);  // above the sheet and the markers, below plotly's hover labels
     }
     const xaxis = chart._fullLayout.xaxis, yaxis = chart._fullLayout.yaxis;
-    const boxes = cells.map((cell) => {
+    const boxes = config.columns ? cells.map((cell) => {
       const column = cell % config.columns, row = Math.floor(cell / config.columns);
       const left = xaxis._offset + xaxis.l2p(column + config.inset);
       const right = xaxis._offset + xaxis.l2p(column + 1 - config.inset);
@@ -64,7 +84,7 @@ _BODY = """
       const bottom = yaxis._offset + yaxis.l2p(row + 1 - config.inset);
       return [cell, left, Math.min(top, bottom), right - left, Math.abs(bottom - top)]
         .map((value) => Math.round(value * 10) / 10);
-    });
+    }) : rings(xaxis, yaxis);
     const drawn = JSON.stringify(boxes);
     if (layer.dataset.drawn === drawn) return;  // unchanged: touch nothing
     layer.replaceChildren(...boxes.map(([cell, left, top, width, height]) => {
@@ -72,7 +92,8 @@ _BODY = """
       box.dataset.cell = String(cell);
       box.style.cssText = 'position: absolute; box-sizing: border-box; border: '
         + config.width + 'px solid ' + config.colour + '; left: ' + left + 'px; top: '
-        + top + 'px; width: ' + width + 'px; height: ' + height + 'px;';
+        + top + 'px; width: ' + width + 'px; height: ' + height + 'px;'
+        + (config.columns ? '' : ' border-radius: 50%;');
       return box;
     }));
     layer.dataset.drawn = drawn;
@@ -104,11 +125,15 @@ _BODY = """
   });"""
 
 
-def script(chart_selector: str, cells_selector: str, columns: int, colour: str) -> str:
-    """The iframe's HTML: boxes of ``colour`` around the grid cells (positions, row by row,
-    ``columns`` to a row, one data unit each) that the element at ``cells_selector`` holds
-    (``cells_html``), over the chart at ``chart_selector`` (the CSS selector of its container).
-    The same for every pick, so the browser keeps the iframe across clicks."""
+def script(
+    chart_selector: str, cells_selector: str, columns: int | None, colour: str, ring: int = RING
+) -> str:
+    """The iframe's HTML: marks of ``colour`` around what the element at ``cells_selector``
+    holds (``cells_html``), over the chart at ``chart_selector`` (the CSS selector of its
+    container). With ``columns``, a grid's cells (positions, row by row, ``columns`` to a row,
+    one data unit each) get boxes; without, a scatter's points (by batch index, found in the
+    chart's own traces) get circles ``ring`` pixels across. The same for every pick, so the
+    browser keeps the iframe across clicks."""
     config = {
         "chart": chart_selector,
         "cells": cells_selector,
@@ -117,10 +142,12 @@ def script(chart_selector: str, cells_selector: str, columns: int, colour: str) 
         "width": WIDTH,
         "colour": colour,
         "layer": LAYER_ID,
+        "ring": ring,
     }
     return page_script(_BODY, config)
 
 
 def cells_html(cells: Sequence[int]) -> str:
-    """The hidden element that tells ``script`` which grid cells to box (``picked_cells``)."""
+    """The hidden element that tells ``script`` which grid cells (``picked_cells``) or batch
+    indices to mark."""
     return f"<div data-cells='{json.dumps([int(cell) for cell in cells])}'></div>"

@@ -183,12 +183,22 @@ def _thumbnails(loaded: Loaded, judged: Mapping[int, str]) -> None:
 
     _marked(figure, judged, corner, legend=False)  # the grid has no legend
     _plot(figure, keys.GRID_CHART)
-    cells = outlines.picked_cells(state.picked(st.session_state), first, last)
+    _picked_marks(
+        keys.GRID_CHART,
+        outlines.picked_cells(state.picked(st.session_state), first, last),
+        GRID_COLUMNS,
+    )
+
+
+def _picked_marks(chart_key: str, marked: list[int], columns: int | None = None) -> None:
+    """The picks' marks over the chart ``chart_key``: boxes around grid cells (``columns`` to a
+    row) or circles around a scatter's points by batch index (``gradpick.ui.outlines``). The
+    script is the same on every run; ``marked`` travels beside it."""
     with st.container(key=keys.OUTLINES_SCRIPT):
-        grid, holder = keys.selector(keys.GRID_CHART), keys.selector(keys.OUTLINES_CELLS)
-        st.iframe(outlines.script(grid, holder, GRID_COLUMNS, figures.PICKED), height=1)
+        chart, holder = keys.selector(chart_key), keys.selector(keys.OUTLINES_CELLS)
+        st.iframe(outlines.script(chart, holder, columns, figures.PICKED), height=1)
         with st.container(key=keys.OUTLINES_CELLS):
-            st.markdown(outlines.cells_html(cells), unsafe_allow_html=True)
+            st.markdown(outlines.cells_html(marked), unsafe_allow_html=True)
 
 
 def _scatter(loaded: Loaded, judged: Mapping[int, str]) -> None:
@@ -203,16 +213,17 @@ def _scatter(loaded: Loaded, judged: Mapping[int, str]) -> None:
         None if correct is None else correct.numpy(),
         loaded.batch.class_names,
         loaded.hover,
-        state.picked(st.session_state),
+        state.selection_revision(st.session_state, keys.SCATTER_CHART),
     )
     confidences = result.confidences.numpy()
     heights = figures.scatter_heights(values)[0]  # a zero loss on a log axis is drawn lowest
     _marked(figure, judged, lambda i: (float(confidences[i]), float(heights[i])))
     st.caption(
-        "Each point is an image (hover to see it); crosses are wrong predictions. Select to pick."
-        + (" Open marks: the Triage tab's verdicts." if judged else "")
+        "Each point is an image (hover to see it); crosses are wrong predictions; orange rings: "
+        "picked. Select to pick." + (" Open marks: the Triage tab's verdicts." if judged else "")
     )
     _plot(figure, keys.SCATTER_CHART)
+    _picked_marks(keys.SCATTER_CHART, state.picked(st.session_state))
     _hover_thumbnails(loaded, keys.SCATTER_CHART)
 
 
@@ -262,10 +273,16 @@ def _embedding(loaded: Loaded, judged: Mapping[int, str]) -> None:
         "lasso-select to pick; the 'Nearest neighbours' rule picks the closest in feature space."
     )
     figure = figures.embedding_scatter(
-        points, groups, names, loaded.hover, state.picked(st.session_state), method
+        points,
+        groups,
+        names,
+        loaded.hover,
+        method,
+        state.selection_revision(st.session_state, keys.EMBEDDING_CHART),
     )
     _marked(figure, judged, lambda i: (float(points[i, 0]), float(points[i, 1])))
     _plot(figure, keys.EMBEDDING_CHART)
+    _picked_marks(keys.EMBEDDING_CHART, state.picked(st.session_state))
     _hover_thumbnails(loaded, keys.EMBEDDING_CHART)
 
 
