@@ -130,9 +130,11 @@ def test_the_picks_alone_give_the_maps_of_the_whole_batch(
     assert shown.gradients.indices == tuple(PICKED)
     torch.testing.assert_close(shown.maps, reference.maps)
     torch.testing.assert_close(shown.gradients.gradients, reference.gradients.gradients)
-    images, positions = heatmaps.engine_images(batch, PICKED, whole=False)
+    images, positions, labels = heatmaps.engine_images(batch, PICKED, whole=False)
     assert positions == [0, 1, 2] and images.dtype == torch.float32
     assert torch.equal(images, batch.float_images()[PICKED])
+    assert batch.labels is not None and labels is not None
+    assert torch.equal(labels, batch.labels[PICKED])
     assert heatmaps.engine_images(batch, PICKED, whole=True)[1] == PICKED
 
 

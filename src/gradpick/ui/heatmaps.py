@@ -147,12 +147,12 @@ def gradient_request(
     if contrast is not None:
         target, classes, versus = "logit", contrast[0], contrast[1]
     whole = strategies.get(request.strategy).whole_batch or _seeded(request.method)
-    images, positions = engine_images(batch, indices, whole)
+    images, positions, labels = engine_images(batch, indices, whole)
     return GradientRequest.build(
         model,
         images,
         positions,
-        labels=_labels_at(batch, indices, whole),
+        labels=labels,
         target=target,
         classes=classes,
         strategy=request.strategy,
@@ -168,19 +168,15 @@ def _seeded(method: str) -> bool:
 
 def engine_images(
     batch: ImageBatch, indices: Sequence[int], whole: bool
-) -> tuple[torch.Tensor, list[int]]:
-    """The images for the engine as floats in [0, 1] and the picks' positions among them: all
-    N with the batch indices when ``whole``, else the picks alone at 0 to k - 1."""
+) -> tuple[torch.Tensor, list[int], torch.Tensor | None]:
+    """The images for the engine as floats in [0, 1], the picks' positions among them and their
+    labels: all N with the batch indices when ``whole``, else the picks alone at 0 to k - 1."""
     if whole:
-        return batch.float_images(), list(indices)
+        return batch.float_images(), list(indices), batch.labels
     rows = torch.tensor(list(indices), dtype=torch.long)
-    return batch.images.index_select(0, rows).to(torch.float32) / 255.0, list(range(len(rows)))
-
-
-def _labels_at(batch: ImageBatch, indices: Sequence[int], whole: bool) -> torch.Tensor | None:
-    if whole or batch.labels is None:
-        return batch.labels
-    return batch.labels.index_select(0, torch.tensor(list(indices), dtype=torch.long))
+    images = batch.images.index_select(0, rows).to(torch.float32) / 255.0
+    labels = None if batch.labels is None else batch.labels.index_select(0, rows)
+    return images, list(range(len(rows))), labels
 
 
 def at_batch_indices(result: Attribution, indices: Sequence[int]) -> Attribution:
@@ -243,7 +239,7 @@ def quick_checks(
     settings = replace(MethodSettings.from_chosen(dict(request.settings)), layer=shown.layer)
     rows = torch.tensor(list(indices), dtype=torch.long)
     with _step_threads(model):  # index_select: advanced indexing spins on busy cores
-        images, positions = engine_images(batch, indices, _seeded(request.method))
+        images, positions, _ = engine_images(batch, indices, _seeded(request.method))
         checks = run_quick_checks(
             model,
             images,

@@ -167,8 +167,8 @@ HOVER_SCRIPT = HIDDEN_KEY_PREFIX + "hover_script"
 OUTLINES_SCRIPT = HIDDEN_KEY_PREFIX + "outlines_script"
 """The container of the picked thumbnails' outlines script (``gradpick.ui.outlines``)."""
 OUTLINES_CELLS = "outlines_cells"
-"""The element that tells the outlines' script which cells to box (inside the hidden
-``OUTLINES_SCRIPT`` container)."""
+"""The element that tells the outlines' script what to mark, grid cells or a scatter's batch
+indices (inside the hidden ``OUTLINES_SCRIPT`` container)."""
 OUTPUTS_TAB = "outputs_tab"
 """The open outputs view: only that one is drawn, so a click does not rebuild the others."""
 EMBEDDING_PROJECTION = "embedding_projection"
