@@ -72,3 +72,18 @@ def test_a_click_waits_for_the_hover_of_its_own_mark() -> None:
     assert hovered_mark({"x": 1.0, "y": 2.0, "index": 63}) == 63
     assert hovered_mark({"x": 1.0, "y": 2.0, "cell": [3, 5], "count": 2}) == [3, 5]
     assert hovered_mark({"x": 1.0, "y": 2.0}) is None
+
+
+def test_the_badges_figures_are_read_from_the_pages_own_caption() -> None:
+    """What the benchmark reads is what ``badges.caption`` writes: the total and each check."""
+    from gradpick.trust.quick import QuickChecks
+    from gradpick.ui import badges
+
+    ran = QuickChecks("gradient", (), 1234.4, ("road",), (("class", 9.2), ("randomised", 8.6)))
+    assert explorer_bench.badges_figures(badges.caption(ran)) == (1234.0, ["class", "randomised"])
+    none = QuickChecks("gradient", (), 0.2, ("class", "randomised", "road"))
+    assert explorer_bench.badges_figures(f"#3 class: Trust tab\n{badges.caption(none)}") == (
+        0.0,
+        [],
+    )
+    assert explorer_bench.badges_figures("no badges here") is None

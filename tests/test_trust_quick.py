@@ -190,8 +190,12 @@ def test_checks_that_do_not_fit_the_budget_point_to_the_trust_tab(
     assert none.skipped == ("class", "randomised", "road")
     (badge,) = none.picks[0].badges
     assert badge.verdict == NOT_RUN and "Trust tab" in badge.label
+    assert none.check_ms == ()  # what did not run costs nothing
     every = quick_checks(tiny_cnn, images, [1], "gradient", "logit", held, budget_s=UNLIMITED)
     assert every.skipped == () and figures(every, "road")[0] is not None
+    assert [check for check, _ in every.check_ms] == ["class", "randomised", "road"]
+    assert all(ms > 0 for _, ms in every.check_ms)
+    assert sum(ms for _, ms in every.check_ms) <= every.milliseconds
 
 
 def test_thresholds() -> None:

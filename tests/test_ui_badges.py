@@ -8,9 +8,17 @@ from typing import Any
 import numpy as np
 import pytest
 import streamlit as st
-from test_app import TUTORIAL, captioned_indices, no_errors, open_app, select
+from test_app import (
+    TUTORIAL,
+    captioned_indices,
+    heatmap_captions,
+    metrics,
+    no_errors,
+    open_app,
+    select,
+)
 
-from gradpick.trust.quick import FAILS, PASSES, Badge, PickBadges, QuickChecks
+from gradpick.trust.quick import BUDGET_SHARE, FAILS, PASSES, Badge, PickBadges, QuickChecks
 from gradpick.ui import badges, heatmaps, keys
 
 
@@ -70,3 +78,30 @@ def test_a_failing_map_is_dimmed_with_its_reason() -> None:
     unchanged, same = badges.applied(None, [strip], ["#1"])
     assert unchanged[0] is strip and same == ["#1"]
     assert 'data-verdict="fails"' in badges.pick_html("#2", found, 1)
+
+
+def test_the_checks_run_after_the_maps_within_half_the_click_so_far(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The badges' budget is half of the page's own server-time readout (the click up to its
+    maps), and a failing verdict redraws the maps already sent: dimmed, the reason captioned."""
+    st.cache_data.clear()
+    budgets: list[float] = []
+    checks = heatmaps.run_quick_checks
+
+    def second_fails(*args: Any, **kwargs: Any) -> QuickChecks:
+        budgets.append(args[8])
+        found = checks(*args, **kwargs)
+        failing = Badge("class", FAILS, 0.97, "class ρ 0.97", "explains the image")
+        picks = (found.picks[0], PickBadges(found.picks[1].index, (failing,)))
+        return QuickChecks(found.method, picks, found.milliseconds, found.skipped)
+
+    monkeypatch.setattr(heatmaps, "run_quick_checks", second_fails)
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [5, 3])
+    no_errors(app)
+    server_ms = float(metrics(app)["Server time for this update"].split()[0].replace(",", ""))
+    assert budgets == [pytest.approx(BUDGET_SHARE * server_ms / 1000, abs=0.0003)]
+    captions = heatmap_captions(app)
+    assert captions[0].startswith("#5") and "fails" not in captions[0]
+    assert captions[1].startswith("#3") and captions[1].endswith("· fails: explains the image")
+    assert 'data-verdict="fails"' in badge_lines(app)[1]

@@ -232,8 +232,8 @@ def _bench_parser(commands: Commands) -> None:
     parser.add_argument(
         "--badges",
         action="store_true",
-        help="time the explorer's trust badges against the rest of a click's server work "
-        "instead, without a browser (reads $GRADPICK_CIFAR10_DIR; --k, --clicks apply)",
+        help="time each of the explorer's trust badges' checks per click instead, without a "
+        "browser (reads $GRADPICK_CIFAR10_DIR; --k, --clicks apply)",
     )
     parser.add_argument(
         "--taskset",

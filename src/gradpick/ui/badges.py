@@ -2,15 +2,15 @@
 
 Each map gets one coloured label per check (passes / weak / fails) with its figure; hovering a
 label shows what the figure means (a ``title`` tooltip). A failing map is drawn dimmed, its
-reason in its caption. The checks run with the click, within half of the click's server time
-so far (``quick.BUDGET_SHARE``; a check that does not fit is left to the Trust tab, and says
-so), and are cached like the maps; the switch turns them off, and then nothing runs.
+reason in its caption. The checks run with the click once its maps are sent, within half of
+the click's server time up to then (``quick.BUDGET_SHARE``; a check that does not fit is left to
+the Trust tab, and says so), and are cached like the maps; the switch turns them off, and then
+nothing runs.
 """
 
 from __future__ import annotations
 
 import html
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,8 +26,10 @@ from gradpick.ui.session import Loaded
 __all__ = [
     "COLOURS",
     "DIMMED",
-    "budget_s",
+    "any_fails",
     "applied",
+    "budget_s",
+    "caption",
     "checks",
     "dim",
     "draw",
@@ -53,9 +55,9 @@ def switch() -> bool:
     )
 
 
-def budget_s(started: float) -> float:
-    """Seconds the checks may take: ``BUDGET_SHARE`` of the click's server time so far."""
-    return BUDGET_SHARE * (time.perf_counter() - started)
+def budget_s(server_s: float) -> float:
+    """Seconds the checks may take: ``BUDGET_SHARE`` of the click's server time before them."""
+    return BUDGET_SHARE * server_s
 
 
 def checks(
@@ -63,11 +65,10 @@ def checks(
     request: HeatmapRequest,
     shown: Attribution,
     picked: Sequence[int],
-    started: float,
+    server_s: float,
 ) -> QuickChecks | None:
-    """The switch, then the checks of the shown maps (None when off or when they failed)."""
-    if not switch():
-        return None
+    """The checks of the shown maps, ``server_s`` being the click's server time before them
+    (None when they failed, with the reason on the page)."""
     with guarded("The trust badges"):
         return cache.quick_checks(
             loaded.key,
@@ -78,7 +79,7 @@ def checks(
             loaded.model,
             loaded.batch,
             shown,
-            budget_s(started),
+            budget_s(server_s),
             loaded.result.logits,
         )
     return None
@@ -93,6 +94,11 @@ def dim(picture: np.ndarray) -> np.ndarray:
         return faded
     blended = picture.astype(np.float32) * DIMMED + 255.0 * (1 - DIMMED)
     return blended.round().astype(np.uint8)
+
+
+def any_fails(found: QuickChecks | None) -> bool:
+    """Whether a map failed a check (its pictures are then drawn again, dimmed)."""
+    return found is not None and any(pick.verdict == FAILS for pick in found.picks)
 
 
 def applied(
@@ -136,7 +142,14 @@ def draw(found: QuickChecks | None, titles: Sequence[str]) -> None:
             "".join(pick_html(title, found, i) for i, title in enumerate(titles)),
             unsafe_allow_html=True,
         )
-        st.caption(
-            f"Trust badges ({found.milliseconds:,.0f} ms): hover a label for its meaning; a "
-            "failing map is dimmed. The full checks are in the Trust tab."
-        )
+        st.caption(caption(found))
+
+
+def caption(found: QuickChecks) -> str:
+    """The line under the badges: their time, with each check's own when any ran."""
+    each = "".join(f", {check} {ms:,.0f} ms" for check, ms in found.check_ms)
+    timing = f"{found.milliseconds:,.0f} ms" + (f"; {each[2:]}" if each else "")
+    return (
+        f"Trust badges ({timing}): hover a label for its meaning; a failing map is dimmed. The "
+        "full checks are in the Trust tab."
+    )
