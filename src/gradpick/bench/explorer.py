@@ -4,7 +4,8 @@ It starts a real explorer server (``python -m gradpick.ui.launch app.py``, as ``
 drives headless chromium (Debian's, through Playwright) through a scripted session and prints
 a markdown table with the median and the worst of each step:
 
-* the first page with thumbnails, counted from the moment the server answered its health check,
+* the first page with thumbnails, counted from the moment the server answered its health check
+  (the browser is started then, so that it does not compete with the launcher's work),
   with when the session connected (Streamlit's own page loaded) and what ``import torch`` alone
   costs in a fresh process; and the first page of later sessions, on the warm server;
 * a click on a thumbnail until the page settled (its last change, a DOM mutation or a plotly
@@ -55,18 +56,22 @@ from gradpick.bench.pages import (
     LARGE_TIMEOUT_MS,
     PAGE_SIZE,
     SCATTER,
+    TEXT_JS,
     browser_work,
     click_until_changed,
     click_until_heatmaps,
     click_until_settled,
+    hover,
     idle,
     isolated_points,
     metric,
     number,
     open_session,
+    press,
     settled_points,
     switch_tab,
     thumbnail,
+    until_settled,
     wait,
 )
 from gradpick.bench.rows import markdown_table
@@ -76,7 +81,7 @@ from gradpick.bench.serving import (
 )
 from gradpick.data import CACHE_DIR_ENV, CIFAR10_DIR_ENV
 from gradpick.errors import InputError
-from gradpick.ui.keys import TRUST_BADGES_CONTAINER, selector
+from gradpick.ui.keys import COMPARE_FLIPS, GRID_CHART, TRUST_BADGES_CONTAINER, selector
 
 __all__ = [
     "QUICK",
@@ -109,6 +114,10 @@ class ExplorerBenchConfig:
     """Times the sessions all click at once."""
     large_size: int = 10_000
     """0: no large-batch phase (and no plain inference of it)."""
+    inference_seeds: int = 5
+    """Later sessions, each opened on its own seeded sample of 1,000 images (seeds 1, 2, ...),
+    whose inference the page times, against the same samples in the plain process: one run's
+    throughput swings by about 15% on a shared machine, so the ratio is of medians. 0: none."""
     server_cpus: tuple[int, ...] = ()
     """Cores for the server and the plain-process reference; empty: no pinning."""
     browser_cpus: tuple[int, ...] = ()
@@ -123,7 +132,7 @@ class ExplorerBenchConfig:
     log: Path = Path("artifacts") / "bench-explorer-server.log"
 
 
-QUICK = ExplorerBenchConfig(clicks=4, sessions=4, session_rounds=1)
+QUICK = ExplorerBenchConfig(clicks=4, sessions=4, session_rounds=1, inference_seeds=2)
 
 
 def parse_taskset(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -248,10 +257,13 @@ def _server_env(config: ExplorerBenchConfig, cifar10_dir: str, cache: str) -> di
     return {"OMP_NUM_THREADS": threads, CIFAR10_DIR_ENV: cifar10_dir, CACHE_DIR_ENV: cache}
 
 
-def plain_reference(sizes: Sequence[int], indices: Sequence[int]) -> dict[str, Any]:
+def plain_reference(
+    sizes: Sequence[int], indices: Sequence[int], seeds: Sequence[int] = ()
+) -> dict[str, Any]:
     """The app's default model and batches, timed in this (plain) process: ``infer`` at the
-    app's batch size for each N, and one ``input_gradients`` step per index (k = 1, the
-    page's default target and strategy) on the first N."""
+    app's batch size for each N and for each seeded sample of 1,000 (``seeds``), and one
+    ``input_gradients`` step per index (k = 1, the page's default target and strategy) on the
+    first N."""
     import torch
 
     from gradpick.devices import cpu_threads
@@ -277,6 +289,13 @@ def plain_reference(sizes: Sequence[int], indices: Sequence[int]) -> dict[str, A
         )
         figures[f"infer_{size}_ms"] = result.milliseconds
         figures[f"infer_{size}_img_s"] = result.images_per_second
+    figures["seeded_img_s"] = []
+    for seed in seeds:  # the later sessions' samples, as the page reads them
+        sample = service.read_batch(source, replace(base, size=1000, seed=seed))
+        result = infer(
+            model, sample.images, sample.labels, batch_size=INFERENCE_BATCH_SIZE, features=True
+        )
+        figures["seeded_img_s"].append(result.images_per_second)
     batch = batches[sizes[0]]
     images = batch.float_images()
     input_gradients(model, images, [indices[0]], labels=batch.labels)  # warm-up
@@ -308,7 +327,7 @@ def _run_plain_reference(
         "print(json.dumps({**figures, 'import_torch_ms': imported}))"
     )
     command = [*_prefix(config.server_cpus), config.python, "-c", code]
-    command.append(json.dumps([list(sizes), picks]))
+    command.append(json.dumps([list(sizes), picks, list(range(1, config.inference_seeds + 1))]))
     done = subprocess.run(command, env=merged, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the plain-process reference failed:\n{done.stderr[-2000:]}")
@@ -446,10 +465,76 @@ async def _large_batch(
         record("scatter_click", await click_until_changed(page, point))
 
 
+TRIAGE_HEADING = re.compile(r"Suspect \d+ of \d+: (\d+) without a verdict")
+COMPARED_PICKS_JS = r"() => document.body.innerText.match(/index \d+, /g) || []"
+"""The Compare tab's mapped picks: its captions' "index i," in page order."""
+COMPARED_JS = f"""
+(before) => {{
+  const shown = ({COMPARED_PICKS_JS})();
+  return shown.length > 0 && JSON.stringify(shown) !== JSON.stringify(before);
+}}
+"""
+"""True once the Compare tab's maps show other picks than ``before``."""
+COMPARE_CHOSEN_JS = """
+(name) => Array.from(document.querySelectorAll('[data-testid="stSelectbox"] input')).some(
+  (box) => box.value.startsWith(name))
+"""
+"""True once a select box shows the option ``name`` starts (a select box's value is its input's,
+not its text)."""
+COMPARE_WITH = "tutorial"
+"""The second model of the comparison: the other shipped one."""
+
+
+async def _seeded_inference(browser: Any, url: str, seeds: int, readouts: dict[str, str]) -> None:
+    """Open a session on each seeded sample of 1,000 through the page's link, one after another,
+    and keep the page's own inference readout of each (its Throughput)."""
+    found = []
+    for seed in range(1, seeds + 1):
+        opened = await open_session(browser, f"{url}/?seed={seed}")
+        found.append(await metric(opened.page, "Throughput"))
+        await opened.page.context.close()
+    readouts["seeded_inference"] = ", ".join(found)
+
+
+async def _views(page: Any, config: ExplorerBenchConfig, steps: dict[str, Step]) -> None:
+    """The Triage and Compare tabs: opening each, a verdict's click to the next suspect, and a
+    flip cell's click to both models' maps, each from a settled page to the page settled; then
+    back to Explore."""
+    _, done = await switch_tab(page, "Triage", "without a verdict", TEXT_JS)
+    steps["triage_tab"].samples.append(done)
+    for _ in range(config.clicks):
+        found = TRIAGE_HEADING.search(await page.locator("body").inner_text())
+        if found is None or int(found.group(1)) < 2:
+            break
+        waiting = f": {int(found.group(1)) - 1} without a verdict"
+        button = page.get_by_role("button", name="ambiguous", exact=True)
+        steps["triage_verdict"].samples.append((await press(page, button, TEXT_JS, waiting))[1])
+    chooser = page.get_by_test_id("stSelectbox").filter(has_text="Compare with")
+    await chooser.click()
+    await page.get_by_role("option", name=re.compile(f"^{COMPARE_WITH} ")).click()
+    await wait(page, COMPARE_CHOSEN_JS, f"{COMPARE_WITH} ·")
+    _, done = await switch_tab(page, "Compare", selector(COMPARE_FLIPS))
+    steps["compare_tab"].samples.append(done)
+    flips = await settled_points(page, selector(COMPARE_FLIPS))
+    for cell in flips["points"][: config.clicks]:
+        before = await page.evaluate(COMPARED_PICKS_JS)
+        await hover(page, {"x": cell["x"], "y": cell["y"], "cell": [cell["index"]]})
+
+        async def click(x: float = cell["x"], y: float = cell["y"]) -> None:
+            await page.mouse.click(x, y)
+
+        steps["compare_click"].samples.append(
+            (await until_settled(page, click, COMPARED_JS, before))[1]
+        )
+    await switch_tab(page, "Explore", selector(GRID_CHART))
+
+
 def _steps(large_size: int) -> dict[str, Step]:
     large = f"N = {large_size:,}"
     return {
-        "first": Step("first page with thumbnails (after healthy)", target="≤ 4 s", limit_ms=4000),
+        "first": Step(
+            "first page with thumbnails (after healthy, browser up)", target="≤ 4 s", limit_ms=4000
+        ),
         "healthy": Step("server started → healthy (the launcher's imports and model)"),
         "first_connected": Step("first page: session connected (Streamlit's page loaded)"),
         "import_torch": Step("import torch in a fresh process (plain reference)"),
@@ -467,6 +552,22 @@ def _steps(large_size: int) -> dict[str, Step]:
         "plain_step": Step("same input_gradients call, plain process (torch's threads)"),
         "plain_step_one": Step("same call, plain process, one thread (as the page)"),
         "beyond": Step("server time beyond the gradient step", target="≤ 60 ms", limit_ms=60),
+        "triage_tab": Step("Triage tab → page settled (its first opening scores every image)"),
+        "triage_verdict": Step(
+            "triage: verdict → next suspect settled",
+            target="median ≤ 300 ms, worst ≤ 800 ms",
+            limit_ms=300,
+            worst_limit_ms=800,
+        ),
+        "compare_tab": Step(
+            "Compare tab → page settled (its first opening infers the second model)"
+        ),
+        "compare_click": Step(
+            "compare: flip cell → both models' maps settled",
+            target="median ≤ 300 ms, worst ≤ 800 ms",
+            limit_ms=300,
+            worst_limit_ms=800,
+        ),
         "badges": Step("trust badges: server time added per click, after the maps"),
         "beyond_badges": Step(
             "server time beyond the gradient step, trust badges included",
@@ -538,21 +639,31 @@ async def _drive(
         except Exception as error:  # a timeout or a missing element: say which phase, go on
             failures.append(f"{name}: {type(error).__name__}: {str(error).splitlines()[0]}")
 
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        prefix = _prefix(config.server_cpus)
-        with streamlit_server(config.app, env, config.log, config.python, prefix) as server:
+    prefix = _prefix(config.server_cpus)
+    # The server first, the browser once it is healthy: the launcher infers the first page's
+    # batch, and a browser starting on the same cores would slow that inference, which a
+    # user's browser, open before the server, does not. The first page counts from then.
+    with streamlit_server(config.app, env, config.log, config.python, prefix) as server:
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            ready = time.monotonic()
             query = "" if config.method is None else f"/?method={config.method}"
             opened = await open_session(browser, server.url + query)
             page = opened.page
-            steps["first"].samples.append((opened.shown - server.healthy_at) * 1000)
+            steps["first"].samples.append((opened.shown - ready) * 1000)
             steps["healthy"].samples.append((server.healthy_at - server.launched) * 1000)
-            steps["first_connected"].samples.append((opened.connected - server.healthy_at) * 1000)
+            steps["first_connected"].samples.append((opened.connected - ready) * 1000)
             readouts["first_inference"] = await metric(page, "Throughput")
             await phase("clicks", _thumbnail_clicks(page, picks[: config.clicks], steps, readouts))
             if config.method not in (None, "gradient"):  # the view's own readout proves it on
                 label = attribution.get(config.method).label
                 readouts["method"] = f"{label} {await metric(page, label)}"
+            await phase("triage and compare", _views(page, config, steps))
+            if config.inference_seeds:
+                await phase(
+                    "inference",
+                    _seeded_inference(browser, server.url, config.inference_seeds, readouts),
+                )
             if config.sessions:
                 await phase(
                     "sessions",
@@ -567,7 +678,7 @@ async def _drive(
                 )
             if config.large_size:
                 await phase("large batch", _large_batch(page, config, steps, readouts))
-        await browser.close()
+            await browser.close()
     return steps, readouts, failures
 
 
@@ -612,6 +723,14 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
             steps["step"].median / steps["plain_step"].median
         ),
     }
+    if "seeded_inference" in readouts:
+        in_app = [number(text) for text in readouts["seeded_inference"].split(", ")]
+        name = (
+            f"inference in the app / plain process, N = 1,000, medians of {len(in_app)} seeded "
+            "samples each (later sessions; target ≥ 0.95)"
+        )
+        plain_runs = list(plain["seeded_img_s"]) + list(after["seeded_img_s"])
+        ratios[name] = statistics.median(in_app) / statistics.median(plain_runs)
     if steps["badges"].samples:
         name = "trust badges / the click's server time before them (medians; target ≤ 0.5)"
         ratios[name] = steps["badges"].median / steps["server"].median
@@ -648,6 +767,10 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         "beyond",
         "badges",
         "beyond_badges",
+        "triage_tab",
+        "triage_verdict",
+        "compare_tab",
+        "compare_click",
         "sessions",
         "sessions_server",
         "sessions_browser",

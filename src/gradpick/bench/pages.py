@@ -52,11 +52,14 @@ __all__ = [
     "open_session",
     "QUIET_MS",
     "SETTLED_JS",
+    "TEXT_JS",
     "WATCH_CHANGES_JS",
     "settled",
     "settled_points",
+    "press",
     "switch_tab",
     "thumbnail",
+    "until_settled",
     "wait",
 ]
 
@@ -143,6 +146,9 @@ DRAWN_JS = """
 }
 """
 """True once the plotly chart in ``selector`` is laid out and visible."""
+
+TEXT_JS = "(text) => document.body.innerText.includes(text)"
+"""True once the page shows ``text``."""
 
 THUMBNAILS_JS = f"""
 () => {{
@@ -264,7 +270,7 @@ async def thumbnail(page: Any, index: int) -> dict[str, float]:
     return {"x": float(point["x"]), "y": float(point["y"]), "index": index}
 
 
-async def hover(page: Any, point: dict[str, float]) -> None:
+async def hover(page: Any, point: dict[str, Any]) -> None:
     """Move the mouse to ``point`` and wait until plotly has found the mark under it
     (``HOVERED_JS``), as a user's pointer rests before a click."""
     await page.mouse.move(point["x"], point["y"])
@@ -294,16 +300,37 @@ async def click_until_settled(
     return (shown - clicked) * 1000, (done - clicked) * 1000
 
 
-async def switch_tab(page: Any, name: str, chart: str) -> tuple[float, float]:
-    """Switch to the outputs view ``name`` from a settled page; milliseconds until its
-    ``chart`` is drawn (the first paint) and until the page settled."""
+async def until_settled(
+    page: Any, act: Callable[[], Awaitable[Any]], script: str, arg: Any = None
+) -> tuple[float, float]:
+    """From a settled page, ``act`` (a click); milliseconds until ``script(arg)`` holds (the
+    first paint of what the click asked for) and until the page settled again."""
     await page.evaluate(WATCH_CHANGES_JS)
     await settled(page)
     clicked = time.monotonic()
-    await page.get_by_role("tab", name=name, exact=True).click()
-    drawn = await wait(page, DRAWN_JS, chart)
+    await act()
+    shown = await wait(page, script, arg, CLICK_TIMEOUT_MS)
     done = await settled(page, CLICK_TIMEOUT_MS)
-    return (drawn - clicked) * 1000, (done - clicked) * 1000
+    return (shown - clicked) * 1000, (done - clicked) * 1000
+
+
+async def switch_tab(
+    page: Any, name: str, chart: str, script: str = DRAWN_JS
+) -> tuple[float, float]:
+    """Switch to the tab ``name`` from a settled page; milliseconds until ``script(chart)``
+    holds (by default: its ``chart`` is drawn; the first paint) and until the page settled."""
+    tab = page.get_by_role("tab", name=name, exact=True)
+    return await until_settled(page, tab.click, script, chart)
+
+
+async def press(page: Any, button: Any, script: str, arg: Any = None) -> tuple[float, float]:
+    """Click the ``button`` locator as a user would (scrolled into view, the pointer resting
+    on it first); milliseconds as ``until_settled``."""
+    await button.scroll_into_view_if_needed()
+    box = await button.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    await page.mouse.move(x, y)
+    return await until_settled(page, lambda: page.mouse.click(x, y), script, arg)
 
 
 def isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dict[str, Any]]:

@@ -111,7 +111,7 @@ def _bench_explorer(args: argparse.Namespace) -> int:
         )
     config = explorer_bench.QUICK if args.quick else explorer_bench.ExplorerBenchConfig()
     if args.clicks_only:
-        config = replace(config, sessions=0, large_size=0)
+        config = replace(config, sessions=0, large_size=0, inference_seeds=0)
     if args.taskset:
         server, browser = explorer_bench.parse_taskset(args.taskset)
         config = replace(config, server_cpus=server, browser_cpus=browser)
