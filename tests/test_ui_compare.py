@@ -45,6 +45,8 @@ def test_a_flip_cell_picks_its_images_and_both_maps_are_drawn(generated: Path) -
     _no_errors(app)
     picked = app.session_state[keys.PICKED]
     assert picked
+    # the click is folded in before the page writes its link, in the same run
+    assert str(app.query_params["picks"]) == ",".join(map(str, picked))
     captions = _map_captions(app)
     assert len(captions) == min(len(picked), 8)
     assert all("Spearman" in caption and "SSIM" in caption for caption in captions)

@@ -49,30 +49,18 @@ from pathlib import Path
 from typing import Any
 
 from gradpick import attribution
+from gradpick.bench import views
 from gradpick.bench.pages import (
-    CELLS_JS,
     CLICK_TIMEOUT_MS,
-    CONFUSION,
-    LARGE_TIMEOUT_MS,
     PAGE_SIZE,
-    SCATTER,
-    TEXT_JS,
     browser_work,
-    click_until_changed,
     click_until_heatmaps,
     click_until_settled,
-    hover,
     idle,
-    isolated_points,
     metric,
     number,
     open_session,
-    press,
-    settled_points,
-    switch_tab,
     thumbnail,
-    until_settled,
-    wait,
 )
 from gradpick.bench.rows import markdown_table
 from gradpick.bench.serving import (
@@ -81,7 +69,7 @@ from gradpick.bench.serving import (
 )
 from gradpick.data import CACHE_DIR_ENV, CIFAR10_DIR_ENV
 from gradpick.errors import InputError
-from gradpick.ui.keys import COMPARE_FLIPS, GRID_CHART, TRUST_BADGES_CONTAINER, selector
+from gradpick.ui.keys import TRUST_BADGES_CONTAINER, selector
 
 __all__ = [
     "QUICK",
@@ -425,110 +413,6 @@ async def _sessions_at_once(
         await page.context.close()
 
 
-async def _large_batch(
-    page: Any, config: ExplorerBenchConfig, steps: dict[str, Step], readouts: dict[str, str]
-) -> None:
-    """Infer the whole split in the page (its throughput readout goes into ``readouts``), then
-    time the scatter and the confusion matrix."""
-    size_box = page.get_by_role("spinbutton", name="Batch size N", exact=True)
-    await size_box.fill(str(config.large_size))
-    pressed = time.monotonic()
-    await size_box.press("Enter")
-    await wait(
-        page,
-        "(size) => Array.from(document.querySelectorAll('[data-testid=\"stMetricValue\"]'))"
-        ".some((el) => el.textContent.trim() === size)",
-        f"{config.large_size:,}",
-        LARGE_TIMEOUT_MS,
-    )
-    ready = await idle(page, LARGE_TIMEOUT_MS)
-    steps["large_ready"].samples.append((ready - pressed) * 1000)
-    readouts["large_inference"] = await metric(page, "Throughput")
-
-    def record(name: str, timed: tuple[float, float]) -> None:
-        steps[f"{name}_drawn"].samples.append(timed[0])
-        steps[name].samples.append(timed[1])
-
-    for _ in range(config.clicks):
-        record("scatter_tab", await switch_tab(page, "Confidence vs loss", SCATTER))
-        record("confusion_tab", await switch_tab(page, "Confusion matrix", CONFUSION))
-    cells = [
-        cell
-        for cell in await page.evaluate(CELLS_JS)
-        if cell["cell"][0] != cell["cell"][1] and 1 <= cell["count"] <= 16
-    ]
-    for cell in cells[: config.clicks]:
-        record("confusion_click", await click_until_changed(page, cell))
-    await switch_tab(page, "Confidence vs loss", SCATTER)
-    isolated = isolated_points(await settled_points(page, SCATTER))
-    for point in isolated[: config.clicks]:
-        record("scatter_click", await click_until_changed(page, point))
-
-
-TRIAGE_HEADING = re.compile(r"Suspect \d+ of \d+: (\d+) without a verdict")
-COMPARED_PICKS_JS = r"() => document.body.innerText.match(/index \d+, /g) || []"
-"""The Compare tab's mapped picks: its captions' "index i," in page order."""
-COMPARED_JS = f"""
-(before) => {{
-  const shown = ({COMPARED_PICKS_JS})();
-  return shown.length > 0 && JSON.stringify(shown) !== JSON.stringify(before);
-}}
-"""
-"""True once the Compare tab's maps show other picks than ``before``."""
-COMPARE_CHOSEN_JS = """
-(name) => Array.from(document.querySelectorAll('[data-testid="stSelectbox"] input')).some(
-  (box) => box.value.startsWith(name))
-"""
-"""True once a select box shows the option ``name`` starts (a select box's value is its input's,
-not its text)."""
-COMPARE_WITH = "tutorial"
-"""The second model of the comparison: the other shipped one."""
-
-
-async def _seeded_inference(browser: Any, url: str, seeds: int, readouts: dict[str, str]) -> None:
-    """Open a session on each seeded sample of 1,000 through the page's link, one after another,
-    and keep the page's own inference readout of each (its Throughput)."""
-    found = []
-    for seed in range(1, seeds + 1):
-        opened = await open_session(browser, f"{url}/?seed={seed}")
-        found.append(await metric(opened.page, "Throughput"))
-        await opened.page.context.close()
-    readouts["seeded_inference"] = ", ".join(found)
-
-
-async def _views(page: Any, config: ExplorerBenchConfig, steps: dict[str, Step]) -> None:
-    """The Triage and Compare tabs: opening each, a verdict's click to the next suspect, and a
-    flip cell's click to both models' maps, each from a settled page to the page settled; then
-    back to Explore."""
-    _, done = await switch_tab(page, "Triage", "without a verdict", TEXT_JS)
-    steps["triage_tab"].samples.append(done)
-    for _ in range(config.clicks):
-        found = TRIAGE_HEADING.search(await page.locator("body").inner_text())
-        if found is None or int(found.group(1)) < 2:
-            break
-        waiting = f": {int(found.group(1)) - 1} without a verdict"
-        button = page.get_by_role("button", name="ambiguous", exact=True)
-        steps["triage_verdict"].samples.append((await press(page, button, TEXT_JS, waiting))[1])
-    chooser = page.get_by_test_id("stSelectbox").filter(has_text="Compare with")
-    await chooser.click()
-    await page.get_by_role("option", name=re.compile(f"^{COMPARE_WITH} ")).click()
-    await wait(page, COMPARE_CHOSEN_JS, f"{COMPARE_WITH} ·")
-    _, done = await switch_tab(page, "Compare", selector(COMPARE_FLIPS))
-    steps["compare_tab"].samples.append(done)
-    flips = await settled_points(page, selector(COMPARE_FLIPS))
-    for cell in flips["points"][: config.clicks]:
-        before = await page.evaluate(COMPARED_PICKS_JS)
-        await hover(page, {"x": cell["x"], "y": cell["y"], "cell": [cell["index"]]})
-
-        async def click(x: float = cell["x"], y: float = cell["y"]) -> None:
-            await page.mouse.click(x, y)
-
-        steps["compare_click"].samples.append(
-            (await until_settled(page, click, COMPARED_JS, before))[1]
-        )
-    await switch_tab(page, "Explore", selector(GRID_CHART))
-
-
 def _click_step(name: str) -> Step:
     """A click timed to the settled page, held to the click's targets."""
     return Step(name, target="median ≤ 300 ms, worst ≤ 800 ms", limit_ms=300, worst_limit_ms=800)
@@ -624,6 +508,9 @@ async def _drive(
     readouts: dict[str, str] = {}
     failures: list[str] = []
 
+    def record(step: str, milliseconds: float) -> None:
+        steps[step].samples.append(milliseconds)
+
     async def phase(name: str, work: Any) -> None:
         print(f"explorer bench: {name}", file=sys.stderr, flush=True)
         try:
@@ -650,11 +537,11 @@ async def _drive(
             if config.method not in (None, "gradient"):  # the view's own readout proves it on
                 label = attribution.get(config.method).label
                 readouts["method"] = f"{label} {await metric(page, label)}"
-            await phase("triage and compare", _views(page, config, steps))
+            await phase("triage and compare", views.triage_and_compare(page, config.clicks, record))
             if config.inference_seeds:
                 await phase(
                     "inference",
-                    _seeded_inference(browser, server.url, config.inference_seeds, readouts),
+                    views.seeded_inference(browser, server.url, config.inference_seeds, readouts),
                 )
             if config.sessions:
                 await phase(
@@ -669,7 +556,10 @@ async def _drive(
                     ),
                 )
             if config.large_size:
-                await phase("large batch", _large_batch(page, config, steps, readouts))
+                await phase(
+                    "large batch",
+                    views.large_batch(page, config.large_size, config.clicks, record, readouts),
+                )
             await browser.close()
     return steps, readouts, failures
 

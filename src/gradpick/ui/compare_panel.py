@@ -31,7 +31,7 @@ from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
 from gradpick.zoo import LoadedModel
 
-__all__ = ["MAPPED_PICKS", "Second", "flip_matrix", "render"]
+__all__ = ["MAPPED_PICKS", "Second", "absorb_flips", "flip_matrix", "render"]
 
 MAPPED_PICKS = 8
 """Picks mapped by both models at most: each costs two gradient steps."""
@@ -187,6 +187,19 @@ def _cell_rows(pairing: versus.Pairing) -> Any:
     return rows
 
 
+def absorb_flips(loaded: Loaded, settings: Settings) -> None:
+    """Fold a new click on the flip matrix into the picked images, before the page writes its
+    link and draws anything (nothing to do, and nothing computed, without one)."""
+    session = st.session_state
+    if not state.pending_selection(session, keys.COMPARE_FLIPS):
+        return
+    with guarded("The second model"):
+        second = _second(loaded, settings)
+        if second is not None:
+            pairing = _pairing(loaded.key, loaded.option.identity, second.key, loaded, second)
+            state.absorb(session, keys.COMPARE_FLIPS, _cell_rows(pairing), len(loaded))
+
+
 def render(loaded: Loaded, settings: Settings) -> None:
     second = None
     with guarded("The second model"):
@@ -195,12 +208,6 @@ def render(loaded: Loaded, settings: Settings) -> None:
         st.info("Choose a model to compare with in the sidebar (Compare with).")
         return
     pairing = _pairing(loaded.key, loaded.option.identity, second.key, loaded, second)
-    session = st.session_state
-    before = state.picked(session)
-    state.absorb(session, keys.COMPARE_FLIPS, _cell_rows(pairing), len(loaded))
-    if state.picked(session) != before:
-        # the page's link was written with the old picks earlier in this run: rewrite it
-        st.rerun()
     st.caption(
         f"First: {loaded.served.name}; second: {second.identity.get('name', second.key)}; "
         f"{len(pairing):,} images, compared on each image's {pairing.reference_kind}."

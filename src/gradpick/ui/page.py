@@ -196,6 +196,7 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
     if state.pending_selection(session, keys.PROBABILITY_CHART):
         st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
     outputs.absorb_selections(loaded)
+    compare_panel.absorb_flips(loaded, settings)
     params = linking.follow(loaded, settings)
     tab, shown = tabs.open_tab(linking.TABS, keys.EXPLORER_TAB, keys.TAB_WIDGETS)
     if shown == "Explore":
