@@ -41,6 +41,7 @@ __all__ = [
     "SCATTER",
     "THUMBNAILS_JS",
     "browser_work",
+    "click_mark",
     "click_until_settled",
     "click_until_changed",
     "click_until_heatmaps",
@@ -56,6 +57,7 @@ __all__ = [
     "WATCH_CHANGES_JS",
     "settled",
     "settled_points",
+    "from_settled",
     "press",
     "switch_tab",
     "thumbnail",
@@ -287,31 +289,42 @@ async def click_until_heatmaps(page: Any, point: dict[str, float], expected: lis
 
 
 async def click_until_settled(
-    page: Any, point: dict[str, float], expected: list[int]
+    page: Any, point: dict[str, Any], expected: list[int]
 ) -> tuple[float, float]:
     """Click ``point``; milliseconds until the heatmaps of ``expected`` are visible (the first
     paint) and until the page settled (its last change before ``QUIET_MS`` of quiet)."""
-    await page.evaluate(WATCH_CHANGES_JS)
-    await hover(page, point)
-    clicked = time.monotonic()
-    await page.mouse.click(point["x"], point["y"])
-    shown = await wait(page, HEATMAPS_SHOW_JS, [expected, False], CLICK_TIMEOUT_MS)
-    done = await settled(page, CLICK_TIMEOUT_MS)
-    return (shown - clicked) * 1000, (done - clicked) * 1000
+    return await click_mark(page, point, HEATMAPS_SHOW_JS, [expected, False])
 
 
 async def until_settled(
     page: Any, act: Callable[[], Awaitable[Any]], script: str, arg: Any = None
 ) -> tuple[float, float]:
-    """From a settled page, ``act`` (a click); milliseconds until ``script(arg)`` holds (the
-    first paint of what the click asked for) and until the page settled again."""
+    """``act`` (a click); milliseconds until ``script(arg)`` holds (the first paint of what the
+    click asked for) and until the page settled again."""
     await page.evaluate(WATCH_CHANGES_JS)
-    await settled(page)
     clicked = time.monotonic()
     await act()
     shown = await wait(page, script, arg, CLICK_TIMEOUT_MS)
     done = await settled(page, CLICK_TIMEOUT_MS)
     return (shown - clicked) * 1000, (done - clicked) * 1000
+
+
+async def from_settled(
+    page: Any, act: Callable[[], Awaitable[Any]], script: str, arg: Any = None
+) -> tuple[float, float]:
+    """``until_settled``, once the page has settled: what is timed starts from a quiet page."""
+    await page.evaluate(WATCH_CHANGES_JS)
+    await settled(page)
+    return await until_settled(page, act, script, arg)
+
+
+async def click_mark(
+    page: Any, point: dict[str, Any], script: str, arg: Any = None
+) -> tuple[float, float]:
+    """Rest the pointer on a chart's ``point`` until plotly's hover found its mark, then click
+    it; milliseconds as ``until_settled``."""
+    await hover(page, point)
+    return await until_settled(page, lambda: page.mouse.click(point["x"], point["y"]), script, arg)
 
 
 async def switch_tab(
@@ -320,17 +333,17 @@ async def switch_tab(
     """Switch to the tab ``name`` from a settled page; milliseconds until ``script(chart)``
     holds (by default: its ``chart`` is drawn; the first paint) and until the page settled."""
     tab = page.get_by_role("tab", name=name, exact=True)
-    return await until_settled(page, tab.click, script, chart)
+    return await from_settled(page, tab.click, script, chart)
 
 
 async def press(page: Any, button: Any, script: str, arg: Any = None) -> tuple[float, float]:
     """Click the ``button`` locator as a user would (scrolled into view, the pointer resting
-    on it first); milliseconds as ``until_settled``."""
+    on it first); milliseconds as ``from_settled``."""
     await button.scroll_into_view_if_needed()
     box = await button.bounding_box()
     x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
     await page.mouse.move(x, y)
-    return await until_settled(page, lambda: page.mouse.click(x, y), script, arg)
+    return await from_settled(page, lambda: page.mouse.click(x, y), script, arg)
 
 
 def isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dict[str, Any]]:
@@ -353,11 +366,5 @@ def isolated_points(layout: dict[str, Any], distance: float = 10.0) -> list[dict
 async def click_until_changed(page: Any, point: dict[str, Any]) -> tuple[float, float]:
     """Click ``point``; milliseconds until the heatmaps show another pick (the first paint) and
     until the page settled."""
-    await page.evaluate(WATCH_CHANGES_JS)
     before = await page.evaluate(HEATMAP_INDICES_JS)
-    await hover(page, point)
-    clicked = time.monotonic()
-    await page.mouse.click(point["x"], point["y"])
-    shown = await wait(page, HEATMAPS_CHANGED_JS, before, CLICK_TIMEOUT_MS)
-    done = await settled(page, CLICK_TIMEOUT_MS)
-    return (shown - clicked) * 1000, (done - clicked) * 1000
+    return await click_mark(page, point, HEATMAPS_CHANGED_JS, before)

@@ -20,6 +20,7 @@ from gradpick.bench.pages import (
     SCATTER,
     TEXT_JS,
     click_until_changed,
+    from_settled,
     hover,
     idle,
     isolated_points,
@@ -28,7 +29,6 @@ from gradpick.bench.pages import (
     press,
     settled_points,
     switch_tab,
-    until_settled,
     wait,
 )
 from gradpick.ui.keys import COMPARE_FLIPS, GRID_CHART, selector
@@ -147,5 +147,5 @@ async def triage_and_compare(page: Any, clicks: int, record: Record) -> None:
         async def click(x: float = cell["x"], y: float = cell["y"]) -> None:
             await page.mouse.click(x, y)
 
-        record("compare_click", (await until_settled(page, click, COMPARED_JS, before))[1])
+        record("compare_click", (await from_settled(page, click, COMPARED_JS, before))[1])
     await switch_tab(page, "Explore", selector(GRID_CHART))
