@@ -91,8 +91,10 @@ OBSERVE_JS = """
 became true, checked on every change of the page rather than polled: polling eight pages every
 few milliseconds would load the very browser whose drawing is being timed."""
 IDLE_JS = f"() => Boolean(document.querySelector('{APP_IDLE}'))"
-QUIET_MS = 150
-"""A page counts as settled once nothing in it changed for this long."""
+QUIET_MS = 300
+"""A page counts as settled once nothing in it changed for this long: longer than the gap
+between a new plotly chart's first draw and Streamlit's second pass over it (up to about
+220 ms on two cores), which 150 ms let slip past."""
 WATCH_CHANGES_JS = """
 () => {
   if (window.__lastChange !== undefined) return;
