@@ -101,12 +101,13 @@ _BODY = """
   const changed = new MutationObserver(() => { read(); draw(); });
   const attach = () => {
     const found = page.querySelector(config.chart + ' .js-plotly-plot');
+    const present = page.querySelector(config.cells);
+    if ((!found || found === chart || !found.on) && present === holder) return;  // nothing new
     if (found && found !== chart && found.on) {
       if (chart) chart.removeListener('plotly_afterplot', draw);
       chart = found;
       chart.on('plotly_afterplot', draw);
     }
-    const present = page.querySelector(config.cells);
     if (present !== holder) {
       changed.disconnect();
       holder = present;
@@ -116,10 +117,13 @@ _BODY = """
     read();
     draw();
   };
+  // A chart or cells element drawn later, or anew, is taken up the moment it is added to the
+  // page (a timer left the new chart's marks up to a period late, the page still changing).
+  const added = new MutationObserver(attach);
+  added.observe(page.body, {childList: true, subtree: true});
   attach();
-  const timer = setInterval(attach, 250);  // a chart or cells element drawn later, or anew
   window.addEventListener('pagehide', () => {
-    clearInterval(timer);
+    added.disconnect();
     changed.disconnect();
     if (chart) chart.removeListener('plotly_afterplot', draw);
   });"""
