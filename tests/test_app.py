@@ -8,6 +8,7 @@ neither the shared data nor training.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -216,6 +217,23 @@ def test_clear_empties_the_selection(generated: Path) -> None:
     clear.click().run()
     assert app.session_state[keys.PICKED] == []
     assert any("No images picked yet" in info.value for info in app.info)
+
+
+def test_every_chart_is_sent_with_the_pages_plotly_options(generated: Path) -> None:
+    """No logo, no PNG export, and WebGL drawn at one canvas pixel per CSS pixel (plotly's own
+    default of two draws four times the pixels of a large scatter)."""
+    app = select(open_app(), keys.SCATTER_CHART, [5, 3])
+    configs = []
+    for view in ("Thumbnails", "Confidence vs loss", "Confusion matrix", "Feature space"):
+        app.session_state[keys.OUTPUTS_TAB] = view
+        app.run()
+        no_errors(app)
+        drawn = [json.loads(chart.proto.config) for chart in app.get("plotly_chart")]
+        assert drawn, view
+        configs += drawn
+    for config in configs:
+        assert config["plotGlPixelRatio"] == 1 and config["displaylogo"] is False
+        assert "toImage" in config["modeBarButtonsToRemove"]
 
 
 def _charts_keyed(app: AppTest, key: str) -> list[Any]:

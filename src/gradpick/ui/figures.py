@@ -69,9 +69,17 @@ CLASS_COLOURS = (
     "#1098ad",
 )
 THUMBNAIL_GAP = 2
-CHART_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["toImage"]}
-"""Plotly options of every chart on the page: no logo, no PNG export button."""
 """Transparent pixels between thumbnails of a sheet, so the page background shows through."""
+CHART_CONFIG: dict[str, Any] = {
+    "displaylogo": False,
+    "modeBarButtonsToRemove": ["toImage"],
+    "plotGlPixelRatio": 1,
+}
+"""Plotly options of every chart on the page: no logo, no PNG export button, and WebGL charts
+(scatters of more than ``WEBGL_ABOVE`` points) drawn at one canvas pixel per CSS pixel. Plotly's
+default of two draws four times the pixels: about 100 ms more per new chart in a browser that
+renders WebGL in software, each time the view is opened; a high-DPI screen shows those markers a
+little softer."""
 THUMBNAIL_SIDE = 64
 """Thumbnails of larger inputs are averaged down to this side: a page of 100 224-pixel images
 would otherwise send a 2,260-pixel PNG for cells drawn about 56 pixels wide."""
