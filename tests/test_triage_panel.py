@@ -50,7 +50,7 @@ def contrast_captions(app: AppTest) -> list[str]:
 
 
 def listing(app: AppTest) -> Any:
-    return next(frame.value for frame in app.dataframe if "verdict" in frame.value.columns)
+    return next(table.value for table in app.table if "verdict" in table.value.columns)
 
 
 def test_a_verdict_is_kept_the_next_suspect_follows_and_it_is_there_again(
@@ -84,7 +84,7 @@ def test_a_verdict_is_kept_the_next_suspect_follows_and_it_is_there_again(
 
     again.selectbox(key=keys.TRIAGE_PICK_VERDICT).set_value("label_wrong").run()
     again.button(key=keys.TRIAGE_PICK).click().run()
-    assert again.session_state[keys.PICKED] == [int(table["#"].iloc[1])]
+    assert again.session_state[keys.PICKED] == [int(table["index"].iloc[1])]
 
 
 def test_a_stale_verdict_is_shown_not_applied_and_a_corrupt_file_is_reported(
@@ -155,7 +155,7 @@ def test_a_verdict_is_a_column_of_the_table_and_a_picking_rule(generated: Path) 
 
     app = open_app()
     first = suspect(app)
-    index = int(listing(app)["#"].iloc[0])
+    index = int(listing(app)["index"].iloc[0])
     app.button(key=keys.per_source(keys.TRIAGE_VERDICT, "label_wrong")).click().run()
     rows = table(open_tab(app, "Explore"))
     assert not app.exception and not app.error, [e.value for e in app.error]

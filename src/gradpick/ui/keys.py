@@ -275,7 +275,6 @@ TRIAGE_NEIGHBOUR = "triage_neighbour"
 TRIAGE_NOTE = "triage_note"
 TRIAGE_CLASS = "triage_class"
 TRIAGE_VERDICT = "triage_verdict"
-TRIAGE_TABLE = "triage_table"
 TRIAGE_PICK_VERDICT = "triage_pick_verdict"
 TRIAGE_PICK = "triage_pick"
 VERDICT_STORE = "verdict_store"
@@ -289,7 +288,6 @@ __all__ += [
     "TRIAGE_PROBLEM",
     "TRIAGE_RESULT",
     "TRIAGE_SESSION_VERDICTS",
-    "TRIAGE_TABLE",
     "TRIAGE_VERDICT",
     "VERDICT_STORE",
 ]

@@ -194,7 +194,7 @@ def _listing(
     positions = [int(loaded.batch.positions[i]) for i in rows]
     frame = pd.DataFrame(
         {
-            "#": rows,
+            "index": rows,
             "position": positions,
             "name": [loaded.batch.names[i] for i in rows],
             "given": [names[found.given[i]] for i in rows],
@@ -205,10 +205,17 @@ def _listing(
         }
     )
     colours = {"label wrong": "#f8d0c8", "model wrong": "#d8e4f8", "ambiguous": "#f4ecc4"}
-    styled = frame.style.apply(
-        lambda row: [f"background-color: {colours.get(row['verdict'], '')}"] * len(row), axis=1
+    styled = (
+        frame.style.apply(
+            lambda row: [f"background-color: {colours.get(row['verdict'], '')}"] * len(row), axis=1
+        )
+        .format({"score": "{:.3f}"})
+        .hide(axis="index")
     )
-    st.dataframe(styled, hide_index=True, key=keys.TRIAGE_TABLE)
+    # A static table, not an interactive grid: the listing is read in its ranked order, and the
+    # grid's hidden copy of its cells for screen readers followed each verdict about 200 ms
+    # after the grid itself, keeping the page changing that much longer.
+    st.table(styled)
 
 
 def render(loaded: Loaded, settings: Settings) -> None:
