@@ -9,8 +9,8 @@ a markdown table with the median and the worst of each step:
   with when the session connected (Streamlit's own page loaded) and what ``import torch`` alone
   costs in a fresh process; and the first page of later sessions, on the warm server;
 * a click on a thumbnail until the page settled (its last change, a DOM mutation or a plotly
-  redraw, before 150 ms without one: the headline) and until its heatmaps are visible (the first
-  paint), every click counted, the session's first one included, with
+  redraw, before ``pages.QUIET_MS`` (300 ms) without one: the headline) and until its heatmaps
+  are visible (the first paint), every click counted, the session's first one included, with
   the page's own "Server time for this update" and "Gradient step" readouts next to the same
   ``input_gradients`` call in a plain Python process, and the browser's main-thread work for
   the click (Chrome's ``TaskDuration``);
@@ -53,6 +53,7 @@ from gradpick.bench import views
 from gradpick.bench.pages import (
     CLICK_TIMEOUT_MS,
     PAGE_SIZE,
+    QUIET_MS,
     browser_work,
     click_until_heatmaps,
     click_until_settled,
@@ -429,7 +430,7 @@ def _steps(large_size: int) -> dict[str, Step]:
         "import_torch": Step("import torch in a fresh process (plain reference)"),
         "warm_first": Step("first page of a later session (server warm; from goto)"),
         "click_settled": _click_step(
-            "click thumbnail → page settled (last change before 150 ms quiet)"
+            f"click thumbnail → page settled (last change before {QUIET_MS} ms quiet)"
         ),
         "click": Step("click thumbnail → heatmaps visible (first paint)"),
         "click_browser": Step("browser main-thread work per click (Chrome TaskDuration)"),
