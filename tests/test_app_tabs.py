@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from streamlit.testing.v1 import AppTest
 from test_app import TUTORIAL, captioned_indices, no_errors, open_app, open_tab, select
 from test_app_links import open_link
 
-from gradpick.ui import keys, linking
+from gradpick.ui import cache, figures, keys, linking, outputs
 
 VALUE_WIDGETS = {
     "selectbox",
@@ -195,3 +196,40 @@ def test_the_outputs_views_keep_their_settings_while_another_view_is_open(
     app.session_state[keys.OUTPUTS_TAB] = "Feature space"
     app.run()
     assert app.radio(key=keys.EMBEDDING_COLOUR).value == "correct"
+
+
+def _scatter_specs(app: AppTest) -> list[str]:
+    return [
+        chart.proto.spec
+        for chart in app.get("plotly_chart")
+        if chart.proto.id.endswith(f"-{keys.SCATTER_CHART}")
+    ]
+
+
+def _open_view(app: AppTest, view: str) -> AppTest:
+    app.session_state[keys.OUTPUTS_TAB] = view
+    app.run()
+    no_errors(app)
+    return app
+
+
+@pytest.mark.parametrize("webgl", [True, False])
+def test_a_webgl_scatter_once_opened_stays_drawn_in_its_closed_view(
+    generated: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, webgl: bool
+) -> None:
+    """Kept, the browser finds the chart it made when the view opens again, instead of making
+    (and Streamlit drawing twice) a new one; an SVG scatter is made anew, as every other view."""
+    monkeypatch.setattr(figures, "WEBGL_ABOVE", 10 if webgl else 10**6)
+    # The built scatter is shared by sessions: none built under another threshold is reused.
+    cache.outputs_scatter.clear()
+    request.addfinalizer(cache.outputs_scatter.clear)
+    app = open_app(**TUTORIAL)
+    assert _scatter_specs(app) == []  # never opened: not drawn
+    opened = _scatter_specs(_open_view(app, outputs.SCATTER_VIEW))
+    assert len(opened) == 1 and ('"scattergl"' in opened[0]) == webgl
+    app = _open_view(app, "Confusion matrix")
+    assert any(c.proto.id.endswith(f"-{keys.CONFUSION_CHART}") for c in app.get("plotly_chart"))
+    assert _scatter_specs(app) == (opened if webgl else [])
+    app = _open_view(app, "Thumbnails")
+    assert _scatter_specs(app) == (opened if webgl else [])
+    assert _scatter_specs(_open_view(app, outputs.SCATTER_VIEW)) == opened

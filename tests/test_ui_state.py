@@ -67,6 +67,23 @@ def test_a_chart_that_does_not_show_the_picks_is_redrawn_when_something_else_cha
     assert state.selection_revision(session, keys.GRID_CHART) == 1
 
 
+def test_a_chart_kept_in_a_closed_view_keeps_the_revision_it_was_drawn_with() -> None:
+    """Picks made elsewhere move a chart's revision; drawn closed it keeps the one it was last
+    drawn with (its figure, and so the browser's chart, unchanged), and takes the new one, and
+    forgets the selection it held, when drawn open."""
+    session: dict[str, Any] = {keys.SCATTER_CHART: _points(4)}
+    assert state.selection_revision(session, keys.SCATTER_CHART) == 0
+    state.absorb(session, keys.SCATTER_CHART, _indices, size=10)
+    state.set_picked(session, [2], by=keys.GRID_CHART)
+    state.set_picked(session, [3], by=keys.CONFUSION_CHART)
+    assert state.drawn_revision(session, keys.SCATTER_CHART) == 0
+    assert state.drawn_revision(session, keys.SCATTER_CHART) == 0  # reading it changes nothing
+    assert state.selection_revision(session, keys.SCATTER_CHART) == 2  # drawn open
+    assert state.drawn_revision(session, keys.SCATTER_CHART) == 2
+    state.absorb(session, keys.SCATTER_CHART, _indices, size=10)  # point 4 again: new
+    assert state.picked(session) == [4]
+
+
 def test_merge_modes_add_and_remove() -> None:
     session: dict[str, Any] = {keys.PICKED: [1, 2]}
     session[keys.MERGE_MODE] = "add"

@@ -464,6 +464,12 @@ def _steps(large_size: int) -> dict[str, Step]:
             f"{large}: switch to scatter tab → page settled", target="≤ 500 ms", limit_ms=500
         ),
         "scatter_tab_drawn": Step(f"{large}: switch to scatter tab → chart drawn (first paint)"),
+        "scatter_tab_first": Step(
+            f"{large}: first opening of the scatter tab → page settled (the chart made)"
+        ),
+        "scatter_tab_picked": Step(
+            f"{large}: scatter tab after picks made elsewhere → page settled (the chart made anew)"
+        ),
         "confusion_tab": Step(
             f"{large}: switch to confusion tab → page settled", target="≤ 500 ms", limit_ms=500
         ),
@@ -485,6 +491,8 @@ LARGE_ROWS = (
     "large_ready",
     "scatter_tab",
     "scatter_tab_drawn",
+    "scatter_tab_first",
+    "scatter_tab_picked",
     "confusion_tab",
     "confusion_tab_drawn",
     "confusion_click",

@@ -43,6 +43,7 @@ __all__ = [
     "confusion_figure",
     "hover_atlas",
     "hover_lines",
+    "outputs_scatter",
     "inference",
     "model",
     "ProgressBar",
@@ -198,6 +199,32 @@ def confusion_figure(
     assert _result.labels is not None
     return figures.confusion_matrix(
         _result.labels.numpy(), _result.predictions.numpy(), list(_names)
+    )
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def outputs_scatter(
+    batch_key: str,
+    model_identity: str,
+    selection_revision: int,
+    _result: InferenceResult,
+    _names: tuple[str, ...],
+    _hover: tuple[str, ...],
+) -> go.Figure:
+    """The confidence/loss scatter (``figures.outputs_scatter``), built once per batch, model
+    and selection revision (10,000 points: about 40 ms, on every run that draws it) and shared;
+    never changed: ``st.plotly_chart`` sends a copy, and verdict marks go on a copy."""
+    values, label = service.scatter_values(_result)
+    correct = _result.correct
+    return figures.outputs_scatter(
+        _result.confidences.numpy(),
+        values,
+        label,
+        _result.predictions.numpy(),
+        None if correct is None else correct.numpy(),
+        _names,
+        _hover,
+        selection_revision,
     )
 
 

@@ -62,6 +62,7 @@ __all__ = [
     "RUN_SWEEP",
     "SAMPLE_SEED",
     "SCATTER_CHART",
+    "SCATTER_KEPT",
     "REDRAWS",
     "SEEN",
     "SELECTION_WIDGETS",
@@ -170,7 +171,11 @@ OUTLINES_CELLS = "outlines_cells"
 """The element that tells the outlines' script what to mark, grid cells or a scatter's batch
 indices (inside the hidden ``OUTLINES_SCRIPT`` container)."""
 OUTPUTS_TAB = "outputs_tab"
-"""The open outputs view: only that one is drawn, so a click does not rebuild the others."""
+"""The open outputs view: only that one is drawn, so a click does not rebuild the others (but
+for a WebGL scatter once opened, ``SCATTER_KEPT``)."""
+SCATTER_KEPT = "scatter_kept"
+"""The batch whose WebGL scatter was opened in this session: its chart is then drawn in its
+closed view too, so that opening the view again finds the chart made."""
 EMBEDDING_PROJECTION = "embedding_projection"
 EMBEDDING_COLOUR = "embedding_colour"
 RULE_ANCHOR = "rule_anchor"

@@ -3,7 +3,8 @@
 Thumbnails, the confidence/loss scatter, the confusion matrix, the feature-space view and the
 table are selectable; the pickers, the text box and the clear button act through callbacks. All
 of them change one list, ``keys.PICKED``, which everything below the outputs reads. Only the
-open view is drawn (its tab reruns the page part when switched), so a click rebuilds one figure.
+open view is drawn (its tab reruns the page part when switched), so a click rebuilds one figure;
+a WebGL scatter, once opened, is drawn in its closed view too (``_scatter_kept``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "PAGE_SIZES",
     "PROJECTION_LABELS",
     "RULE_LABELS",
+    "SCATTER_VIEW",
     "VIEWS",
     "absorb_selections",
     "readouts",
@@ -52,6 +54,7 @@ RULE_LABELS = {
 ANY_VERDICT = "any"
 """The verdict rule's choice for every judged image."""
 VIEWS = ("Thumbnails", "Confidence vs loss", "Confusion matrix", "Feature space", "Table")
+SCATTER_VIEW = VIEWS[1]
 PROJECTION_LABELS = {"pca": "PCA", "umap": "UMAP"}
 COLOURING_LABELS = {"true": "true class", "predicted": "predicted class", "correct": "right/wrong"}
 
@@ -98,18 +101,36 @@ def readouts(loaded: Loaded) -> None:
 
 
 def render(loaded: Loaded, judged: Mapping[int, str] | None = None) -> None:
-    """The outputs views (left, only the open one drawn) and the selection tools (right);
-    ``judged`` (batch index -> verdict) is shown in every view and picked by the verdict rule."""
+    """The outputs views (left, only the open one drawn, but for a kept WebGL scatter) and the
+    selection tools (right); ``judged`` (batch index -> verdict) is shown in every view and
+    picked by the verdict rule."""
     judged = judged or {}
     charts, tools = st.columns([3, 2], gap="medium")
     with tools:
         _selection_tools(loaded, judged)
     with charts:
-        tab, shown = tabs.open_tab(VIEWS, keys.OUTPUTS_TAB, keys.VIEW_WIDGETS)
+        row, position = tabs.tab_row(VIEWS, keys.OUTPUTS_TAB, keys.VIEW_WIDGETS)
+        shown = VIEWS[position]
         views = (_thumbnails, _scatter, _confusion, _embedding, _table)
         view = dict(zip(VIEWS, views, strict=True))[shown]
-        with tab, guarded(f"The {shown.lower()} view"):
+        with row[position], guarded(f"The {shown.lower()} view"):
             view(loaded, judged)
+        scatter = VIEWS.index(SCATTER_VIEW)
+        if position != scatter and _scatter_kept(loaded):
+            with row[scatter], guarded(f"The {SCATTER_VIEW.lower()} view"):
+                revision = state.drawn_revision(st.session_state, keys.SCATTER_CHART)
+                _scatter_chart(loaded, judged, revision)
+
+
+def _scatter_kept(loaded: Loaded) -> bool:
+    """Whether the scatter is drawn in its closed view too: a WebGL one, once opened for this
+    batch. Each opening would otherwise make the chart anew, which Streamlit draws twice (0.7-1
+    s to settle at 10,000 points in a browser without a GPU, against about 0.2 s to show the
+    kept one). Kept, its figure is sent again with each run of the page, unchanged
+    (``state.drawn_revision``), so the browser leaves its chart as it is."""
+    return (
+        len(loaded) > figures.WEBGL_ABOVE and st.session_state.get(keys.SCATTER_KEPT) == loaded.key
+    )
 
 
 def _plot(figure: go.Figure, key: str) -> None:
@@ -202,29 +223,32 @@ def _picked_marks(chart_key: str, marked: list[int], columns: int | None = None)
 
 
 def _scatter(loaded: Loaded, judged: Mapping[int, str]) -> None:
+    st.session_state[keys.SCATTER_KEPT] = loaded.key
+    revision = state.selection_revision(st.session_state, keys.SCATTER_CHART)
+    _scatter_chart(loaded, judged, revision)
+    _picked_marks(keys.SCATTER_CHART, state.picked(st.session_state))
+    _hover_thumbnails(loaded, keys.SCATTER_CHART)
+
+
+def _scatter_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -> None:
+    """The scatter's caption and chart at selection ``revision``: the same elements in the same
+    places whether its view is open or closed (``_scatter_kept``), so the browser keeps the
+    chart it made."""
     result = loaded.result
-    values, label = service.scatter_values(result)
-    correct = result.correct
-    figure = figures.outputs_scatter(
-        result.confidences.numpy(),
-        values,
-        label,
-        result.predictions.numpy(),
-        None if correct is None else correct.numpy(),
-        loaded.batch.class_names,
-        loaded.hover,
-        state.selection_revision(st.session_state, keys.SCATTER_CHART),
+    figure = cache.outputs_scatter(
+        loaded.key, loaded.option.identity, revision, result, loaded.batch.class_names, loaded.hover
     )
-    confidences = result.confidences.numpy()
-    heights = figures.scatter_heights(values)[0]  # a zero loss on a log axis is drawn lowest
-    _marked(figure, judged, lambda i: (float(confidences[i]), float(heights[i])))
+    if judged:
+        figure = go.Figure(figure)  # the built figure is shared: the marks go on a copy
+        confidences = result.confidences.numpy()
+        values = service.scatter_values(result)[0]
+        heights = figures.scatter_heights(values)[0]  # a zero loss on a log axis is drawn lowest
+        _marked(figure, judged, lambda i: (float(confidences[i]), float(heights[i])))
     st.caption(
         "Each point is an image (hover to see it); crosses are wrong predictions; orange rings: "
         "picked. Select to pick." + (" Open marks: the Triage tab's verdicts." if judged else "")
     )
     _plot(figure, keys.SCATTER_CHART)
-    _picked_marks(keys.SCATTER_CHART, state.picked(st.session_state))
-    _hover_thumbnails(loaded, keys.SCATTER_CHART)
 
 
 def _confusion(loaded: Loaded, judged: Mapping[int, str]) -> None:

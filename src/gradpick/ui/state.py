@@ -42,6 +42,7 @@ __all__ = [
     "apply",
     "clear",
     "confusion_cells",
+    "drawn_revision",
     "edit_text",
     "Extractor",
     "follow_batch",
@@ -87,6 +88,13 @@ def selection_revision(state: State, key: str) -> int:
         drawn[key] = revision
         state.get(SEEN, {}).pop(key, None)
     return revision
+
+
+def drawn_revision(state: State, key: str) -> int:
+    """The revision the chart ``key`` was last drawn with (``selection_revision``). A chart
+    drawn again in a closed view keeps it: a new figure would make the browser make the chart
+    anew, so it takes the picks' changes when its view opens."""
+    return int(state.get(DRAWN_REVISIONS, {}).get(key, 0))
 
 
 def set_picked(
