@@ -198,12 +198,10 @@ def test_the_outputs_views_keep_their_settings_while_another_view_is_open(
     assert app.radio(key=keys.EMBEDDING_COLOUR).value == "correct"
 
 
-def _scatter_specs(app: AppTest) -> list[str]:
-    return [
-        chart.proto.spec
-        for chart in app.get("plotly_chart")
-        if chart.proto.id.endswith(f"-{keys.SCATTER_CHART}")
-    ]
+def _specs(app: AppTest, key: str) -> list[str]:
+    """The specs of the page's charts keyed ``key`` (their element id ends with it)."""
+    charts = app.get("plotly_chart")
+    return [chart.proto.spec for chart in charts if chart.proto.id.endswith(f"-{key}")]
 
 
 def _open_view(app: AppTest, view: str) -> AppTest:
@@ -214,22 +212,32 @@ def _open_view(app: AppTest, view: str) -> AppTest:
 
 
 @pytest.mark.parametrize("webgl", [True, False])
+@pytest.mark.parametrize(
+    ("view", "chart"),
+    [(outputs.SCATTER_VIEW, keys.SCATTER_CHART), (outputs.EMBEDDING_VIEW, keys.EMBEDDING_CHART)],
+)
 def test_a_webgl_scatter_once_opened_stays_drawn_in_its_closed_view(
-    generated: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, webgl: bool
+    generated: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    webgl: bool,
+    view: str,
+    chart: str,
 ) -> None:
     """Kept, the browser finds the chart it made when the view opens again, instead of making
     (and Streamlit drawing twice) a new one; an SVG scatter is made anew, as every other view."""
     monkeypatch.setattr(figures, "WEBGL_ABOVE", 10 if webgl else 10**6)
-    # The built scatter is shared by sessions: none built under another threshold is reused.
-    cache.outputs_scatter.clear()
-    request.addfinalizer(cache.outputs_scatter.clear)
+    # The built scatters are shared by sessions: none built under another threshold is reused.
+    for built in (cache.outputs_scatter, cache.embedding_scatter):
+        built.clear()
+        request.addfinalizer(built.clear)
     app = open_app(**TUTORIAL)
-    assert _scatter_specs(app) == []  # never opened: not drawn
-    opened = _scatter_specs(_open_view(app, outputs.SCATTER_VIEW))
+    assert _specs(app, chart) == []  # never opened: not drawn
+    opened = _specs(_open_view(app, view), chart)
     assert len(opened) == 1 and ('"scattergl"' in opened[0]) == webgl
     app = _open_view(app, "Confusion matrix")
-    assert any(c.proto.id.endswith(f"-{keys.CONFUSION_CHART}") for c in app.get("plotly_chart"))
-    assert _scatter_specs(app) == (opened if webgl else [])
+    assert _specs(app, keys.CONFUSION_CHART)
+    assert _specs(app, chart) == (opened if webgl else [])
     app = _open_view(app, "Thumbnails")
-    assert _scatter_specs(app) == (opened if webgl else [])
-    assert _scatter_specs(_open_view(app, outputs.SCATTER_VIEW)) == opened
+    assert _specs(app, chart) == (opened if webgl else [])
+    assert _specs(_open_view(app, view), chart) == opened

@@ -470,6 +470,19 @@ def _steps(large_size: int) -> dict[str, Step]:
         "scatter_tab_picked": Step(
             f"{large}: scatter tab after picks made elsewhere → page settled (the chart made anew)"
         ),
+        "embedding_tab": Step(
+            f"{large}: switch to feature-space tab → page settled", target="≤ 500 ms", limit_ms=500
+        ),
+        "embedding_tab_drawn": Step(
+            f"{large}: switch to feature-space tab → chart drawn (first paint)"
+        ),
+        "embedding_tab_first": Step(
+            f"{large}: first opening of the feature-space tab → page settled (the chart made)"
+        ),
+        "table_tab": Step(
+            f"{large}: switch to table tab → page settled", target="≤ 500 ms", limit_ms=500
+        ),
+        "table_tab_drawn": Step(f"{large}: switch to table tab → table drawn (first paint)"),
         "confusion_tab": Step(
             f"{large}: switch to confusion tab → page settled", target="≤ 500 ms", limit_ms=500
         ),
@@ -495,6 +508,11 @@ LARGE_ROWS = (
     "scatter_tab_picked",
     "confusion_tab",
     "confusion_tab_drawn",
+    "embedding_tab",
+    "embedding_tab_drawn",
+    "embedding_tab_first",
+    "table_tab",
+    "table_tab_drawn",
     "confusion_click",
     "confusion_click_drawn",
     "scatter_click",

@@ -27,10 +27,12 @@ from gradpick.bench.serving import (
 from gradpick.ui import keys
 
 __all__ = [
+    "CANVAS_JS",
     "CELLS_JS",
     "CLICK_TIMEOUT_MS",
     "CONFUSION",
     "DRAWN_JS",
+    "EMBEDDING",
     "GRID",
     "HEATMAPS_CHANGED_JS",
     "IDLE_JS",
@@ -39,6 +41,7 @@ __all__ = [
     "Opened",
     "PAGE_SIZE",
     "SCATTER",
+    "TABLE",
     "THUMBNAILS_JS",
     "browser_work",
     "click_mark",
@@ -105,13 +108,22 @@ WATCH_CHANGES_JS = """
     gd.__settleHooked = true;
     gd.on('plotly_afterplot', mark);
   });
-  new MutationObserver(() => { mark(); hook(); }).observe(document, {
-    childList: true, subtree: true, attributes: true, characterData: true});
+  const shown = (record) => {  // not a canvas's fallback content, which is never drawn
+    const node = record.target.nodeType === 1 ? record.target : record.target.parentElement;
+    if (!node) return true;
+    if (node.tagName === 'CANVAS') return record.type === 'attributes';
+    return !(node.parentElement && node.parentElement.closest('canvas'));
+  };
+  new MutationObserver((records) => { if (records.some(shown)) mark(); hook(); }).observe(
+    document, {childList: true, subtree: true, attributes: true, characterData: true});
   hook();
 }
 """
 """Keeps ``window.__lastChange``: the page-clock time of the frame after the page last changed,
-a DOM mutation anywhere or a plotly redraw (a WebGL chart redraws without touching the DOM)."""
+a DOM mutation anywhere or a plotly redraw (a WebGL chart redraws without touching the DOM).
+What a canvas holds inside it is left out: the browser never draws it. Streamlit's data grid
+keeps a copy of its cells there for screen readers and brings it up to date about 300 ms after
+the grid itself is drawn."""
 SETTLED_JS = f"""
 ([quiet, timeout]) => new Promise((resolve, reject) => {{
   const started = performance.now();
@@ -135,6 +147,8 @@ One timer per quiet window, not a poll."""
 GRID = keys.selector(keys.GRID_CHART)
 SCATTER = keys.selector(keys.SCATTER_CHART)
 CONFUSION = keys.selector(keys.CONFUSION_CHART)
+EMBEDDING = keys.selector(keys.EMBEDDING_CHART)
+TABLE = keys.selector(keys.TABLE)
 PAGE_SIZE = 100
 CLICK_TIMEOUT_MS = 60_000
 """A click whose heatmaps take longer counts as failed (its phase is reported and skipped)."""
@@ -151,6 +165,8 @@ DRAWN_JS = """
 """
 """True once the plotly chart in ``selector`` is laid out and visible."""
 
+CANVAS_JS = "(selector) => Boolean(document.querySelector(selector + ' canvas'))"
+"""True once the element at ``selector`` holds a canvas (a data grid drawn)."""
 TEXT_JS = "(text) => document.body.innerText.includes(text)"
 """True once the page shows ``text``."""
 

@@ -14,10 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from gradpick.bench.pages import (
+    CANVAS_JS,
     CELLS_JS,
     CONFUSION,
+    EMBEDDING,
     LARGE_TIMEOUT_MS,
     SCATTER,
+    TABLE,
     TEXT_JS,
     click_until_changed,
     from_settled,
@@ -53,7 +56,8 @@ async def large_batch(
     page: Any, size: int, clicks: int, record: Record, readouts: dict[str, str]
 ) -> None:
     """Infer ``size`` images of the split in the page (its throughput readout goes into
-    ``readouts``), then time the scatter and the confusion matrix, ``clicks`` times each."""
+    ``readouts``), then time every outputs view's tab but the thumbnails, and clicks in the
+    scatter and the confusion matrix, ``clicks`` times each."""
     size_box = page.get_by_role("spinbutton", name="Batch size N", exact=True)
     await size_box.fill(str(size))
     pressed = time.monotonic()
@@ -73,13 +77,16 @@ async def large_batch(
         record(f"{name}_drawn", timed[0])
         record(name, timed[1])
 
-    # The scatter's first opening makes its chart, which the page then keeps while another
+    # A WebGL scatter's first opening makes its chart, which the page then keeps while another
     # view is open (``ui.outputs``): the first is its own row, the reopenings the tab's.
     record("scatter_tab_first", (await switch_tab(page, "Confidence vs loss", SCATTER))[1])
-    both("confusion_tab", await switch_tab(page, "Confusion matrix", CONFUSION))
+    record("embedding_tab_first", (await switch_tab(page, "Feature space", EMBEDDING))[1])
     for _ in range(clicks):
         both("scatter_tab", await switch_tab(page, "Confidence vs loss", SCATTER))
         both("confusion_tab", await switch_tab(page, "Confusion matrix", CONFUSION))
+        both("embedding_tab", await switch_tab(page, "Feature space", EMBEDDING))
+        both("table_tab", await switch_tab(page, "Table", TABLE, CANVAS_JS))
+    await switch_tab(page, "Confusion matrix", CONFUSION)
     cells = [
         cell
         for cell in await page.evaluate(CELLS_JS)

@@ -41,6 +41,7 @@ __all__ = [
     "attribution",
     "batch",
     "confusion_figure",
+    "embedding_scatter",
     "hover_atlas",
     "hover_lines",
     "outputs_scatter",
@@ -226,6 +227,25 @@ def outputs_scatter(
         _hover,
         selection_revision,
     )
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def embedding_scatter(
+    batch_key: str,
+    model_identity: str,
+    method: str,
+    colour_by: str,
+    selection_revision: int,
+    _points: np.ndarray,
+    _result: InferenceResult,
+    _names: tuple[str, ...],
+    _hover: tuple[str, ...],
+) -> go.Figure:
+    """The feature-space scatter (``figures.embedding_scatter``) of the projection ``method``,
+    coloured by ``colour_by``, built once per batch, model, settings and selection revision and
+    shared, as ``outputs_scatter``."""
+    groups, names = embedding.colour_groups(_result, colour_by, _names)
+    return figures.embedding_scatter(_points, groups, names, _hover, method, selection_revision)
 
 
 @st.cache_data(max_entries=8, show_spinner="Projecting the features…")

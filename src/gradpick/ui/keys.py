@@ -35,6 +35,7 @@ __all__ = [
     "HIDDEN_KEY_PREFIX",
     "HOVER_ATLAS",
     "HOVER_SCRIPT",
+    "KEPT_VIEWS",
     "MEASURE_MEMORY",
     "MERGE_MODE",
     "METHOD",
@@ -62,7 +63,6 @@ __all__ = [
     "RUN_SWEEP",
     "SAMPLE_SEED",
     "SCATTER_CHART",
-    "SCATTER_KEPT",
     "REDRAWS",
     "SEEN",
     "SELECTION_WIDGETS",
@@ -172,10 +172,10 @@ OUTLINES_CELLS = "outlines_cells"
 indices (inside the hidden ``OUTLINES_SCRIPT`` container)."""
 OUTPUTS_TAB = "outputs_tab"
 """The open outputs view: only that one is drawn, so a click does not rebuild the others (but
-for a WebGL scatter once opened, ``SCATTER_KEPT``)."""
-SCATTER_KEPT = "scatter_kept"
-"""The batch whose WebGL scatter was opened in this session: its chart is then drawn in its
-closed view too, so that opening the view again finds the chart made."""
+for a WebGL scatter once opened, ``KEPT_VIEWS``)."""
+KEPT_VIEWS = "kept_views"
+"""{outputs view: batch key} of the WebGL scatters opened in this session: their charts are then
+drawn in their closed views too, so that opening a view again finds its chart made."""
 EMBEDDING_PROJECTION = "embedding_projection"
 EMBEDDING_COLOUR = "embedding_colour"
 RULE_ANCHOR = "rule_anchor"

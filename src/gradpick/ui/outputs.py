@@ -4,7 +4,7 @@ Thumbnails, the confidence/loss scatter, the confusion matrix, the feature-space
 table are selectable; the pickers, the text box and the clear button act through callbacks. All
 of them change one list, ``keys.PICKED``, which everything below the outputs reads. Only the
 open view is drawn (its tab reruns the page part when switched), so a click rebuilds one figure;
-a WebGL scatter, once opened, is drawn in its closed view too (``_scatter_kept``).
+a WebGL scatter, once opened, is drawn in its closed view too (``_kept``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from gradpick.verdicts import VERDICTS
 __all__ = [
     "ANY_VERDICT",
     "COLOURING_LABELS",
+    "EMBEDDING_VIEW",
     "GRID_COLUMNS",
     "PAGE_SIZES",
     "PROJECTION_LABELS",
@@ -55,6 +56,9 @@ ANY_VERDICT = "any"
 """The verdict rule's choice for every judged image."""
 VIEWS = ("Thumbnails", "Confidence vs loss", "Confusion matrix", "Feature space", "Table")
 SCATTER_VIEW = VIEWS[1]
+EMBEDDING_VIEW = VIEWS[3]
+_CHARTS = {SCATTER_VIEW: keys.SCATTER_CHART, EMBEDDING_VIEW: keys.EMBEDDING_CHART}
+"""The chart of each view that is kept drawn while closed (``_kept``)."""
 PROJECTION_LABELS = {"pca": "PCA", "umap": "UMAP"}
 COLOURING_LABELS = {"true": "true class", "predicted": "predicted class", "correct": "right/wrong"}
 
@@ -115,22 +119,30 @@ def render(loaded: Loaded, judged: Mapping[int, str] | None = None) -> None:
         view = dict(zip(VIEWS, views, strict=True))[shown]
         with row[position], guarded(f"The {shown.lower()} view"):
             view(loaded, judged)
-        scatter = VIEWS.index(SCATTER_VIEW)
-        if position != scatter and _scatter_kept(loaded):
-            with row[scatter], guarded(f"The {SCATTER_VIEW.lower()} view"):
-                revision = state.drawn_revision(st.session_state, keys.SCATTER_CHART)
-                _scatter_chart(loaded, judged, revision)
+        for kept, chart in ((SCATTER_VIEW, _scatter_chart), (EMBEDDING_VIEW, _embedding_chart)):
+            where = VIEWS.index(kept)
+            if where != position and _kept(loaded, kept):
+                with row[where], guarded(f"The {kept.lower()} view"):
+                    chart(loaded, judged, state.drawn_revision(st.session_state, _CHARTS[kept]))
 
 
-def _scatter_kept(loaded: Loaded) -> bool:
-    """Whether the scatter is drawn in its closed view too: a WebGL one, once opened for this
-    batch. Each opening would otherwise make the chart anew, which Streamlit draws twice (0.7-1
-    s to settle at 10,000 points in a browser without a GPU, against about 0.2 s to show the
-    kept one). Kept, its figure is sent again with each run of the page, unchanged
-    (``state.drawn_revision``), so the browser leaves its chart as it is."""
+def _kept(loaded: Loaded, view: str) -> bool:
+    """Whether ``view`` is drawn while closed: a WebGL scatter (the confidence/loss or the
+    feature-space one), once opened for this batch. Each opening would otherwise make the chart
+    anew, which Streamlit draws twice (0.6-1 s to settle at 10,000 points in a browser without a
+    GPU, against about 0.2 s to show the kept one). Kept, its figure is sent again with each run
+    of the page, unchanged (``state.drawn_revision``), so the browser leaves its chart as it is."""
     return (
-        len(loaded) > figures.WEBGL_ABOVE and st.session_state.get(keys.SCATTER_KEPT) == loaded.key
+        len(loaded) > figures.WEBGL_ABOVE
+        and st.session_state.get(keys.KEPT_VIEWS, {}).get(view) == loaded.key
     )
+
+
+def _keep(loaded: Loaded, view: str) -> int:
+    """Note ``view`` as opened for this batch (``_kept``); the revision to draw its chart with,
+    open."""
+    st.session_state.setdefault(keys.KEPT_VIEWS, {})[view] = loaded.key
+    return state.selection_revision(st.session_state, _CHARTS[view])
 
 
 def _plot(figure: go.Figure, key: str) -> None:
@@ -223,17 +235,15 @@ def _picked_marks(chart_key: str, marked: list[int], columns: int | None = None)
 
 
 def _scatter(loaded: Loaded, judged: Mapping[int, str]) -> None:
-    st.session_state[keys.SCATTER_KEPT] = loaded.key
-    revision = state.selection_revision(st.session_state, keys.SCATTER_CHART)
-    _scatter_chart(loaded, judged, revision)
+    _scatter_chart(loaded, judged, _keep(loaded, SCATTER_VIEW))
     _picked_marks(keys.SCATTER_CHART, state.picked(st.session_state))
     _hover_thumbnails(loaded, keys.SCATTER_CHART)
 
 
 def _scatter_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -> None:
     """The scatter's caption and chart at selection ``revision``: the same elements in the same
-    places whether its view is open or closed (``_scatter_kept``), so the browser keeps the
-    chart it made."""
+    places whether its view is open or closed (``_kept``), so the browser keeps the chart it
+    made."""
     result = loaded.result
     figure = cache.outputs_scatter(
         loaded.key, loaded.option.identity, revision, result, loaded.batch.class_names, loaded.hover
@@ -264,13 +274,21 @@ def _confusion(loaded: Loaded, judged: Mapping[int, str]) -> None:
 
 
 def _embedding(loaded: Loaded, judged: Mapping[int, str]) -> None:
+    if _embedding_chart(loaded, judged, _keep(loaded, EMBEDDING_VIEW)):
+        _picked_marks(keys.EMBEDDING_CHART, state.picked(st.session_state))
+        _hover_thumbnails(loaded, keys.EMBEDDING_CHART)
+
+
+def _embedding_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -> bool:
+    """The feature-space view's settings, caption and chart at selection ``revision``, the same
+    whether the view is open or closed (``_kept``); False when the model has no features."""
     features = loaded.result.features
     if features is None:
         st.info(
             "This model has no nn.Linear head, so there are no penultimate-layer features to "
             "place the images by."
         )
-        return
+        return False
     colourings = embedding.COLOURINGS if loaded.result.labels is not None else ("predicted",)
     left, right = st.columns(2)
     method = left.selectbox(
@@ -289,25 +307,28 @@ def _embedding(loaded: Loaded, judged: Mapping[int, str]) -> None:
         horizontal=True,
     )
     points = cache.projection(loaded.key, loaded.option.identity, method, features)
-    groups, names = embedding.colour_groups(loaded.result, colour_by, loaded.batch.class_names)
     st.caption(
         f"Each point is an image placed by its penultimate-layer features ({features.shape[1]} "
         f"numbers: the input of the model's last linear layer) projected by "
         f"{PROJECTION_LABELS[method]}. Hover for the image and its classes; click, box- or "
         "lasso-select to pick; the 'Nearest neighbours' rule picks the closest in feature space."
     )
-    figure = figures.embedding_scatter(
-        points,
-        groups,
-        names,
-        loaded.hover,
+    figure = cache.embedding_scatter(
+        loaded.key,
+        loaded.option.identity,
         method,
-        state.selection_revision(st.session_state, keys.EMBEDDING_CHART),
+        colour_by,
+        revision,
+        points,
+        loaded.result,
+        loaded.batch.class_names,
+        loaded.hover,
     )
-    _marked(figure, judged, lambda i: (float(points[i, 0]), float(points[i, 1])))
+    if judged:
+        figure = go.Figure(figure)  # the built figure is shared: the marks go on a copy
+        _marked(figure, judged, lambda i: (float(points[i, 0]), float(points[i, 1])))
     _plot(figure, keys.EMBEDDING_CHART)
-    _picked_marks(keys.EMBEDDING_CHART, state.picked(st.session_state))
-    _hover_thumbnails(loaded, keys.EMBEDDING_CHART)
+    return True
 
 
 def _table(loaded: Loaded, judged: Mapping[int, str]) -> None:
