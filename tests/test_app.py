@@ -236,7 +236,7 @@ def test_every_chart_is_sent_with_the_pages_plotly_options(generated: Path) -> N
         assert "toImage" in config["modeBarButtonsToRemove"]
 
 
-def _charts_keyed(app: AppTest, key: str) -> list[Any]:
+def charts_keyed(app: AppTest, key: str) -> list[Any]:
     """The page's plotly charts drawn with widget key ``key`` (their element id ends with it)."""
     return [chart for chart in app.get("plotly_chart") if chart.proto.id.endswith(f"-{key}")]
 
@@ -248,7 +248,7 @@ def test_the_detailed_view_and_the_downloads_are_drawn_only_once_opened(generate
     labels = [expander.label for expander in app.expander]
     assert gradients_panel.DETAIL_LABEL in labels and gradients_panel.DOWNLOADS_LABEL in labels
     assert not [box for box in app.selectbox if box.key == keys.DETAIL]
-    assert not _charts_keyed(app, keys.PROBABILITY_CHART)
+    assert not charts_keyed(app, keys.PROBABILITY_CHART)
     assert not app.get("download_button")
 
     app.session_state[keys.DETAIL_OPEN] = True
@@ -256,7 +256,7 @@ def test_the_detailed_view_and_the_downloads_are_drawn_only_once_opened(generate
     no_errors(app)
     assert app.selectbox(key=keys.DETAIL).value == 4
     assert any(caption.endswith("· overlay") for image in app.image for caption in image.captions)
-    assert len(_charts_keyed(app, keys.PROBABILITY_CHART)) == 1
+    assert len(charts_keyed(app, keys.PROBABILITY_CHART)) == 1
     assert not app.get("download_button")
 
     app.session_state[keys.DOWNLOADS_OPEN] = True

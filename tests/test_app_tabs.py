@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from test_app import TUTORIAL, captioned_indices, no_errors, open_app, open_tab, select
+from test_app import (
+    TUTORIAL,
+    captioned_indices,
+    charts_keyed,
+    no_errors,
+    open_app,
+    open_tab,
+    select,
+)
 from test_app_links import open_link
 
 from gradpick.ui import cache, figures, keys, linking, outputs
@@ -199,9 +207,7 @@ def test_the_outputs_views_keep_their_settings_while_another_view_is_open(
 
 
 def _specs(app: AppTest, key: str) -> list[str]:
-    """The specs of the page's charts keyed ``key`` (their element id ends with it)."""
-    charts = app.get("plotly_chart")
-    return [chart.proto.spec for chart in charts if chart.proto.id.endswith(f"-{key}")]
+    return [chart.proto.spec for chart in charts_keyed(app, key)]
 
 
 def _open_view(app: AppTest, view: str) -> AppTest:

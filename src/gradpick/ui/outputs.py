@@ -10,7 +10,7 @@ a WebGL scatter, once opened, is drawn in its closed view too (``_kept``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import plotly.graph_objects as go
@@ -57,8 +57,6 @@ ANY_VERDICT = "any"
 VIEWS = ("Thumbnails", "Confidence vs loss", "Confusion matrix", "Feature space", "Table")
 SCATTER_VIEW = VIEWS[1]
 EMBEDDING_VIEW = VIEWS[3]
-_CHARTS = {SCATTER_VIEW: keys.SCATTER_CHART, EMBEDDING_VIEW: keys.EMBEDDING_CHART}
-"""The chart of each view that is kept drawn while closed (``_kept``)."""
 PROJECTION_LABELS = {"pca": "PCA", "umap": "UMAP"}
 COLOURING_LABELS = {"true": "true class", "predicted": "predicted class", "correct": "right/wrong"}
 
@@ -119,11 +117,11 @@ def render(loaded: Loaded, judged: Mapping[int, str] | None = None) -> None:
         view = dict(zip(VIEWS, views, strict=True))[shown]
         with row[position], guarded(f"The {shown.lower()} view"):
             view(loaded, judged)
-        for kept, chart in ((SCATTER_VIEW, _scatter_chart), (EMBEDDING_VIEW, _embedding_chart)):
+        for kept, (chart_key, chart) in _KEPT.items():
             where = VIEWS.index(kept)
             if where != position and _kept(loaded, kept):
                 with row[where], guarded(f"The {kept.lower()} view"):
-                    chart(loaded, judged, state.drawn_revision(st.session_state, _CHARTS[kept]))
+                    chart(loaded, judged, state.drawn_revision(st.session_state, chart_key))
 
 
 def _kept(loaded: Loaded, view: str) -> bool:
@@ -142,7 +140,7 @@ def _keep(loaded: Loaded, view: str) -> int:
     """Note ``view`` as opened for this batch (``_kept``); the revision to draw its chart with,
     open."""
     st.session_state.setdefault(keys.KEPT_VIEWS, {})[view] = loaded.key
-    return state.selection_revision(st.session_state, _CHARTS[view])
+    return state.selection_revision(st.session_state, _KEPT[view][0])
 
 
 def _plot(figure: go.Figure, key: str) -> None:
@@ -163,20 +161,23 @@ def _hover_thumbnails(loaded: Loaded, chart_key: str) -> None:
         st.iframe(hover.script([keys.selector(chart_key)], url, layout), height=1)
 
 
-def _marked(figure: go.Figure, judged: Mapping[int, str], where: Any, legend: bool = True) -> None:
-    """Add the verdict marks of the judged images that ``where(index)`` places (None: not in
-    this view)."""
+def _marked(
+    figure: go.Figure, judged: Mapping[int, str], where: Any, legend: bool = True
+) -> go.Figure:
+    """``figure`` with the verdict marks of the judged images that ``where(index)`` places
+    (None: not in this view): a copy when it places any, so a shared (cached) figure is never
+    changed."""
     placed = [(where(i), v) for i, v in sorted(judged.items())]
     placed = [(point, v) for point, v in placed if point is not None]
-    if placed:
-        figure.add_traces(
-            judged_now.marks(
-                [p[0] for p, _ in placed],
-                [p[1] for p, _ in placed],
-                [v for _, v in placed],
-                legend,
-            )
+    if not placed:
+        return figure
+    marked = go.Figure(figure)
+    marked.add_traces(
+        judged_now.marks(
+            [p[0] for p, _ in placed], [p[1] for p, _ in placed], [v for _, v in placed], legend
         )
+    )
+    return marked
 
 
 def _thumbnails(loaded: Loaded, judged: Mapping[int, str]) -> None:
@@ -214,8 +215,7 @@ def _thumbnails(loaded: Loaded, judged: Mapping[int, str]) -> None:
         place = index - first
         return place % GRID_COLUMNS + 0.82, place // GRID_COLUMNS + 0.18
 
-    _marked(figure, judged, corner, legend=False)  # the grid has no legend
-    _plot(figure, keys.GRID_CHART)
+    _plot(_marked(figure, judged, corner, legend=False), keys.GRID_CHART)  # no legend
     _picked_marks(
         keys.GRID_CHART,
         outlines.picked_cells(state.picked(st.session_state), first, last),
@@ -249,11 +249,10 @@ def _scatter_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -> 
         loaded.key, loaded.option.identity, revision, result, loaded.batch.class_names, loaded.hover
     )
     if judged:
-        figure = go.Figure(figure)  # the built figure is shared: the marks go on a copy
         confidences = result.confidences.numpy()
         values = service.scatter_values(result)[0]
         heights = figures.scatter_heights(values)[0]  # a zero loss on a log axis is drawn lowest
-        _marked(figure, judged, lambda i: (float(confidences[i]), float(heights[i])))
+        figure = _marked(figure, judged, lambda i: (float(confidences[i]), float(heights[i])))
     st.caption(
         "Each point is an image (hover to see it); crosses are wrong predictions; orange rings: "
         "picked. Select to pick." + (" Open marks: the Triage tab's verdicts." if judged else "")
@@ -324,9 +323,7 @@ def _embedding_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -
         loaded.batch.class_names,
         loaded.hover,
     )
-    if judged:
-        figure = go.Figure(figure)  # the built figure is shared: the marks go on a copy
-        _marked(figure, judged, lambda i: (float(points[i, 0]), float(points[i, 1])))
+    figure = _marked(figure, judged, lambda i: (float(points[i, 0]), float(points[i, 1])))
     _plot(figure, keys.EMBEDDING_CHART)
     return True
 
@@ -427,3 +424,10 @@ def _selection_tools(loaded: Loaded, judged: Mapping[int, str]) -> None:
     if error:
         st.error(error)
     st.button("Clear selection", on_click=state.clear, args=(session,))
+
+
+_KEPT: dict[str, tuple[str, Callable[[Loaded, Mapping[int, str], int], object]]] = {
+    SCATTER_VIEW: (keys.SCATTER_CHART, _scatter_chart),
+    EMBEDDING_VIEW: (keys.EMBEDDING_CHART, _embedding_chart),
+}
+"""The views kept drawn while closed (``_kept``): their chart's key and what draws the chart."""
