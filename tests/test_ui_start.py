@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from serving import CHROMIUM_ARGS, LOAD_TIMEOUT_MS, chromium_executable, free_port, wait_healthy
 from streamlit.testing.v1 import AppTest
 
 from gradpick.ui import keys, page, start
@@ -69,3 +71,63 @@ def test_containers_keyed_hidden_are_hidden_by_the_page_style() -> None:
     assert f'[class*="st-key-{keys.HIDDEN_KEY_PREFIX}"] {{ display: none; }}' in start.PAGE_STYLE
     assert keys.PRELOAD_CONTAINER.startswith(keys.HIDDEN_KEY_PREFIX)
     assert keys.HOVER_SCRIPT.startswith(keys.HIDDEN_KEY_PREFIX)
+
+
+WORKING_PAGE = """
+import time
+
+import streamlit as st
+
+from gradpick.ui.start import PAGE_STYLE
+
+st.markdown(PAGE_STYLE, unsafe_allow_html=True)
+with st.spinner("Working…"):
+    if st.query_params.get("bar") == "1":
+        bar = st.progress(0.2, text="Reading images: 2 of 10")
+        time.sleep(1)
+        bar.progress(0.6, text="Reading images: 6 of 10")
+    time.sleep(60)
+"""
+"""A run that works under Streamlit's spinner, reporting on a progress bar when ?bar=1."""
+
+RUNNING_ANIMATIONS_JS = """
+() => document.getAnimations().filter((a) => a.playState === 'running')
+  .map((a) => a.effect.target.closest('[data-testid]').dataset.testid)
+"""
+
+
+def test_no_animation_runs_while_a_progress_bar_reports_work(tmp_path: Path) -> None:
+    """The browser draws an animation sixty frames a second on the cores the work needs; the
+    page style stops Streamlit's spinner and the bar's glide while a bar is shown, and only
+    then (a spinner alone still turns)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = chromium_executable()
+    script = tmp_path / "working.py"
+    script.write_text(WORKING_PAGE)
+    url = f"http://127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "streamlit", "run", str(script)]
+    command += ["--server.port", url.rsplit(":", 1)[1], "--server.headless", "true"]
+    command += ["--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(url, server)
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            running = {}
+            for bar in ("0", "1"):
+                page = browser.new_page()
+                page.goto(f"{url}/?bar={bar}")
+                page.wait_for_selector('[data-testid="stSpinnerIcon"]', timeout=LOAD_TIMEOUT_MS)
+                if bar == "1":
+                    page.wait_for_function(
+                        "() => document.body.innerText.includes('6 of 10')",
+                        timeout=LOAD_TIMEOUT_MS,
+                    )
+                running[bar] = page.evaluate(RUNNING_ANIMATIONS_JS)
+                page.close()
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+    assert running["0"] == ["stSpinnerIcon"]
+    assert running["1"] == []
