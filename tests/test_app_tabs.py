@@ -19,7 +19,7 @@ from test_app import (
 )
 from test_app_links import open_link
 
-from gradpick.ui import cache, figures, keys, linking, outputs
+from gradpick.ui import cache, figures, hover, keys, linking, outputs
 
 VALUE_WIDGETS = {
     "selectbox",
@@ -222,7 +222,7 @@ def _open_view(app: AppTest, view: str) -> AppTest:
     ("view", "chart"),
     [(outputs.SCATTER_VIEW, keys.SCATTER_CHART), (outputs.EMBEDDING_VIEW, keys.EMBEDDING_CHART)],
 )
-def test_a_webgl_scatter_once_opened_stays_drawn_in_its_closed_view(
+def test_a_webgl_scatter_is_drawn_in_its_closed_view_from_the_batchs_first_page(
     generated: Path,
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
@@ -230,20 +230,47 @@ def test_a_webgl_scatter_once_opened_stays_drawn_in_its_closed_view(
     view: str,
     chart: str,
 ) -> None:
-    """Kept, the browser finds the chart it made when the view opens again, instead of making
-    (and Streamlit drawing twice) a new one; an SVG scatter is made anew, as every other view."""
-    monkeypatch.setattr(figures, "WEBGL_ABOVE", 10 if webgl else 10**6)
-    # The built scatters are shared by sessions: none built under another threshold is reused.
-    for built in (cache.outputs_scatter, cache.embedding_scatter):
-        built.clear()
-        request.addfinalizer(built.clear)
+    """The browser makes the chart while the view is closed and finds it made when the view
+    opens, instead of making (and Streamlit drawing twice) a new one; an SVG scatter is made
+    on each opening, as every other view. The hover thumbnails' atlas is made with the closed
+    chart, once, and sent when the view opens."""
+    _fresh_scatters(monkeypatch, request, webgl)
+    atlases = []
+    make_atlas = hover.atlas
+    monkeypatch.setattr(hover, "atlas", lambda images: atlases.append(1) or make_atlas(images))
     app = open_app(**TUTORIAL)
-    assert _specs(app, chart) == []  # never opened: not drawn
+    closed = _specs(app, chart)
+    assert len(closed) == (1 if webgl else 0)
+    assert len(atlases) == (1 if webgl else 0)
     opened = _specs(_open_view(app, view), chart)
     assert len(opened) == 1 and ('"scattergl"' in opened[0]) == webgl
+    assert len(atlases) == 1
+    assert closed == (opened if webgl else [])  # the same figure: the same chart
     app = _open_view(app, "Confusion matrix")
     assert _specs(app, keys.CONFUSION_CHART)
     assert _specs(app, chart) == (opened if webgl else [])
     app = _open_view(app, "Thumbnails")
     assert _specs(app, chart) == (opened if webgl else [])
     assert _specs(_open_view(app, view), chart) == opened
+
+
+def test_a_feature_space_projected_by_umap_is_kept_only_once_opened(
+    generated: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """UMAP takes seconds to minutes: a new batch does not wait for it unless the view opens."""
+    _fresh_scatters(monkeypatch, request, webgl=True)
+    app = open_app(**TUTORIAL, **{keys.EMBEDDING_PROJECTION: "umap"})
+    no_errors(app)
+    assert _specs(app, keys.SCATTER_CHART)
+    assert _specs(app, keys.EMBEDDING_CHART) == []
+
+
+def _fresh_scatters(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, webgl: bool
+) -> None:
+    """Every scatter drawn with WebGL (tutorial batches are small) or with SVG; the built
+    scatters are shared by sessions, so none built under another threshold is reused."""
+    monkeypatch.setattr(figures, "WEBGL_ABOVE", 10 if webgl else 10**6)
+    for built in (cache.outputs_scatter, cache.embedding_scatter, cache.hover_atlas):
+        built.clear()
+        request.addfinalizer(built.clear)

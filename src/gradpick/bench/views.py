@@ -77,8 +77,8 @@ async def large_batch(
         record(f"{name}_drawn", timed[0])
         record(name, timed[1])
 
-    # A WebGL scatter's first opening makes its chart, which the page then keeps while another
-    # view is open (``ui.outputs``): the first is its own row, the reopenings the tab's.
+    # A WebGL scatter's chart is made while its view is closed, and kept while another view is
+    # open (``ui.outputs``): the first opening is its own row, the reopenings the tab's.
     record("scatter_tab_first", (await switch_tab(page, "Confidence vs loss", SCATTER))[1])
     record("embedding_tab_first", (await switch_tab(page, "Feature space", EMBEDDING))[1])
     for _ in range(clicks):
@@ -94,7 +94,7 @@ async def large_batch(
     ]
     for cell in cells[:clicks]:
         both("confusion_click", await click_until_changed(page, cell))
-    # The cells' clicks changed the picks: the kept chart takes them now, made anew.
+    # The cells' clicks changed the picks; the scatter, holding no selection, keeps its chart.
     record("scatter_tab_picked", (await switch_tab(page, "Confidence vs loss", SCATTER))[1])
     isolated = isolated_points(await settled_points(page, SCATTER))
     for point in isolated[:clicks]:

@@ -172,10 +172,11 @@ OUTLINES_CELLS = "outlines_cells"
 indices (inside the hidden ``OUTLINES_SCRIPT`` container)."""
 OUTPUTS_TAB = "outputs_tab"
 """The open outputs view: only that one is drawn, so a click does not rebuild the others (but
-for a WebGL scatter once opened, ``KEPT_VIEWS``)."""
+for a WebGL scatter, drawn closed too: ``gradpick.ui.outputs``)."""
 KEPT_VIEWS = "kept_views"
-"""{outputs view: batch key} of the WebGL scatters opened in this session: their charts are then
-drawn in their closed views too, so that opening a view again finds its chart made."""
+"""{outputs view: batch key} of the WebGL scatters opened in this session: a feature space
+projected by UMAP is then drawn in its closed view too (the others are from the batch's first
+page), so that opening the view again finds its chart made."""
 EMBEDDING_PROJECTION = "embedding_projection"
 EMBEDDING_COLOUR = "embedding_colour"
 RULE_ANCHOR = "rule_anchor"

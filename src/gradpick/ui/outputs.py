@@ -4,7 +4,7 @@ Thumbnails, the confidence/loss scatter, the confusion matrix, the feature-space
 table are selectable; the pickers, the text box and the clear button act through callbacks. All
 of them change one list, ``keys.PICKED``, which everything below the outputs reads. Only the
 open view is drawn (its tab reruns the page part when switched), so a click rebuilds one figure;
-a WebGL scatter, once opened, is drawn in its closed view too (``_kept``).
+a WebGL scatter is drawn in its closed view too (``_kept``).
 """
 
 from __future__ import annotations
@@ -122,18 +122,22 @@ def render(loaded: Loaded, judged: Mapping[int, str] | None = None) -> None:
             if where != position and _kept(loaded, kept):
                 with row[where], guarded(f"The {kept.lower()} view"):
                     chart(loaded, judged, state.drawn_revision(st.session_state, chart_key))
+                    cache.hover_atlas(loaded.key, loaded.batch)  # made now, sent when it opens
 
 
 def _kept(loaded: Loaded, view: str) -> bool:
     """Whether ``view`` is drawn while closed: a WebGL scatter (the confidence/loss or the
-    feature-space one), once opened for this batch. Each opening would otherwise make the chart
-    anew, which Streamlit draws twice (0.6-1 s to settle at 10,000 points in a browser without a
-    GPU, against about 0.2 s to show the kept one). Kept, its figure is sent again with each run
-    of the page, unchanged (``state.drawn_revision``), so the browser leaves its chart as it is."""
-    return (
-        len(loaded) > figures.WEBGL_ABOVE
-        and st.session_state.get(keys.KEPT_VIEWS, {}).get(view) == loaded.key
-    )
+    feature-space one) from the batch's first page, but for a feature space projected by UMAP
+    (seconds to minutes), once opened for this batch. Each opening would otherwise make the chart
+    anew, which Streamlit draws twice (0.7-1.1 s to settle at 10,000 points in a browser without
+    a GPU, the hover thumbnails' atlas made on the server meanwhile, against about 0.3 s to show
+    the kept one). Kept, its figure is sent again with each run of the page, unchanged
+    (``state.drawn_revision``), so the browser leaves its chart as it is."""
+    if len(loaded) <= figures.WEBGL_ABOVE:
+        return False
+    session = st.session_state
+    instant = view == SCATTER_VIEW or session.get(keys.EMBEDDING_PROJECTION, "pca") == "pca"
+    return instant or session.get(keys.KEPT_VIEWS, {}).get(view) == loaded.key
 
 
 def _keep(loaded: Loaded, view: str) -> int:
