@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from torch import nn
@@ -111,3 +113,50 @@ def test_cpu_threads_sets_the_count_for_the_block_and_restores_it() -> None:
     with pytest.raises(RuntimeError, match="inside"), devices.cpu_threads(1):
         raise RuntimeError("inside")
     assert torch.get_num_threads() == before
+
+
+def test_a_run_started_during_another_threads_block_keeps_the_process_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch hands a new thread the count last set anywhere: one started inside another
+    thread's block took that block's count, and its own block then left the process at it for
+    every later thread. Settled first, as each page run is, it cannot."""
+    suite = torch.get_num_threads()
+    monkeypatch.setattr(devices, "PROCESS_CPU_THREADS", 2)  # as a server on two cores
+    torch.set_num_threads(2)
+    try:
+        counts = _run_during_another_block()
+    finally:
+        torch.set_num_threads(suite)
+    assert counts == {"run": 2, "later": 2}
+
+
+def _run_during_another_block() -> dict[str, int]:
+    """A page run's thread started inside another thread's one-thread block, and ending after
+    it; then its count, and a later new thread's."""
+    holding, run_inside, holder_done = threading.Event(), threading.Event(), threading.Event()
+    counts: dict[str, int] = {}
+
+    def hold() -> None:  # another session's gradient step
+        with devices.cpu_threads(1):
+            holding.set()
+            run_inside.wait(10)
+        holder_done.set()
+
+    def run() -> None:  # a page run, on its new thread
+        holding.wait(10)
+        devices.settle_cpu_threads()
+        with devices.cpu_threads(1):
+            run_inside.set()
+            holder_done.wait(10)
+        counts["run"] = torch.get_num_threads()
+
+    threads = [threading.Thread(target=hold), threading.Thread(target=run)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    later = threading.Thread(target=lambda: counts.setdefault("later", torch.get_num_threads()))
+    later.start()
+    later.join(20)
+    return counts

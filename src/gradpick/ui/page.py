@@ -17,7 +17,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from gradpick import process, store
+from gradpick import devices, process, store
 from gradpick.data import ImageBatch, ImageSource
 from gradpick.infer import InferenceResult
 from gradpick.ui import (
@@ -161,6 +161,7 @@ def _stored_outputs(
 
 def main() -> None:
     started = time.perf_counter()
+    devices.settle_cpu_threads()  # each run is a new thread (``_explorer`` for its own runs)
     config = app_config()
     if config.hosted:
         process.return_freed_memory_promptly()
@@ -193,6 +194,7 @@ def _explorer(loaded: Loaded, settings: Settings) -> None:
     (``state.keep_closed_tabs``)."""
     session = st.session_state
     started = session.pop(keys.RUN_STARTED, None) or time.perf_counter()
+    devices.settle_cpu_threads()
     if state.pending_selection(session, keys.PROBABILITY_CHART):
         st.rerun()  # a bar click sets the target class, which the sidebar shows: a page run
     outputs.absorb_selections(loaded)
