@@ -4,6 +4,7 @@ is ``gradpick bench --explorer``; its figures are never asserted on)."""
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 
@@ -87,3 +88,38 @@ def test_the_badges_figures_are_read_from_the_pages_own_caption() -> None:
         [],
     )
     assert explorer_bench.badges_figures("no badges here") is None
+
+
+def test_each_inference_ratio_is_of_medians_over_its_own_seeds() -> None:
+    """The later sessions take the first seeds, the sample changes the next ones; each case is
+    set against the plain processes' inference of its own seeds only, the first page's against
+    every fresh plain process."""
+    config = ExplorerBenchConfig(inference_seeds=2, sample_changes=3)
+    readouts = {
+        "seeded_inference": "500 img/s, 700 img/s",
+        "sample_changes": "1,800 img/s, 1,900 img/s, 2,000 img/s",
+    }
+    first = {
+        "app": [900.0, 1000.0, 1300.0],
+        "plain": [800.0, 1000.0, 1000.0, 1100.0],
+        "plain_server_allocator": [1500.0, 1600.0],
+    }
+    before = [1000.0, 1000.0, 2000.0, 2000.0, 2000.0]  # seeds 1-2, then 3-5
+    after = [1000.0, 3000.0, 2000.0, 2000.0, 9000.0]
+    ratios = list(explorer_bench._inference_ratios(config, readouts, first, before, after).items())
+    assert [round(value, 6) for _, value in ratios] == [1.0, 1.55, 0.6, 0.95]
+    assert "3 servers and 4 plain processes" in ratios[0][0]
+    assert "allocator policy alone" in ratios[1][0] and "medians of 2 and 4" in ratios[1][0]
+    assert "later sessions" in ratios[2][0] and "2 samples and 4" in ratios[2][0]
+    assert "changed in the open page" in ratios[3][0] and "3 samples and 6" in ratios[3][0]
+    first["plain_server_allocator"] = []
+    only_first = explorer_bench._inference_ratios(config, {}, first, before, after)
+    assert list(only_first.values()) == [1.0]
+
+
+def test_a_call_that_fails_in_its_fresh_process_says_which_and_why() -> None:
+    from gradpick.bench import reference
+
+    with pytest.raises(RuntimeError, match="no_such_call in a fresh process failed") as failed:
+        reference.in_fresh_process("no_such_call", [], {}, sys.executable)
+    assert "AttributeError" in str(failed.value)

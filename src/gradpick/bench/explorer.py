@@ -14,7 +14,10 @@ a markdown table with the median and the worst of each step:
   the page's own "Server time for this update" and "Gradient step" readouts next to the same
   ``input_gradients`` call in a plain Python process, and the browser's main-thread work for
   the click (Chrome's ``TaskDuration``);
-* inference as the page reports it against the same ``infer`` call in a plain process;
+* inference as the page reports it against the same ``infer`` call in plain processes, at
+  N = 1,000 for the first page (with more fresh launchers beside the server's own), for samples
+  changed in the open page and for later sessions opened on samples of their own, and at
+  N = 10,000 (``gradpick.bench.reference``);
 * with the whole test split (N = 10,000): switching to the scatter and confusion-matrix tabs
   (each from a settled page), a click in the scatter and a click on a confusion-matrix cell,
   each until the page settled, with the first paint (the chart drawn, the heatmaps shown)
@@ -38,18 +41,17 @@ import os
 import platform
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gradpick import attribution
-from gradpick.bench import views
+from gradpick.bench import reference, views
 from gradpick.bench.pages import (
     CLICK_TIMEOUT_MS,
     PAGE_SIZE,
@@ -80,7 +82,6 @@ __all__ = [
     "badges_figures",
     "badges_readout",
     "parse_taskset",
-    "plain_reference",
     "report_text",
     "run_explorer_benchmark",
     "Step",
@@ -107,6 +108,13 @@ class ExplorerBenchConfig:
     """Later sessions, each opened on its own seeded sample of 1,000 images (seeds 1, 2, ...),
     whose inference the page times, against the same samples in the plain process: one run's
     throughput swings by about 15% on a shared machine, so the ratio is of medians. 0: none."""
+    sample_changes: int = 5
+    """Seeded samples of 1,000 (the seeds after the later sessions') that the first session
+    changes to in its sidebar, each inferred in the open page. 0: none."""
+    first_launches: int = 3
+    """Fresh launchers, each followed by a fresh plain process with glibc's default allocator
+    and one with the server's, whose first inference joins the first page's
+    (``reference.first_inference_samples``). 0: none."""
     server_cpus: tuple[int, ...] = ()
     """Cores for the server and the plain-process reference; empty: no pinning."""
     browser_cpus: tuple[int, ...] = ()
@@ -121,7 +129,9 @@ class ExplorerBenchConfig:
     log: Path = Path("artifacts") / "bench-explorer-server.log"
 
 
-QUICK = ExplorerBenchConfig(clicks=4, sessions=4, session_rounds=1, inference_seeds=2)
+QUICK = ExplorerBenchConfig(
+    clicks=4, sessions=4, session_rounds=1, inference_seeds=2, sample_changes=2, first_launches=1
+)
 
 
 def parse_taskset(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -244,83 +254,6 @@ def _server_env(config: ExplorerBenchConfig, cifar10_dir: str, cache: str) -> di
     of inferred, which is not what the inference figures time."""
     threads = None if config.threads is None else str(config.threads)
     return {"OMP_NUM_THREADS": threads, CIFAR10_DIR_ENV: cifar10_dir, CACHE_DIR_ENV: cache}
-
-
-def plain_reference(
-    sizes: Sequence[int], indices: Sequence[int], seeds: Sequence[int] = ()
-) -> dict[str, Any]:
-    """The app's default model and batches, timed in this (plain) process: ``infer`` at the
-    app's batch size for each N and for each seeded sample of 1,000 (``seeds``), and one
-    ``input_gradients`` step per index (k = 1, the page's default target and strategy) on the
-    first N."""
-    import torch
-
-    from gradpick.devices import cpu_threads
-    from gradpick.gradients import input_gradients
-    from gradpick.infer import infer
-    from gradpick.stored import INFERENCE_BATCH_SIZE
-    from gradpick.ui import service
-    from gradpick.ui.heatmaps import STEP_CPU_THREADS
-
-    option = service.model_options()[0]
-    model = service.load_model(option, torch.device("cpu")).module
-    base = service.DataChoice()
-    source = service.open_source(base)
-    seed = 0 if service.sorted_by_class(source) else None
-    figures: dict[str, Any] = {"model": option.identity, "threads": torch.get_num_threads()}
-    batches = {}
-    for size in sizes:
-        batch = service.read_batch(source, replace(base, size=size, seed=seed))
-        batches[size] = batch
-        infer(model, batch.images[:INFERENCE_BATCH_SIZE], batch_size=INFERENCE_BATCH_SIZE)
-        result = infer(
-            model, batch.images, batch.labels, batch_size=INFERENCE_BATCH_SIZE, features=True
-        )
-        figures[f"infer_{size}_ms"] = result.milliseconds
-        figures[f"infer_{size}_img_s"] = result.images_per_second
-    figures["seeded_img_s"] = []
-    for seed in seeds:  # the later sessions' samples, as the page reads them
-        sample = service.read_batch(source, replace(base, size=1000, seed=seed))
-        result = infer(
-            model, sample.images, sample.labels, batch_size=INFERENCE_BATCH_SIZE, features=True
-        )
-        figures["seeded_img_s"].append(result.images_per_second)
-    batch = batches[sizes[0]]
-    images = batch.float_images()
-    input_gradients(model, images, [indices[0]], labels=batch.labels)  # warm-up
-    figures["step_ms"] = [
-        input_gradients(model, images, [index], labels=batch.labels).timing for index in indices
-    ]
-    with cpu_threads(STEP_CPU_THREADS):
-        figures["step_one_thread_ms"] = [
-            input_gradients(model, images, [index], labels=batch.labels).timing for index in indices
-        ]
-    return figures
-
-
-def _run_plain_reference(
-    config: ExplorerBenchConfig, env: dict[str, str | None], sizes: Sequence[int], picks: list[int]
-) -> dict[str, Any]:
-    """``plain_reference`` in a fresh process on the server's cores, with the server's env."""
-    merged = {**os.environ}
-    for name, value in env.items():
-        if value is None:
-            merged.pop(name, None)
-        else:
-            merged[name] = value
-    code = (
-        "import json, sys, time; started = time.perf_counter(); import torch; "
-        "imported = (time.perf_counter() - started) * 1000; "
-        "from gradpick.bench.explorer import plain_reference; "
-        "figures = plain_reference(*json.loads(sys.argv[1])); "
-        "print(json.dumps({**figures, 'import_torch_ms': imported}))"
-    )
-    command = [*_prefix(config.server_cpus), config.python, "-c", code]
-    command.append(json.dumps([list(sizes), picks, list(range(1, config.inference_seeds + 1))]))
-    done = subprocess.run(command, env=merged, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"the plain-process reference failed:\n{done.stderr[-2000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 # ----------------------------------------------------------------------------- the browser
@@ -554,6 +487,9 @@ async def _drive(
                 label = attribution.get(config.method).label
                 readouts["method"] = f"{label} {await metric(page, label)}"
             await phase("triage and compare", views.triage_and_compare(page, config.clicks, record))
+            if config.sample_changes:
+                seeds = range(config.inference_seeds + 1, _last_seed(config) + 1)
+                await phase("sample changes", views.sample_changes(page, seeds, readouts))
             if config.inference_seeds:
                 await phase(
                     "inference",
@@ -580,6 +516,51 @@ async def _drive(
     return steps, readouts, failures
 
 
+def _last_seed(config: ExplorerBenchConfig) -> int:
+    """The later sessions' seeds come first (1, 2, ...), then the sample changes'."""
+    return config.inference_seeds + config.sample_changes
+
+
+def _inference_ratios(
+    config: ExplorerBenchConfig,
+    readouts: dict[str, str],
+    first: dict[str, list[float]],
+    *plain_seeded: list[float],
+) -> dict[str, float]:
+    """The page's inference at N = 1,000 over the plain process's, each a ratio of medians:
+    the first page's (the session's server and the fresh launchers, against every fresh plain
+    process), the later sessions' and the sample changes' (against the same seeds in the plain
+    processes before and after the browser session)."""
+    name = (
+        f"inference in the app / plain process, N = 1,000, the first page's: medians of "
+        f"{len(first['app'])} servers and {len(first['plain'])} plain processes (target ≥ 0.95)"
+    )
+    ratios = {name: statistics.median(first["app"]) / statistics.median(first["plain"])}
+    if first["plain_server_allocator"]:
+        name = (
+            "the server's allocator policy alone: plain process with it / without, N = 1,000, "
+            f"medians of {len(first['plain_server_allocator'])} and {len(first['plain'])}"
+        )
+        ratios[name] = statistics.median(first["plain_server_allocator"]) / statistics.median(
+            first["plain"]
+        )
+    cases = {
+        "seeded_inference": ("later sessions, each opened on its own sample", 0),
+        "sample_changes": ("a sample changed in the open page", config.inference_seeds),
+    }
+    for key, (what, offset) in cases.items():
+        if key not in readouts:
+            continue
+        in_app = [number(text) for text in readouts[key].split(", ")]
+        plain = [img_s for run in plain_seeded for img_s in run[offset : offset + len(in_app)]]
+        name = (
+            f"inference in the app / plain process, N = 1,000, {what}: medians of "
+            f"{len(in_app)} samples and {len(plain)} (target ≥ 0.95)"
+        )
+        ratios[name] = statistics.median(in_app) / statistics.median(plain)
+    return ratios
+
+
 def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> ExplorerReport:
     """The whole scripted session against a fresh server; see the module docstring."""
     cifar10_dir = os.environ.get(CIFAR10_DIR_ENV)
@@ -598,37 +579,38 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         env = _server_env(config, cifar10_dir, cache)
         load_before = _load_average()
         sizes = [1000, config.large_size] if config.large_size else [1000]
-        plain = _run_plain_reference(config, env, sizes, picks[: config.clicks])
+        prefix = _prefix(config.server_cpus)
+        seeds = list(range(1, _last_seed(config) + 1))
+        arguments = [sizes, picks[: config.clicks], seeds]
+        plain = reference.in_fresh_process("plain_reference", arguments, env, config.python, prefix)
+        launched = reference.first_inference_samples(
+            config.first_launches, env, config.python, prefix
+        )
         if config.browser_cpus:
             os.sched_setaffinity(0, config.browser_cpus)  # the driver and the browser it launches
         steps, readouts, failures = asyncio.run(_drive(config, chromium, env, picks))
         # Once before and once after the browser session: on a machine whose load changes, the
         # app's inference is compared with the plain process's mean of the two.
-        after = _run_plain_reference(config, env, sizes, picks[: config.clicks])
+        after = reference.in_fresh_process("plain_reference", arguments, env, config.python, prefix)
     steps["plain_step"].samples = list(plain["step_ms"]) + list(after["step_ms"])
     steps["plain_step_one"].samples = list(plain["step_one_thread_ms"]) + list(
         after["step_one_thread_ms"]
     )
     steps["import_torch"].samples = [plain["import_torch_ms"], after["import_torch_ms"]]
+    first = {
+        **launched,
+        "app": [number(readouts["first_inference"]), *launched["app"]],
+        "plain": [plain["infer_1000_img_s"], after["infer_1000_img_s"], *launched["plain"]],
+    }
     for size in sizes:
         key = f"infer_{size}_img_s"
         plain[key] = statistics.mean([plain[key], after[key]])
     ratios = {
-        "inference in the app / plain process, N = 1,000 (the first page's; target ≥ 0.95)": (
-            number(readouts["first_inference"]) / plain["infer_1000_img_s"]
-        ),
         "gradient step, page readout / plain process (medians)": (
             steps["step"].median / steps["plain_step"].median
         ),
+        **_inference_ratios(config, readouts, first, plain["seeded_img_s"], after["seeded_img_s"]),
     }
-    if "seeded_inference" in readouts:
-        in_app = [number(text) for text in readouts["seeded_inference"].split(", ")]
-        name = (
-            f"inference in the app / plain process, N = 1,000, medians of {len(in_app)} seeded "
-            "samples each (later sessions; target ≥ 0.95)"
-        )
-        plain_runs = list(plain["seeded_img_s"]) + list(after["seeded_img_s"])
-        ratios[name] = statistics.median(in_app) / statistics.median(plain_runs)
     if steps["badges"].samples:
         name = "trust badges / the click's server time before them (medians; target ≤ 0.5)"
         ratios[name] = steps["badges"].median / steps["server"].median
@@ -646,6 +628,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         "threads": config.threads if config.threads is not None else "unset",
         "plain": plain,
         "plain_after": after,
+        "first_inference": first,
         "page": readouts,
         "failed": failures,
     }

@@ -44,6 +44,7 @@ __all__ = [
     "pick_by_text",
     "Server",
     "click_point",
+    "environment",
     "streamlit_server",
     "text_box",
     "wait_for_heatmaps",
@@ -122,6 +123,17 @@ SCATTER_POINTS_JS = """
 ``selector`` (the scatter, the embedding or the thumbnail grid), and the plot area's box."""
 
 
+def environment(env: Mapping[str, str | None]) -> dict[str, str]:
+    """This process's environment with ``env`` over it (a None value removes the variable)."""
+    merged = dict(os.environ)
+    for name, value in env.items():
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = value
+    return merged
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -175,12 +187,7 @@ def streamlit_server(
     after the heavy imports) on a free port with ``env`` over this process's
     environment (a None value removes the variable), its output written to ``log``; ``prefix``
     goes before the command (e.g. ``taskset -c 0``)."""
-    merged = dict(os.environ)
-    for name, value in env.items():
-        if value is None:
-            merged.pop(name, None)
-        else:
-            merged[name] = value
+    merged = environment(env)
     port = free_port()
     command = [*prefix, python, "-m", "gradpick.ui.launch", str(app)]
     command += ["--server.port", str(port), "--server.headless", "true"]

@@ -1,6 +1,7 @@
 """The explorer benchmark's phases beyond the first page's clicks, each timed in the browser
-from a settled page to the page settled: the Triage and Compare tabs, sessions opened on seeded
-samples (the page's own inference readouts), and the whole split (tabs and clicks at N = 10,000).
+from a settled page to the page settled: the Triage and Compare tabs, seeded samples changed in
+the open page and sessions opened on others (the page's own inference readouts), and the whole
+split (tabs and clicks at N = 10,000).
 
 Each records its samples through ``record(step, milliseconds)`` under the step names of
 ``gradpick.bench.explorer``, which holds the steps, their targets and the table.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gradpick.bench.pages import (
@@ -43,7 +44,9 @@ __all__ = [
     "COMPARED_PICKS_JS",
     "TRIAGE_HEADING",
     "Record",
+    "SEED_LINKED_JS",
     "large_batch",
+    "sample_changes",
     "seeded_inference",
     "triage_and_compare",
 ]
@@ -130,6 +133,26 @@ async def seeded_inference(browser: Any, url: str, seeds: int, readouts: dict[st
         found.append(await metric(opened.page, "Throughput"))
         await opened.page.context.close()
     readouts["seeded_inference"] = ", ".join(found)
+
+
+SEED_LINKED_JS = "(seed) => new URLSearchParams(location.search).get('seed') === seed"
+"""True once the page's link names the sample ``seed``: the page writes it once that sample's
+outputs are shown."""
+
+
+async def sample_changes(page: Any, seeds: Iterable[int], readouts: dict[str, str]) -> None:
+    """Change the open page's seeded sample to each of ``seeds`` in its sidebar, one after
+    another, and keep the page's inference readout of each; then back to seed 0 (inferred
+    already), the sample the later phases expect."""
+    box = page.get_by_test_id("stSidebar").get_by_role("spinbutton", name="Seed", exact=True)
+    found = []
+    for seed in [*seeds, 0]:
+        await box.fill(str(seed))
+        await box.press("Enter")
+        await wait(page, SEED_LINKED_JS, str(seed))
+        await idle(page)
+        found.append(await metric(page, "Throughput"))
+    readouts["sample_changes"] = ", ".join(found[:-1])
 
 
 async def triage_and_compare(page: Any, clicks: int, record: Record) -> None:

@@ -163,8 +163,7 @@ def main() -> None:
     started = time.perf_counter()
     devices.settle_cpu_threads()  # each run is a new thread (``_explorer`` for its own runs)
     config = app_config()
-    if config.hosted:
-        process.return_freed_memory_promptly()
+    process.apply_memory_policy(config.hosted)  # once per process: the launcher's, if it ran
     gradients_panel.absorb_target_click()
     if config.problem is not None:
         st.error(config.problem)
