@@ -38,20 +38,21 @@ def plain_reference(
 ) -> dict[str, Any]:
     """The app's default model and batches, timed in this (plain) process: ``infer`` at the
     app's batch size for each N and for each seeded sample of 1,000 (``seeds``, after the first
-    N, as the page infers them),
-    and one ``input_gradients`` step per index (k = 1, the page's default target and strategy)
-    on the first N (none without ``indices``). With ``server_allocator``, the process first
-    takes the explorer server's allocator policy (``process.keep_freed_memory_for_reuse``);
-    without, glibc's default, as a user's own script runs."""
+    N, as the page infers them), and one ``input_gradients`` step per index (k = 1, the page's
+    default target and strategy) on the first N (none without ``indices``). With
+    ``server_allocator``, the process takes the explorer server's allocator policy
+    (``process.keep_freed_memory_for_reuse``) before any of that; without, glibc's default, as
+    a user's own script runs."""
     if server_allocator:
         from gradpick import process
 
         process.keep_freed_memory_for_reuse()
     import torch
 
+    from gradpick.data import ImageBatch
     from gradpick.devices import cpu_threads
     from gradpick.gradients import input_gradients
-    from gradpick.infer import infer
+    from gradpick.infer import InferenceResult, infer
     from gradpick.stored import INFERENCE_BATCH_SIZE
     from gradpick.ui import service
     from gradpick.ui.heatmaps import STEP_CPU_THREADS
@@ -62,24 +63,29 @@ def plain_reference(
     source = service.open_source(base)
     seed = 0 if service.sorted_by_class(source) else None
     figures: dict[str, Any] = {"model": option.identity, "threads": torch.get_num_threads()}
-    batches, figures["seeded_img_s"] = {}, []
+
+    def inferred(batch: ImageBatch) -> InferenceResult:
+        return infer(
+            model, batch.images, batch.labels, batch_size=INFERENCE_BATCH_SIZE, features=True
+        )
+
+    batches = {}
     for size in sizes:
         batch = service.read_batch(source, replace(base, size=size, seed=seed))
         batches[size] = batch
         infer(model, batch.images[:INFERENCE_BATCH_SIZE], batch_size=INFERENCE_BATCH_SIZE)
-        result = infer(
-            model, batch.images, batch.labels, batch_size=INFERENCE_BATCH_SIZE, features=True
-        )
+        result = inferred(batch)
         figures[f"infer_{size}_ms"] = result.milliseconds
         figures[f"infer_{size}_img_s"] = result.images_per_second
-        # The seeded samples after the first N and before the larger, in the page's order: a
-        # process's speed may change after its first large batch (``process``'s heap).
-        for sample_seed in seeds if size == sizes[0] else ():
-            sample = service.read_batch(source, replace(base, size=1000, seed=sample_seed))
-            result = infer(
-                model, sample.images, sample.labels, batch_size=INFERENCE_BATCH_SIZE, features=True
-            )
-            figures["seeded_img_s"].append(result.images_per_second)
+        if size == sizes[0]:
+            # The seeded samples after the first N and before the larger, in the page's order:
+            # a process's speed may change after its first large batch (``process``'s heap).
+            figures["seeded_img_s"] = [
+                inferred(
+                    service.read_batch(source, replace(base, size=1000, seed=sample_seed))
+                ).images_per_second
+                for sample_seed in seeds
+            ]
     figures["step_ms"], figures["step_one_thread_ms"] = [], []
     if indices:
         batch = batches[sizes[0]]
@@ -100,8 +106,6 @@ def launcher_inference() -> float:
     """The explorer's launcher's work before it serves (``ui.launch.warm``: imports, model,
     warm-up pass, the page's default batch inferred) in this process; the throughput of that
     inference, which is what the first page shows (img/s)."""
-    import torch
-
     from gradpick import devices
     from gradpick.ui import cache, launch, page, service
 
@@ -109,7 +113,7 @@ def launcher_inference() -> float:
     option = service.model_options()[0]
     base = service.DataChoice()
     source = cache.source(base.source_key, base)
-    device = torch.device(str(devices.resolve_device("auto")))
+    device = devices.resolve_device("auto")
     choice = service.default_batch(base, source)
     loaded, _ = page.infer_choice(choice, source, option, device, keep=True)  # from the cache
     return float(loaded.result.images_per_second)

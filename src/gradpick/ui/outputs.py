@@ -136,7 +136,8 @@ def _kept(loaded: Loaded, view: str) -> bool:
     if len(loaded) <= figures.WEBGL_ABOVE:
         return False
     session = st.session_state
-    instant = view == SCATTER_VIEW or session.get(keys.EMBEDDING_PROJECTION, "pca") == "pca"
+    pca = embedding.PROJECTIONS[0]  # the projection selector's first and default choice
+    instant = view == SCATTER_VIEW or session.get(keys.EMBEDDING_PROJECTION, pca) == pca
     return instant or session.get(keys.KEPT_VIEWS, {}).get(view) == loaded.key
 
 
