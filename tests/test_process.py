@@ -86,6 +86,7 @@ def test_the_first_policy_asked_for_is_the_process_s(
     reuse = [
         (process._M_MMAP_THRESHOLD, process.REUSE_MMAP_THRESHOLD),
         (process._M_TRIM_THRESHOLD, process.REUSE_TRIM_THRESHOLD),
+        (process._M_ARENA_MAX, 1),
     ]
     assert applied == (prompt if hosted else reuse)
     assert process.apply_memory_policy(not hosted) is False
@@ -94,14 +95,20 @@ def test_the_first_policy_asked_for_is_the_process_s(
 
 
 FAULTS_SCRIPT = """
-import resource, sys, torch
+import resource, sys, threading, torch
 from gradpick import process
 policies = {"reuse": process.keep_freed_memory_for_reuse,
             "prompt": process.return_freed_memory_promptly}
 assert policies[sys.argv[1]]()
-def batch():  # a forward pass: several 8 MB activations alive at once, all freed at its end
+def forward():  # several 8 MB activations alive at once, all freed at its end
     blocks = [torch.ones(2 * 1024 * 1024) for _ in range(6)]
     del blocks
+def batch():  # on the main thread, or in a thread of its own as each page run is
+    if sys.argv[2] == "main":
+        return forward()
+    thread = threading.Thread(target=forward)
+    thread.start()
+    thread.join()
 batch()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(8):
@@ -111,14 +118,17 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
-def test_kept_for_reuse_the_next_batch_takes_the_freed_memory_back() -> None:
-    """Eight batches of six 8 MB activations after a first: returned promptly, every block
-    faults in all of its pages again; kept for reuse, the next batch mostly takes the freed
-    memory back without a fault. (glibc's default lies anywhere between, 26,000 to 96,000
-    faults here, as the heap's layout has it: not asserted on.)"""
+@pytest.mark.parametrize("thread", ["main", "own"])
+def test_kept_for_reuse_the_next_batch_takes_the_freed_memory_back(thread: str) -> None:
+    """Eight batches of six 8 MB activations after a first, on the main thread or each in a
+    thread of its own: returned promptly, every block faults in all of its pages again; kept
+    for reuse, the next batch mostly takes the freed memory back without a fault, also from
+    another thread (a heap per thread faulted in about half of them again). (glibc's default
+    lies anywhere between, 26,000 to 96,000 faults here, as the heap's layout has it: not
+    asserted on.)"""
     faults = {}
     for policy in ("reuse", "prompt"):
-        command = [sys.executable, "-c", FAULTS_SCRIPT, policy]
+        command = [sys.executable, "-c", FAULTS_SCRIPT, policy, thread]
         run = subprocess.run(command, capture_output=True, text=True, check=True)
         faults[policy] = int(run.stdout)
     assert faults["prompt"] >= 8 * 6 * 2048 * 0.9, faults  # every page of every block
@@ -154,3 +164,37 @@ def test_the_loaded_objects_are_frozen_once_and_later_garbage_is_still_collected
     assert found["again"] == found["first"] and found["frozen_after"] == found["frozen"]
     assert found["cycle_freed"] and found["collected"] >= 1
     assert found["tracked"] < 20_000  # a full pass now walks only what came after the freeze
+
+
+RELEASE_SCRIPT = """
+import json, os, torch
+from gradpick import process
+torch.set_num_threads(2)
+def threads():
+    return len(os.listdir("/proc/self/task"))
+def parallel_step():  # large enough for torch to split it over its OpenMP team
+    return float(torch.ones(1 << 22).exp_().sum())
+before = threads()
+parallel_step()
+with_team = threads()
+released = process.release_openmp_threads()
+after = threads()
+value = parallel_step()
+print(json.dumps({"before": before, "with_team": with_team, "released": released,
+                  "after": after, "again": threads(), "value": value}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+def test_the_calling_thread_s_openmp_workers_are_let_go_and_come_back_when_needed() -> None:
+    """A team of two is one worker beside the calling thread; released, it is gone, and the
+    next parallel step starts it again with the same result."""
+    run = subprocess.run(
+        [sys.executable, "-c", RELEASE_SCRIPT], capture_output=True, text=True, check=True
+    )
+    found = json.loads(run.stdout)
+    assert found["released"] is True
+    assert found["with_team"] == found["before"] + 1, found
+    assert found["after"] == found["before"], found
+    assert found["again"] == found["with_team"], found
+    assert found["value"] == pytest.approx(float(1 << 22) * 2.718281828459045, rel=1e-5)

@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
 from test_app import captioned_indices, open_app, open_tab
 
-from gradpick import data
+from gradpick import data, devices, versus
 from gradpick.cli import main
-from gradpick.ui import config, keys, service
+from gradpick.ui import config, heatmaps, keys, service
 
 TUTORIAL = "tutorial:random-seed0"
 RESNET = "resnet20:random-seed0"
@@ -135,3 +136,29 @@ def test_a_store_of_other_images_is_refused(
     app = _open(**session)
     assert not app.exception
     assert any("was written from other images" in e.value for e in app.error)
+
+
+def test_the_picks_maps_are_a_click_s_step_on_one_cpu_thread(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the Explore tab's gradients: a few picks gain nothing from a second thread, whose
+    spinning beside the browser's redraw made a flip cell's click 80 ms slower."""
+    if devices.PROCESS_CPU_THREADS < 2:
+        pytest.skip("one CPU thread for the whole process: nothing to tell apart")
+    threads: list[int] = []
+    compare_maps = versus.compare_maps
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        threads.append(torch.get_num_threads())
+        return compare_maps(*args, **kwargs)
+
+    monkeypatch.setattr(versus, "compare_maps", recording)
+    st.cache_data.clear()  # the maps of an earlier test's same picks would be reused
+    app = _open(**{keys.MODEL: TUTORIAL, keys.COMPARE_WITH: RESNET})
+    app.session_state[keys.COMPARE_FLIPS] = {
+        "selection": {"points": [{"customdata": [3]}], "box": [], "lasso": []}
+    }
+    app.run()
+    _no_errors(app)
+    assert threads == [heatmaps.STEP_CPU_THREADS]
+    assert _map_captions(app)

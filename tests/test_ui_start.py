@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from serving import CHROMIUM_ARGS, LOAD_TIMEOUT_MS, chromium_executable, free_port, wait_healthy
@@ -52,7 +53,7 @@ def test_the_preload_chart_is_cleared_when_the_run_ends(
 ) -> None:
     seen_during_run: list[int] = []
 
-    def recording_main() -> None:
+    def recording_main(after_inference: object = None) -> None:
         seen_during_run.append(1)
         main()  # type: ignore[operator]
 
@@ -65,6 +66,34 @@ def test_the_preload_chart_is_cleared_when_the_run_ends(
         assert len(app.exception) == 1  # the message itself is redacted by the page config
     else:
         assert [c.value for c in app.caption] == ["the page"]
+
+
+@pytest.mark.parametrize("imported", [False, True])
+def test_the_preload_chart_waits_for_the_batch_once_the_imports_are_done(
+    generated: Path, monkeypatch: pytest.MonkeyPatch, imported: bool
+) -> None:
+    """A process's first page sends the chart before it imports (the browser loads plotly
+    meanwhile); any later page only once its batch is inferred, not while it infers."""
+    events: list[str] = []
+    send_chart, load = start.st.plotly_chart, page._load
+
+    def recording_chart(*args: Any, **kwargs: Any) -> Any:
+        events.append("chart")
+        return send_chart(*args, **kwargs)
+
+    def recording_load(settings: Any) -> Any:
+        loaded = load(settings)
+        events.append("batch")
+        return loaded
+
+    monkeypatch.setattr(start.st, "plotly_chart", recording_chart)
+    monkeypatch.setattr(page, "_load", recording_load)
+    if not imported:
+        monkeypatch.setattr(start, "_PAGE_MODULE", "gradpick.ui.not_imported_yet")
+    app = AppTest.from_function(_frame_only, default_timeout=120).run()
+    assert not app.exception
+    assert events[:2] == (["batch", "chart"] if imported else ["chart", "batch"])
+    assert app.get("plotly_chart"), "the page's own charts are drawn"
 
 
 def test_containers_keyed_hidden_are_hidden_by_the_page_style() -> None:

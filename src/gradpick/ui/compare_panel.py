@@ -25,7 +25,7 @@ from gradpick import stored, versus
 from gradpick.data import ImageBatch
 from gradpick.errors import DataError
 from gradpick.infer import InferenceResult
-from gradpick.ui import cache, figures, keys, service, state
+from gradpick.ui import cache, figures, heatmaps, keys, service, state
 from gradpick.ui.config import app_config
 from gradpick.ui.guard import guarded
 from gradpick.ui.session import Loaded, Settings
@@ -284,9 +284,10 @@ def _compared(
     _source: Any,
     _pairing: versus.Pairing,
 ) -> versus.MapComparison:
-    return versus.compare_maps(
-        _loaded.served, _served, _source, _pairing, list(picks), method, dict(settings)
-    )
+    with heatmaps.step_threads(_loaded.served.module):  # a click's few picks, as the gradients'
+        return versus.compare_maps(
+            _loaded.served, _served, _source, _pairing, list(picks), method, dict(settings)
+        )
 
 
 def _maps(loaded: Loaded, settings: Settings, second: Second, pairing: versus.Pairing) -> None:

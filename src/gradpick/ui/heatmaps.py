@@ -46,6 +46,7 @@ __all__ = [
     "quantity",
     "quick_checks",
     "step_memory",
+    "step_threads",
     "strip",
     "tiles",
     "Tiles",
@@ -206,14 +207,16 @@ def compute(
     method = attribution.build(request.method, dict(request.settings), layer)
     if strategies.get(request.strategy).whole_batch:
         _check_whole_batch_cost(model, batch, request.strategy)
-    with _step_threads(model):
+    with step_threads(model):
         shown = method.attribute(
             gradient_request(model, batch, indices, request, contrast=contrast)
         )
     return at_batch_indices(shown, indices)
 
 
-def _step_threads(model: nn.Module) -> AbstractContextManager[None]:
+def step_threads(model: nn.Module) -> AbstractContextManager[None]:
+    """A click's step on the picks: ``STEP_CPU_THREADS`` on the CPU, the device's own way
+    elsewhere."""
     on_cpu = model_device(model).type == "cpu"
     return devices.cpu_threads(STEP_CPU_THREADS if on_cpu else None)
 
@@ -238,7 +241,7 @@ def quick_checks(
     """
     settings = replace(MethodSettings.from_chosen(dict(request.settings)), layer=shown.layer)
     rows = torch.tensor(list(indices), dtype=torch.long)
-    with _step_threads(model):  # index_select: advanced indexing spins on busy cores
+    with step_threads(model):  # index_select: advanced indexing spins on busy cores
         images, positions, _ = engine_images(batch, indices, _seeded(request.method))
         checks = run_quick_checks(
             model,
@@ -265,7 +268,7 @@ def step_memory(
     Kept apart from ``compute`` so the profiler's overhead reaches neither the step's timing
     nor the time to the heatmaps.
     """
-    with _step_threads(model):
+    with step_threads(model):
         return gradients.compute(
             gradient_request(model, batch, indices, request, measure_memory=True)
         ).memory

@@ -55,7 +55,8 @@ def warm(app_args: Sequence[str]) -> float:
     first built-in one, unless ``app_args`` name the user's own), run it once, read and infer
     the page's default batch where that is local (``_infer_default_batch``), on the CPU set up
     the memory profiler the page measures clicks with, and freeze all that out of the garbage
-    collector's passes (``process.freeze_loaded_objects``); returns milliseconds.
+    collector's passes (``process.freeze_loaded_objects``); then let this thread's OpenMP
+    workers go (``process.release_openmp_threads``); returns milliseconds.
 
     The allocator's policy is set first (``process.apply_memory_policy``): on the user's own
     machine, freed memory is kept for the next batch (half again as fast).
@@ -90,6 +91,7 @@ def warm(app_args: Sequence[str]) -> float:
         if devices.resolve_device("auto").type == "cpu":  # the page measures clicks' memory
             measure.warm_profiler()  # with the profiler, whose first use takes seconds
         process.freeze_loaded_objects()  # out of the full collection after every script run
+    process.release_openmp_threads()  # this thread infers no more: page runs have their own
     return (time.perf_counter() - started) * 1000
 
 

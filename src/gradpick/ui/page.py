@@ -159,7 +159,9 @@ def _stored_outputs(
     return cache.stored_result(choice.batch_key, stamp, option.identity, opened, batch)
 
 
-def main() -> None:
+def main(after_inference: Callable[[], None] | None = None) -> None:
+    """The page; ``after_inference`` is called once its batch's outputs are at hand (inferred,
+    from a cache or a store), before anything of them is drawn."""
     started = time.perf_counter()
     devices.settle_cpu_threads()  # each run is a new thread (``_explorer`` for its own runs)
     config = app_config()
@@ -179,6 +181,8 @@ def main() -> None:
     loaded = _load(settings)
     if loaded is None:
         return
+    if after_inference is not None:
+        after_inference()
     outputs.readouts(loaded)
     st.session_state[keys.RUN_STARTED] = started
     _explorer(loaded, settings)
