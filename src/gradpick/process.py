@@ -67,13 +67,13 @@ def release_openmp_threads() -> bool:
     as long as its thread. The explorer's launcher infers on the main thread, which then serves
     for good; each page run infers on a thread of its own. With the launcher's team alive,
     libgomp counts more of its threads than cores and has its workers sleep between parallel
-    steps instead of spinning: a page's 1,000 images then inferred at 1,600-1,700 img/s, and at
-    1,850-2,100 once the launcher's team was gone (ResNet-20, two cores).
+    steps instead of spinning: 1,000 images inferred in a thread then ran at 1,580-1,970 img/s,
+    and mostly at 1,850-2,170 once the launcher's team was gone (ResNet-20, two cores).
     """
     try:
         pause = ctypes.CDLL(None).omp_pause_resource_all
-    except (OSError, AttributeError):  # no OpenMP runtime loaded, or one before OpenMP 5.0
-        return False
+    except (OSError, TypeError, AttributeError):  # no process-wide lookup (Windows), no OpenMP
+        return False  # runtime loaded, or one before OpenMP 5.0
     return bool(pause(_OMP_PAUSE_SOFT) == 0)
 
 
@@ -112,7 +112,7 @@ def keep_freed_memory_for_reuse() -> bool:
     The thresholds are the main heap's: glibc gives other threads heaps of their own, mapped
     64 MB at a time and unmapped as they empty, and every page run is a thread of its own. So
     every thread shares the main heap (``M_ARENA_MAX`` 1): batches inferred in threads of their
-    own faulted in 43,000-51,000 of their 98,000 pages again with a heap per thread, 4,000-8,000
+    own faulted in 43,000-51,000 of their 98,000 pages again with a heap per thread, 4,000-12,000
     with one; 1,000 images inferred at 1,600-1,950 img/s, and at 1,925-2,080 as on the main
     thread. The threads that allocate much (page runs, the OpenMP workers) mostly take turns.
     """
