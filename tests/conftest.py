@@ -19,9 +19,10 @@ import torch
 from PIL import Image
 from torch import nn
 
-from gradpick import data, models
+from gradpick import data
 from gradpick.data import CIFAR10_CLASSES
-from gradpick.models import freeze
+from gradpick.models import shipped as models
+from gradpick.models.shipped import freeze
 from gradpick.ui import config
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -21,10 +21,16 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gradpick import attribution, data, models, selection, store, stored, strategies
-from gradpick.gradients import STRATEGIES
-from gradpick.infer import infer_chunks
-from gradpick.ui import gradients_panel, keys, service, state
+from gradpick import attribution, data
+from gradpick.gradients import strategies
+from gradpick.gradients.engine import STRATEGIES
+from gradpick.models import shipped as models
+from gradpick.outputs import store_format as store
+from gradpick.outputs import stores as stored
+from gradpick.outputs.inference import infer_chunks
+from gradpick.picking import rules as selection
+from gradpick.ui import keys, service, state
+from gradpick.ui.panels import explore as gradients_panel
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 TIMEOUT = 180

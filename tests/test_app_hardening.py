@@ -30,8 +30,9 @@ from test_app import (
 )
 from test_models import Payload, torch_zip_with
 
-from gradpick import data, models
+from gradpick import data
 from gradpick.errors import InputError
+from gradpick.models import shipped as models
 from gradpick.ui import config, keys
 from gradpick.ui.config import AppConfig, UserModelArgs, hosted_mode, parse_user_model
 

@@ -10,7 +10,10 @@ import numpy as np
 import torch
 from test_app import TUTORIAL, metrics, no_errors, open_app, select
 
-from gradpick import attribution, layers, models, render
+from gradpick import attribution
+from gradpick.gradients import layers
+from gradpick.models import shipped as models
+from gradpick.show import render
 from gradpick.ui import heatmaps, keys, layer_select
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gradpick import selections
+from gradpick.picking import named as selections
 from gradpick.ui import config, keys, state
 
 APP = Path(__file__).resolve().parents[1] / "app.py"

@@ -19,7 +19,9 @@ from test_app import (
 )
 from test_app_links import open_link
 
-from gradpick.ui import cache, figures, hover, keys, linking, outputs
+from gradpick.ui import cache, figures, keys, linking
+from gradpick.ui.browser import hover
+from gradpick.ui.panels import outputs
 
 VALUE_WIDGETS = {
     "selectbox",

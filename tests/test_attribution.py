@@ -13,9 +13,9 @@ from torch import nn
 from gradpick import attribution
 from gradpick.attribution import METHOD_NAMES, METHODS, AttributionMethod, attribute
 from gradpick.errors import InputError, SelectionError
-from gradpick.gradients import input_gradients
-from gradpick.models import freeze
-from gradpick.request import GradientRequest
+from gradpick.gradients.engine import input_gradients
+from gradpick.gradients.request import GradientRequest
+from gradpick.models.shipped import freeze
 
 PICKED = [5, 2, 9]
 

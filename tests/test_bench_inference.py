@@ -12,7 +12,7 @@ from gradpick import data
 from gradpick.bench import inference as infer_bench
 from gradpick.bench.inference import GRADPICK, HAND_WRITTEN, InferBenchConfig
 from gradpick.cli import main
-from gradpick.infer import infer_source
+from gradpick.outputs.inference import infer_source
 
 
 def test_the_hand_written_loop_computes_what_infer_source_computes(

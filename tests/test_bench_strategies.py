@@ -20,9 +20,9 @@ from gradpick.bench.strategies import (
     markdown_table,
     run_benchmark,
 )
-from gradpick.compare import FLOOR
 from gradpick.errors import InputError
-from gradpick.gradients import STRATEGIES
+from gradpick.gradients.engine import STRATEGIES
+from gradpick.gradients.timing import FLOOR
 
 GRADIENT_ROWS = [FLOOR, "recompute", RECOMPUTE_MEASURED, *STRATEGIES[1:], CAPTUM_LABEL]
 TINY = BenchConfig(models=("tutorial",), sizes=(8, 4), picks=(1, 2, 6), repeats=1)

@@ -14,12 +14,14 @@ from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 from test_layers import per_sample_layer
 from torch import nn
 
-from gradpick import attribution, models, zoo
+from gradpick import attribution
 from gradpick.attribution import LAYER_METHODS, ScoreCAM, attribute
 from gradpick.attribution.cam import upsampled
 from gradpick.errors import InputError
-from gradpick.models import freeze
-from gradpick.request import GradientRequest
+from gradpick.gradients.request import GradientRequest
+from gradpick.models import shipped as models
+from gradpick.models import zoo
+from gradpick.models.shipped import freeze
 
 PICKED = [5, 2, 9]
 SOME = [5, 2, 0]

@@ -15,10 +15,15 @@ import pandas as pd
 import pytest
 import torch
 
-from gradpick import attribution, data, export, layers, models, store, zoo
+from gradpick import attribution, data
 from gradpick.cli import main
-from gradpick.gradients import input_gradients
-from gradpick.infer import embedding_layer
+from gradpick.gradients import layers
+from gradpick.gradients.engine import input_gradients
+from gradpick.models import shipped as models
+from gradpick.models import zoo
+from gradpick.outputs import store_format as store
+from gradpick.outputs.inference import embedding_layer
+from gradpick.share import export
 from gradpick.ui import heatmaps, service
 from gradpick.ui.heatmaps import HeatmapRequest
 

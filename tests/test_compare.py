@@ -9,7 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradpick.compare import (
+from gradpick.errors import InputError, SelectionError
+from gradpick.gradients.engine import STRATEGIES
+from gradpick.gradients.request import GradientRequest
+from gradpick.gradients.timing import (
     CAPTUM,
     FLOOR,
     MAX_ROUNDS,
@@ -22,10 +25,7 @@ from gradpick.compare import (
     floor_gradients,
     interleaved_medians,
 )
-from gradpick.errors import InputError, SelectionError
-from gradpick.gradients import STRATEGIES
-from gradpick.measure import CPU_PEAK_LABEL
-from gradpick.request import GradientRequest
+from gradpick.runtime.measure import CPU_PEAK_LABEL
 
 INDICES = [5, 0, 5, 11]  # repeated and unordered on purpose
 

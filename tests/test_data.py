@@ -45,7 +45,7 @@ from gradpick.data import (
     stream,
 )
 from gradpick.errors import DataError, DownloadError, InputError
-from gradpick.spec import InputSpec
+from gradpick.models.spec import InputSpec
 
 # ----------------------------------------------------------------------------- single images
 

@@ -8,15 +8,15 @@ import pytest
 import torch
 from torch import nn
 
-from gradpick import devices
-from gradpick.devices import (
+from gradpick.errors import DeviceUnavailableError
+from gradpick.runtime import devices
+from gradpick.runtime.devices import (
     device_availability,
     device_for,
     model_device,
     resolve_device,
     synchronize,
 )
-from gradpick.errors import DeviceUnavailableError
 
 
 def test_availability_gives_a_reason_for_each_missing_device() -> None:

@@ -22,11 +22,14 @@ import torch
 from PIL import Image
 from torch import nn
 
-from gradpick import data, distributed, models, store
+from gradpick import data
 from gradpick.cli import main
 from gradpick.errors import DataError, InputError
-from gradpick.infer import infer
-from gradpick.spec import InputSpec
+from gradpick.models import shipped as models
+from gradpick.models.spec import InputSpec
+from gradpick.outputs import distributed
+from gradpick.outputs import store_format as store
+from gradpick.outputs.inference import infer
 
 pytestmark = pytest.mark.distributed
 

@@ -44,8 +44,11 @@ from serving import (
     wait_for_heatmaps,
 )
 
-from gradpick import devices, selection
-from gradpick.ui import gradients_panel, heatmaps, hover, keys, outlines, pixels
+from gradpick.picking import rules as selection
+from gradpick.runtime import devices
+from gradpick.ui import heatmaps, keys
+from gradpick.ui.browser import hover, outlines, pixels
+from gradpick.ui.panels import explore as gradients_panel
 
 pytestmark = pytest.mark.e2e
 
@@ -275,8 +278,10 @@ def test_dark_theme_is_readable(chromium: str, server: str) -> None:
 
 def _reference_projection() -> dict[int, tuple[float, float]]:
     """The default batch's PCA projection computed here, without the app: the sidebar's
-    default model, batch and inference settings, then ``gradpick.embedding.project``."""
-    from gradpick import embedding, infer, stored
+    default model, batch and inference settings, then ``gradpick.picking.feature_space.project``."""
+    from gradpick.outputs import inference as infer
+    from gradpick.outputs import stores as stored
+    from gradpick.picking import feature_space as embedding
     from gradpick.ui import service
 
     option = service.model_options()[0]

@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gradpick import embedding
 from gradpick.errors import InputError, SelectionError
-from gradpick.infer import InferenceResult
+from gradpick.outputs.inference import InferenceResult
+from gradpick.picking import feature_space as embedding
 
 
 def _features(n: int = 40, d: int = 7, seed: int = 0) -> torch.Tensor:

@@ -11,9 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from gradpick import attribution, export
+from gradpick import attribution
 from gradpick.errors import InputError
-from gradpick.request import GradientRequest
+from gradpick.gradients.request import GradientRequest
+from gradpick.share import export
 
 EXPORT_PAGE = Path(__file__).resolve().parents[1] / "docs" / "export.md"
 

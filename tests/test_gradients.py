@@ -19,8 +19,6 @@ import torch.nn.functional as F
 from captum.attr import Saliency
 from torch import nn
 
-from gradpick import gradients as gradients_module
-from gradpick import models, strategies
 from gradpick.errors import (
     DeviceMemoryError,
     DeviceUnavailableError,
@@ -29,14 +27,17 @@ from gradpick.errors import (
     SampleCouplingError,
     SelectionError,
 )
-from gradpick.gradients import (
+from gradpick.gradients import engine as gradients_module
+from gradpick.gradients import strategies
+from gradpick.gradients.engine import (
     STRATEGIES,
     cross_sample_leakage,
     input_gradients,
     naive_loop_error,
     saved_bytes_per_image,
 )
-from gradpick.request import GradientRequest
+from gradpick.gradients.request import GradientRequest
+from gradpick.models import shipped as models
 
 MODEL_NAMES = ("tiny_cnn", "tiny_bn_cnn", "tutorial", "resnet20")
 

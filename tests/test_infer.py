@@ -14,7 +14,7 @@ from torch import nn
 
 from gradpick.data import image_folder, load_batch
 from gradpick.errors import DeviceUnavailableError, InputError
-from gradpick.infer import (
+from gradpick.outputs.inference import (
     InferenceResult,
     as_model_input,
     capture_embeddings,

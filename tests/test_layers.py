@@ -11,11 +11,12 @@ import torch
 import torchvision
 from torch import nn
 
-from gradpick import layers, zoo
 from gradpick.errors import InputError
-from gradpick.layers import Layout, layer_gradients, layout_of, probe, resolve
-from gradpick.models import freeze
-from gradpick.request import GradientRequest
+from gradpick.gradients import layers
+from gradpick.gradients.layers import Layout, layer_gradients, layout_of, probe, resolve
+from gradpick.gradients.request import GradientRequest
+from gradpick.models import zoo
+from gradpick.models.shipped import freeze
 
 PICKED = [5, 2, 9, 2]
 

@@ -3,14 +3,13 @@
 Read from the source with ``ast`` (no import runs), so a cycle or an upward import is found even
 where it hides inside a function. Layers, top first::
 
-    cli → bench → ui → trust / export → attribution → gradients → models / data
+    cli → bench → ui → trust / triage / compare / share / picking → attribution
+        → gradients → models / outputs / data → show / runtime → errors / units
 
 A module of a lower layer never imports one of a higher; the library (everything outside
 ``gradpick.cli``, ``gradpick.bench`` and ``gradpick.ui``) imports none of the three front ends.
-
-One designed exception: a result's ``_repr_html_`` (Jupyter's hook) imports
-``gradpick.notebook``, which draws results and so sits above them; the import runs only when a
-notebook displays a result.
+Imports under ``if TYPE_CHECKING:`` never run and are left out: a result type named by a lower
+layer for its annotations only (``gradpick.show.notebook`` draws results it does not import).
 """
 
 from __future__ import annotations
@@ -46,13 +45,6 @@ def _imports(name: str, path: Path) -> Iterator[tuple[str, bool]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             type_only.update(id(child) for child in ast.walk(node))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == "_repr_html_":
-            type_only.update(
-                id(child)
-                for child in ast.walk(node)
-                if isinstance(child, ast.ImportFrom) and child.module == "gradpick.notebook"
-            )
     at_import_time = {id(child) for statement in tree.body for child in _top_level(statement)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(tree):
@@ -131,16 +123,28 @@ def test_front_ends_import_in_order_cli_bench_ui() -> None:
 
 
 LIBRARY_LAYERS = {
-    "gradpick.trust": 4,
-    "gradpick.export": 4,
-    "gradpick.attribution": 3,
-    "gradpick.gradients": 2,
-    "gradpick.models": 1,
-    "gradpick.zoo": 1,
-    "gradpick.data": 1,
+    "gradpick.trust": 6,
+    "gradpick.triage": 6,
+    "gradpick.compare": 6,
+    "gradpick.share": 6,
+    "gradpick.attribution": 5,
+    "gradpick.gradients": 4,
+    "gradpick.models": 3,
+    "gradpick.outputs": 3,
+    "gradpick.picking": 6,
+    "gradpick.data": 3,
+    "gradpick.show": 2,
+    "gradpick.runtime": 2,
+    "gradpick.errors": 1,
+    "gradpick.units": 1,
+    "gradpick._version": 1,
+    "gradpick._lazy": 1,
 }
-"""The library's named layers, higher over lower (trust/export → attribution → gradients →
-models/data)."""
+"""The library's layers, higher over lower. Every library module belongs to one
+(``test_every_library_module_has_a_layer``)."""
+
+MOST_TOP_LEVEL_MODULES = 12
+"""Modules directly in ``src/gradpick``: the rest live in folders named by their job."""
 
 
 def _layer(name: str) -> int | None:
@@ -236,11 +240,8 @@ def test_no_module_does_too_many_jobs(name: str) -> None:
     assert lines <= MOST_LINES, f"{name}: {lines} lines"
 
 
-PANELS = ("gradpick.ui.sidebar", "gradpick.ui.outputs")
-
-
 def _is_panel(name: str) -> bool:
-    return name.startswith("gradpick.ui.") and (name.endswith("_panel") or name in PANELS)
+    return name.startswith("gradpick.ui.panels.")
 
 
 def test_no_panel_imports_another_panel() -> None:
@@ -252,3 +253,94 @@ def test_no_panel_imports_another_panel() -> None:
         if _is_panel(target) and target != name
     ]
     assert not crossing, crossing
+
+
+def test_every_library_module_has_a_layer() -> None:
+    unplaced = [
+        name
+        for name in MODULES
+        if not _is_front_end(name)
+        and name not in ("gradpick", "gradpick.__main__")
+        and _layer(name) is None
+    ]
+    assert not unplaced, unplaced
+
+
+def test_few_modules_directly_in_the_package() -> None:
+    top = sorted(path.name for path in PACKAGE.glob("*.py"))
+    assert len(top) <= MOST_TOP_LEVEL_MODULES, top
+
+
+def test_no_two_modules_in_a_folder_differ_by_one_letter() -> None:
+    def one_letter_apart(a: str, b: str) -> bool:
+        if abs(len(a) - len(b)) > 1 or a == b:
+            return False
+        shorter, longer = sorted((a, b), key=len)
+        if len(a) == len(b):
+            return sum(x != y for x, y in zip(a, b, strict=True)) == 1
+        return any(longer[:i] + longer[i + 1 :] == shorter for i in range(len(longer)))
+
+    folders: dict[Path, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        folders.setdefault(path.parent, []).append(path.stem)
+    close = [
+        f"{folder.name}: {a} / {b}"
+        for folder, stems in folders.items()
+        for i, a in enumerate(sorted(stems))
+        for b in sorted(stems)[i + 1 :]
+        if one_letter_apart(a, b)
+    ]
+    assert not close, close
+
+
+STREAMLIT_MODULES = {
+    "gradpick.ui.badges",
+    "gradpick.ui.cache",
+    "gradpick.ui.guard",
+    "gradpick.ui.judged",
+    "gradpick.ui.launch",
+    "gradpick.ui.layer_select",
+    "gradpick.ui.linking",
+    "gradpick.ui.media",
+    "gradpick.ui.page",
+    "gradpick.ui.start",
+    "gradpick.ui.tabs",
+}
+"""The explorer's modules that draw or cache with Streamlit, besides the panels. Every other
+module (the library, and the explorer's plain modules: figures, service, keys, links, ...) is
+importable and testable without it."""
+
+
+def _imports_streamlit(path: Path) -> bool:
+    tree = ast.parse(path.read_text())
+    return any(
+        (
+            isinstance(node, ast.Import)
+            and any(a.name.split(".")[0] == "streamlit" for a in node.names)
+        )
+        or (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "streamlit")
+        for node in ast.walk(tree)
+    )
+
+
+def test_only_panels_and_named_modules_import_streamlit() -> None:
+    plain = [
+        name
+        for name, path in MODULES.items()
+        if not _is_panel(name) and name not in STREAMLIT_MODULES and _imports_streamlit(path)
+    ]
+    assert not plain, plain
+
+
+def test_every_streamlit_cache_lives_in_the_cache_module() -> None:
+    caching = [
+        name
+        for name, path in MODULES.items()
+        if name != "gradpick.ui.cache"
+        and any(
+            isinstance(node, ast.Attribute | ast.Name)
+            and getattr(node, "attr", getattr(node, "id", None)) in ("cache_data", "cache_resource")
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    ]
+    assert not caching, caching

@@ -50,7 +50,8 @@ from serving import (
 from torch import nn
 from torch.nn import functional
 
-from gradpick import data, models
+from gradpick import data
+from gradpick.models import shipped as models
 from gradpick.ui import config, keys, service
 
 pytestmark = pytest.mark.e2e
@@ -117,7 +118,7 @@ def _batch_size(value: str) -> int:
 
 def _default_model() -> nn.Module:
     """The sidebar's default model, loaded here without the app: shipped weights through
-    gradpick.models.load, else the seeded stand-in the app documents."""
+    gradpick.models.shipped.load, else the seeded stand-in the app documents."""
     option = service.model_options()[0]
     if option.shipped:
         return models.load(option.name)

@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from gradpick import measure
-from gradpick.gradients import input_gradients
-from gradpick.measure import (
+from gradpick.gradients.engine import input_gradients
+from gradpick.runtime import measure
+from gradpick.runtime.measure import (
     CPU_PEAK_LABEL,
     MEASUREMENT_LOCK,
     SAVED_LABEL,
@@ -188,7 +188,7 @@ def test_a_cpu_memory_measurement_prints_nothing() -> None:
     'gpuGetDeviceCount failed with code 35' to stderr on a machine without a GPU."""
     code = (
         "import torch\n"
-        "from gradpick.measure import measure_memory\n"
+        "from gradpick.runtime.measure import measure_memory\n"
         "with measure_memory(torch.device('cpu')) as reports:\n"
         "    (torch.ones(1000, requires_grad=True) * 2).sum().backward()\n"
         "assert reports[0].peak.bytes is not None\n"
@@ -207,7 +207,7 @@ def test_a_cpu_memory_measurement_prints_nothing() -> None:
 def test_warming_the_profiler_runs_it_once_and_a_measured_step_counts_as_warm() -> None:
     """In a fresh process (this one may have profiled already): cold, warmed, then a no-op."""
     probe = (
-        "from gradpick import measure\n"
+        "from gradpick.runtime import measure\n"
         "cold = measure.profiler_ready()\n"
         "measure.warm_profiler()\n"
         "print(cold, measure.profiler_ready())\n"
@@ -216,7 +216,7 @@ def test_warming_the_profiler_runs_it_once_and_a_measured_step_counts_as_warm() 
     assert run.stdout.split() == ["False", "True"]
     assert "gpuGetDeviceCount" not in run.stderr  # the profiler's GPU probe stays quiet
     measured = (
-        "import torch\nfrom gradpick import measure\n"
+        "import torch\nfrom gradpick.runtime import measure\n"
         "with measure.PeakMemory(torch.device('cpu')).track():\n    torch.ones(4).sum()\n"
         "print(measure.profiler_ready())\n"
     )

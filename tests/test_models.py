@@ -13,9 +13,10 @@ import pytest
 import torch
 from torch import nn
 
-from gradpick import models, zoo
-from gradpick import weights as weights_io
 from gradpick.errors import ModelError
+from gradpick.models import shipped as models
+from gradpick.models import weights as weights_io
+from gradpick.models import zoo
 
 
 def seeded_state(name: str, seed: int = 3) -> dict[str, torch.Tensor]:

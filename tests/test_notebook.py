@@ -11,9 +11,10 @@ import torch
 from PIL import Image
 from torch import nn
 
-from gradpick import attribution, notebook
-from gradpick.compare import compare_strategies
-from gradpick.gradients import input_gradients
+from gradpick import attribution
+from gradpick.gradients.engine import input_gradients
+from gradpick.gradients.timing import compare_strategies
+from gradpick.show import notebook
 from gradpick.trust import CheckOptions, run_checks
 
 __all__: list[str] = []

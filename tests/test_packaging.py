@@ -151,7 +151,7 @@ def test_the_explorer_without_its_extra_names_the_extra() -> None:
     """With Streamlit missing, the library still imports, and the explorer says what to install."""
     code = (
         "import sys; sys.modules['streamlit'] = None\n"
-        "import gradpick.gradients, gradpick.store\n"
+        "import gradpick.gradients.engine, gradpick.outputs.store_format\n"
         "try:\n"
         "    import gradpick.ui.page\n"
         "except ImportError as error:\n"
@@ -219,13 +219,14 @@ def _run_installed(path_entry: Path, arguments: list[str], cwd: Path) -> str:
 REPORT = f"""
 import json, sys
 import gradpick
-report = {{"file": gradpick.__file__, "shipped": gradpick.models.shipped_models(), "models": {{}}}}
+shipped = gradpick.models.shipped
+report = {{"file": gradpick.__file__, "shipped": shipped.shipped_models(), "models": {{}}}}
 for name in {SHIPPED!r}:
-    card = gradpick.models.model_card(name)
-    model = gradpick.models.load(name)
+    card = gradpick.models.shipped.model_card(name)
+    model = gradpick.models.shipped.load(name)
     report["models"][name] = {{
         "card_sha256": card["sha256"],
-        "file_sha256": gradpick.models.sha256_file(gradpick.models.shipped_weights_path(name)),
+        "file_sha256": shipped.sha256_file(shipped.shipped_weights_path(name)),
         "frozen": not model.training and not any(p.requires_grad for p in model.parameters()),
     }}
 if "--app" in sys.argv:

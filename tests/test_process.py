@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gradpick import process
+from gradpick.runtime import process
 
 GROWTH_SCRIPT = """
 import sys, torch
-from gradpick import process
+from gradpick.runtime import process
 def rss():
     with open('/proc/self/status') as status:
         return next(int(l.split()[1]) for l in status if l.startswith('VmRSS')) // 1024
@@ -96,7 +96,7 @@ def test_the_first_policy_asked_for_is_the_process_s(
 
 FAULTS_SCRIPT = """
 import resource, sys, threading, torch
-from gradpick import process
+from gradpick.runtime import process
 policies = {"reuse": process.keep_freed_memory_for_reuse,
             "prompt": process.return_freed_memory_promptly}
 assert policies[sys.argv[1]]()
@@ -139,7 +139,7 @@ def test_kept_for_reuse_the_next_batch_takes_the_freed_memory_back(thread: str) 
 FREEZE_SCRIPT = """
 import gc, json, weakref
 import gradpick.ui.page  # torch, plotly, pandas, streamlit: what the explorer's server holds
-from gradpick import process
+from gradpick.runtime import process
 first = process.freeze_loaded_objects()
 frozen = gc.get_freeze_count()
 class Node:
@@ -169,7 +169,7 @@ def test_the_loaded_objects_are_frozen_once_and_later_garbage_is_still_collected
 
 RELEASE_SCRIPT = """
 import json, os, torch
-from gradpick import process
+from gradpick.runtime import process
 torch.set_num_threads(2)
 def threads():
     return len(os.listdir("/proc/self/task"))

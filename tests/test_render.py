@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from gradpick.errors import InputError
-from gradpick.render import (
+from gradpick.show.render import (
     COLORMAPS,
     DIVERGING,
     PANEL_GAP,

@@ -23,11 +23,14 @@ import torch
 from PIL import Image
 from torch import nn
 
-from gradpick import attribution, data, export, infer, report, zoo
+from gradpick import attribution, data
 from gradpick.cli import report as report_command
 from gradpick.data import CIFAR10_CLASSES
 from gradpick.errors import InputError
-from gradpick.request import GradientRequest
+from gradpick.gradients.request import GradientRequest
+from gradpick.models import zoo
+from gradpick.outputs import inference as infer
+from gradpick.share import export, report
 from gradpick.trust import CheckOptions, report_dict, run_checks
 
 __all__: list[str] = []

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError, SelectionError
-from gradpick.request import GradientRequest
+from gradpick.gradients.request import GradientRequest
 
 
 def _model() -> nn.Module:
@@ -301,7 +301,7 @@ def test_an_unknown_target_or_reduction_lists_the_known_ones(
 def test_a_logit_difference_target_is_d_za_minus_zb_by_autograd(float64_cnn, strategy) -> None:
     """versus=B makes each target z[A] - z[B]; every strategy gives autograd's gradient of it,
     even with one image picked twice for two different contrasts."""
-    from gradpick import gradients
+    from gradpick.gradients import engine as gradients
 
     images = torch.rand(5, 3, 32, 32, generator=torch.Generator().manual_seed(7)).double()
     indices, wanted, against = [3, 1, 3], [2, 0, 2], [5, 4, 7]
@@ -333,7 +333,7 @@ def test_a_logit_difference_needs_a_logit_target_and_classes() -> None:
             _model(), _images(), [0, 1], target="logit", classes=0, versus=[1, 2, 0]
         )
     with pytest.raises(InputError, match="out of range"):
-        from gradpick import gradients
+        from gradpick.gradients import engine as gradients
 
         gradients.compute(
             GradientRequest.build(_model(), _images(), [0], target="logit", classes=0, versus=3)
@@ -388,7 +388,7 @@ def test_refusals_of_targets_and_class_pairs_in_whole_sentences() -> None:
 def test_float64_images_are_refused_on_mps(monkeypatch: pytest.MonkeyPatch) -> None:
     """MPS has no float64: refused before anything moves (the device is stood in for, so this
     runs on any machine)."""
-    from gradpick import request as request_module
+    from gradpick.gradients import request as request_module
 
     monkeypatch.setattr(request_module, "device_matching", lambda *_: torch.device("mps"))
     model = _model().double()

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from gradpick.errors import SelectionError
-from gradpick.infer import InferenceResult, infer
-from gradpick.selection import (
+from gradpick.outputs.inference import InferenceResult, infer
+from gradpick.picking.rules import (
     RULES,
     confusion_cell,
     format_indices,

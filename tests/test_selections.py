@@ -10,13 +10,13 @@ import pytest
 from writers import kill_after, write_at_once
 
 from gradpick.errors import DataError, InputError
-from gradpick.selections import NamedSelection, SelectionShelf, SessionShelf, Shelf
+from gradpick.picking.named import NamedSelection, SelectionShelf, SessionShelf, Shelf
 
 _WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from gradpick.selections import NamedSelection, SelectionShelf
+    from gradpick.picking.named import NamedSelection, SelectionShelf
     shelf = SelectionShelf(Path(sys.argv[1]))
     writer, count = int(sys.argv[2]), int(sys.argv[3])
     for i in range(count):

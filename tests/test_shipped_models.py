@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from gradpick import data, models
+from gradpick import data
 from gradpick.data import ImageBatch
-from gradpick.infer import infer
+from gradpick.models import shipped as models
+from gradpick.outputs.inference import infer
 
 TARGET_ACCURACY = {"tutorial": 0.60, "resnet20": 0.90}
 """The accuracy each shipped model must reach on the 10,000 CIFAR-10 test images."""

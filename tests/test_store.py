@@ -11,11 +11,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gradpick import store
 from gradpick.data import image_folder
 from gradpick.errors import DataError
-from gradpick.spec import InputSpec
-from gradpick.store import StoreWriter, check_store, open_store, output_table, store_metadata
+from gradpick.models.spec import InputSpec
+from gradpick.outputs import store_format as store
+from gradpick.outputs.store_format import (
+    StoreWriter,
+    check_store,
+    open_store,
+    output_table,
+    store_metadata,
+)
 
 MODEL = {"identity": "tiny:abc", "name": "tiny", "weights_sha256": "abc"}
 
@@ -211,7 +217,7 @@ def test_a_store_nested_by_an_earlier_gradpick_is_not_read_as_part_of_it(
 
 
 def tutorial_weights(folder: Path) -> Path:
-    from gradpick import models
+    from gradpick.models import shipped as models
 
     weights = folder / "tutorial.pt"
     torch.save(models.build("tutorial").state_dict(), weights)
@@ -241,8 +247,8 @@ def test_a_store_opens_from_any_folder_and_after_moving_with_its_images(
 ) -> None:
     import shutil
 
-    from gradpick import stored
     from gradpick.cli import main
+    from gradpick.outputs import stores as stored
 
     project = tmp_path / "project"
     project.mkdir()
@@ -261,7 +267,7 @@ def test_a_store_opens_from_any_folder_and_after_moving_with_its_images(
 
 
 def test_a_store_written_at_another_input_spec_is_refused(tmp_path: Path, source: Any) -> None:
-    from gradpick.zoo import load_model
+    from gradpick.models.zoo import load_model
 
     weights = tutorial_weights(tmp_path)
     at_32 = load_model("tutorial", weights, "cpu")
@@ -288,8 +294,8 @@ def test_a_ray_run_missing_or_repeating_a_position_is_not_published(
     """The cluster's parts must hold each image once: a lost or retried block is refused."""
     import pyarrow.parquet as pq
 
-    from gradpick.distributed import _check_every_row_once, _written_positions
     from gradpick.errors import ClusterError
+    from gradpick.outputs.distributed import _check_every_row_once, _written_positions
 
     partial = tmp_path / ".out.partial-0123456789ab"
     partial.mkdir()

@@ -8,13 +8,16 @@ from typing import Any
 import pytest
 import torch
 
-from gradpick import data, models, store, stored
+from gradpick import data
 from gradpick.cli import main
 from gradpick.errors import DataError
-from gradpick.infer import infer
+from gradpick.models import shipped as models
+from gradpick.models.zoo import LoadedModel
+from gradpick.outputs import store_format as store
+from gradpick.outputs import stores as stored
+from gradpick.outputs.inference import infer
 from gradpick.ui import service
 from gradpick.ui.service import ModelOption
-from gradpick.zoo import LoadedModel
 
 TUTORIAL = ModelOption("tutorial")
 """The seeded stand-in tutorial net (no weights ship in the tests' assets folder)."""

@@ -9,10 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from gradpick import cli, gradients, strategies
+from gradpick import cli
 from gradpick.errors import InputError
-from gradpick.request import GradientRequest
-from gradpick.strategies import REGISTRY, CostModel
+from gradpick.gradients import engine as gradients
+from gradpick.gradients import strategies
+from gradpick.gradients.request import GradientRequest
+from gradpick.gradients.strategies import REGISTRY, CostModel
 
 
 class RowCounter(nn.Module):

@@ -15,12 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gradpick import models, train
-from gradpick import weights as weights_io
 from gradpick.data import CIFAR10_CLASSES, ArraySource, image_folder, load_batch
 from gradpick.errors import DataError, ModelError
-from gradpick.infer import infer
-from gradpick.train import TrainConfig, augment_batch, evaluate
+from gradpick.models import shipped as models
+from gradpick.models import training as train
+from gradpick.models import weights as weights_io
+from gradpick.models.training import TrainConfig, augment_batch, evaluate
+from gradpick.outputs.inference import infer
 
 TINY = TrainConfig("tutorial", epochs=2, batch_size=16, compile=False)
 
@@ -372,7 +373,7 @@ def test_compiling_on_a_machine_without_a_gpu_prints_no_cuda_warning(tmp_path: P
     "No CUDA runtime is found", though a CPU run never needs CUDA."""
     code = (
         "import torch\n"
-        "from gradpick import train\n"
+        "from gradpick.models import training as train\n"
         "step = train.compiled(torch.nn.Linear(2, 2))\n"
         "assert step(torch.ones(1, 2)).shape == (1, 2)\n"
     )

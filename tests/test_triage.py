@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradpick import triage
 from gradpick.errors import InputError
+from gradpick.triage import ranking as triage
 
 
 def _noisy_problem(seed: int = 0, count: int = 600, classes: int = 4, share: float = 0.1):

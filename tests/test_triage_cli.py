@@ -12,10 +12,15 @@ import pandas as pd
 import pytest
 import torch
 
-from gradpick import data, models, store, stored, triage, zoo
+from gradpick import data
 from gradpick.bench.triage import noisy_copy
 from gradpick.cli import main
-from gradpick.verdicts import Verdict, VerdictBook
+from gradpick.models import shipped as models
+from gradpick.models import zoo
+from gradpick.outputs import store_format as store
+from gradpick.outputs import stores as stored
+from gradpick.triage import ranking as triage
+from gradpick.triage.verdicts import Verdict, VerdictBook
 
 MISLABELLED = (3, 17, 28)
 """Rows whose logits point firmly at the next class: the suspects a reader expects first."""

@@ -25,7 +25,7 @@ from serving import (
 )
 
 from gradpick import data
-from gradpick.verdicts import VerdictBook
+from gradpick.triage.verdicts import VerdictBook
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,8 @@ from streamlit.testing.v1 import AppTest
 from test_app import TUTORIAL, open_tab, store_of_the_stand_in
 from test_app import open_app as open_page
 
+from gradpick.triage.verdicts import Verdict, VerdictBook
 from gradpick.ui import keys
-from gradpick.verdicts import Verdict, VerdictBook
 
 
 @pytest.fixture(autouse=True)

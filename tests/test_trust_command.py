@@ -12,9 +12,10 @@ import pytest
 import test_cli
 from test_trust_report import hand_made_report
 
-from gradpick import data, models
+from gradpick import data
 from gradpick.cli import main
 from gradpick.cli.arguments import step_progress
+from gradpick.models import shipped as models
 from gradpick.trust import command
 from gradpick.trust.command import summary, write_json
 from gradpick.trust.engine import MethodSettings

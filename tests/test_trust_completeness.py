@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError
-from gradpick.models import freeze
+from gradpick.models.shipped import freeze
 from gradpick.trust.baselines import BASELINES, baseline_images
 from gradpick.trust.completeness import completeness, steps_to_try
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError
-from gradpick.models import freeze
+from gradpick.models.shipped import freeze
 from gradpick.trust.contrastive import class_maps
 
 PICKS = [3, 0, 4]

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError
-from gradpick.models import freeze
+from gradpick.models.shipped import freeze
 from gradpick.trust.baselines import blurred
 from gradpick.trust.faithfulness import RANDOM, attribution_order, faithfulness, random_order
 

@@ -14,7 +14,7 @@ from torch import nn
 from gradpick import attribution
 from gradpick.cli import main
 from gradpick.errors import InputError
-from gradpick.models import freeze
+from gradpick.models.shipped import freeze
 from gradpick.trust.engine import MethodSettings, check_methods
 from gradpick.trust.faithfulness import attribution_order, faithfulness
 from gradpick.trust.randomisation import randomisation_test

@@ -18,9 +18,9 @@ from torch import nn
 
 from gradpick import attribution
 from gradpick.attribution import InputGradientMethod
-from gradpick.gradients import GradientResult
-from gradpick.models import freeze
-from gradpick.request import GradientRequest
+from gradpick.gradients.engine import GradientResult
+from gradpick.gradients.request import GradientRequest
+from gradpick.models.shipped import freeze
 from gradpick.trust import quick
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.faithfulness import attribution_order

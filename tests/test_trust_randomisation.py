@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError
-from gradpick.models import freeze
+from gradpick.models.shipped import freeze
 from gradpick.trust.engine import METHODS, MethodSettings, saliency
 from gradpick.trust.metrics import spearman, ssim
 from gradpick.trust.randomisation import randomisable_layers, randomisation_test, randomise_layer

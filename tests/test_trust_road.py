@@ -17,7 +17,7 @@ from test_trust_faithfulness import sigmoid
 from torch import nn
 
 from gradpick.errors import InputError
-from gradpick.models import freeze
+from gradpick.models.shipped import freeze
 from gradpick.trust.engine import MethodSettings, attribute_maps, held_classes, saliency
 from gradpick.trust.faithfulness import attribution_order
 from gradpick.trust.road import check_noise, check_shares, impute, road

@@ -11,7 +11,7 @@ from gradpick.data import CIFAR10_CLASSES
 from gradpick.trust.chunks import CHUNK
 from gradpick.trust.report import TrustReport
 from gradpick.ui import keys
-from gradpick.ui.checks_panel import StoredChecks
+from gradpick.ui.panels.trust import StoredChecks
 
 
 def frame_with(app, column: str):

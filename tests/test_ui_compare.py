@@ -11,8 +11,10 @@ import torch
 from streamlit.testing.v1 import AppTest
 from test_app import captioned_indices, open_app, open_tab
 
-from gradpick import data, devices, versus
+from gradpick import compare as versus
+from gradpick import data
 from gradpick.cli import main
+from gradpick.runtime import devices
 from gradpick.ui import config, heatmaps, keys, service
 
 TUTORIAL = "tutorial:random-seed0"

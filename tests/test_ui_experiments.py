@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from gradpick.compare import FLOOR, StrategyRun
 from gradpick.data import CIFAR10_CLASSES, ImageBatch
 from gradpick.errors import SelectionError
-from gradpick.gradients import STRATEGIES
+from gradpick.gradients.engine import STRATEGIES
+from gradpick.gradients.timing import FLOOR, StrategyRun
 from gradpick.ui import experiments
 from gradpick.ui.heatmaps import HeatmapRequest
 

@@ -11,11 +11,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradpick import attribution, export, render
+from gradpick import attribution
 from gradpick.data import CIFAR10_CLASSES, ImageBatch
 from gradpick.errors import InputError
-from gradpick.measure import MemoryReport
-from gradpick.request import GradientRequest
+from gradpick.gradients.request import GradientRequest
+from gradpick.runtime.measure import MemoryReport
+from gradpick.share import export
+from gradpick.show import render
 from gradpick.ui import heatmaps
 from gradpick.ui.heatmaps import HeatmapRequest
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from gradpick.ui import hover
+from gradpick.ui.browser import hover
 
 
 def _decoded(jpeg: bytes) -> np.ndarray:

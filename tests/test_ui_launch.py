@@ -23,7 +23,8 @@ import json, os, sys
 from pathlib import Path
 
 found = {"torch": "torch" in sys.modules, "page": "gradpick.ui.page" in sys.modules}
-from gradpick import devices, measure
+from gradpick.runtime import devices
+from gradpick.runtime import measure
 
 found["profiler"] = measure.profiler_ready()
 from gradpick.ui import cache, service
@@ -39,7 +40,7 @@ try:
 except AssertionError:
     found["model"] = False
 import gc
-from gradpick import stored
+from gradpick.outputs import stores as stored
 from gradpick.ui import page
 
 found["frozen"] = gc.get_freeze_count() > 100_000

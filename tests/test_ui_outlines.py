@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from gradpick.ui import figures, keys, outlines
+from gradpick.ui import figures, keys
+from gradpick.ui.browser import outlines
 
 
 def test_picked_cells_are_the_picks_on_the_page_as_positions_in_order() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from gradpick.ui.page_scripts import page_script
+from gradpick.ui.browser.frame import page_script
 
 
 def test_the_settings_the_helpers_and_the_body_come_in_order() -> None:

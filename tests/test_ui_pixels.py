@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from gradpick.ui import pixels
+from gradpick.ui.browser import pixels
 
 
 def test_values_are_float32_planes_saliency_first_row_by_row() -> None:

@@ -14,9 +14,11 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from gradpick import data, models, zoo
+from gradpick import data
 from gradpick.errors import DataError, DownloadError, InputError, ModelError
-from gradpick.infer import infer
+from gradpick.models import shipped as models
+from gradpick.models import zoo
+from gradpick.outputs.inference import infer
 from gradpick.ui import service
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
 from gradpick.ui.service import DataChoice, ModelOption, Upload

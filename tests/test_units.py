@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gradpick import units
-from gradpick.measure import MemoryFigure
+from gradpick.runtime.measure import MemoryFigure
 
 
 def test_a_megabyte_is_ten_to_the_sixth_bytes() -> None:

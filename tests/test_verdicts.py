@@ -10,12 +10,12 @@ import pytest
 from writers import kill_after, write_at_once
 
 from gradpick.errors import DataError, InputError
-from gradpick.verdicts import Verdict, VerdictBook, stale_verdicts, write_relabelling
+from gradpick.triage.verdicts import Verdict, VerdictBook, stale_verdicts, write_relabelling
 
 _WRITER = textwrap.dedent(
     """
     import sys
-    from gradpick.verdicts import Verdict, VerdictBook
+    from gradpick.triage.verdicts import Verdict, VerdictBook
     book = VerdictBook(__import__("pathlib").Path(sys.argv[1]))
     writer, count = int(sys.argv[2]), int(sys.argv[3])
     for i in range(count):

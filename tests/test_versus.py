@@ -11,9 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from gradpick import data, store, versus, zoo
+from gradpick import compare as versus
+from gradpick import data
 from gradpick.cli import main
 from gradpick.errors import InputError
+from gradpick.models import zoo
+from gradpick.outputs import store_format as store
 
 FACTORIES = '''
 import torch

@@ -22,13 +22,14 @@ from safetensors.torch import save_file
 from test_gradients import assert_exact, assert_float32_close, per_sample_reference
 from torch import nn
 
-from gradpick import models, zoo
-from gradpick import weights as weights_io
 from gradpick.cli import main
 from gradpick.data import CIFAR10_CLASSES
 from gradpick.errors import InputError, ModelError
-from gradpick.gradients import STRATEGIES, input_gradients
-from gradpick.spec import InputSpec
+from gradpick.gradients.engine import STRATEGIES, input_gradients
+from gradpick.models import shipped as models
+from gradpick.models import weights as weights_io
+from gradpick.models import zoo
+from gradpick.models.spec import InputSpec
 
 TINY_TORCHVISION = "squeezenet1_1"
 """The smallest torchvision classifier with a weights enum (1.2 M parameters)."""

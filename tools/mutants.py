@@ -48,12 +48,15 @@ _MEASURES = (
 # module: (files mutated, the tests that mirror them). request and strategies were split out of
 # the gradient engine, whose tests (every strategy against the per-sample loop) still pin them.
 MODULES: dict[str, tuple[list[str], list[str]]] = {
-    "request": (["src/gradpick/request.py"], ["tests/test_request.py", "tests/test_gradients.py"]),
+    "request": (
+        ["src/gradpick/gradients/request.py"],
+        ["tests/test_request.py", "tests/test_gradients.py"],
+    ),
     "strategies": (
-        ["src/gradpick/strategies.py"],
+        ["src/gradpick/gradients/strategies.py"],
         ["tests/test_strategies.py", "tests/test_gradients.py"],
     ),
-    "gradients": (["src/gradpick/gradients.py"], ["tests/test_gradients.py"]),
+    "gradients": (["src/gradpick/gradients/engine.py"], ["tests/test_gradients.py"]),
     "attribution": (
         ["src/gradpick/attribution/*"],
         ["tests/test_attribution.py", "tests/test_cam.py"],
@@ -61,7 +64,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # store's rows, batch and sources are pinned where they are read back (stored, infer, the
     # CLI); its Ray path (adopt_parts) by test_store's hand-written parts, not by Ray (minutes).
     "store": (
-        ["src/gradpick/store.py"],
+        ["src/gradpick/outputs/store_format.py"],
         ["tests/test_store.py", "tests/test_stored.py", "tests/test_infer.py", "tests/test_cli.py"],
     ),
     # The checks' shared engine, chunks, command, quick checks and report, against every trust
@@ -76,7 +79,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [f"tests/test_trust_{name}.py" for name in (*_MEASURES, "layers")],
     ),
     # zoo's from_factory is pinned where the models module builds through it.
-    "zoo": (["src/gradpick/zoo.py"], ["tests/test_zoo.py", "tests/test_models.py"]),
+    "zoo": (["src/gradpick/models/zoo.py"], ["tests/test_zoo.py", "tests/test_models.py"]),
 }
 
 _RESULT = re.compile(r"^\s*(\S+): (.+)$")

@@ -41,7 +41,7 @@ from gradpick.attribution.gradient import (
     SmoothGrad,
 )
 from gradpick.errors import InputError
-from gradpick.request import GradientRequest
+from gradpick.gradients.request import GradientRequest
 
 __all__ = [
     "LAYER_METHODS",

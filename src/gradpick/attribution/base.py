@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from gradpick.errors import InputError
-from gradpick.gradients import GradientResult
-from gradpick.request import GradientRequest
+from gradpick.gradients.engine import GradientResult
+from gradpick.gradients.request import GradientRequest
+from gradpick.show.notebook import attribution_html
 
 __all__ = ["Attribution", "AttributionMethod", "Parameter", "Settings"]
 
@@ -78,9 +79,7 @@ class Attribution:
     """The layer's dotted name in the user's model (``named_modules()``); else None."""
 
     def _repr_html_(self) -> str:
-        """Jupyter shows one map per pick and the method's readouts (``gradpick.notebook``)."""
-        from gradpick.notebook import attribution_html  # the notebook module imports this one
-
+        """Jupyter shows one map per pick and the method's readouts (``gradpick.show.notebook``)."""
         return attribution_html(self)
 
 

@@ -1,10 +1,11 @@
 """Class activation maps: the Grad-CAM family and Score-CAM at one layer of the model.
 
 Each method turns the activation A [C, h, w] of a layer and, for the gradient ones,
-G = d target / d A (``gradpick.layers.layer_gradients``: the picks only, chunked, the model
+G = d target / d A (``gradpick.gradients.layers.layer_gradients``: the picks only, chunked, the
+model
 only read) into a map at the layer's grid, ReLU'd, then upsampled to the input size (bilinear,
 ``align_corners=False``). The layer is chosen automatically when none is given (see
-``gradpick.layers``). Sums run over the grid positions (i, j) and channels c::
+``gradpick.gradients.layers``). Sums run over the grid positions (i, j) and channels c::
 
     GradCAM(layer="layer3").attribute(request).layer_maps   # [k, h, w]
 """
@@ -19,10 +20,10 @@ import torch.nn.functional as F
 
 from gradpick.attribution.base import Attribution, AttributionMethod, Parameter
 from gradpick.errors import InputError
-from gradpick.infer import call_model
-from gradpick.layers import LayerGradients, layer_gradients, resolve
-from gradpick.measure import Stopwatch
-from gradpick.request import GradientRequest
+from gradpick.gradients.layers import LayerGradients, layer_gradients, resolve
+from gradpick.gradients.request import GradientRequest
+from gradpick.outputs.inference import call_model
+from gradpick.runtime.measure import Stopwatch
 
 __all__ = [
     "GradCAM",

@@ -1,6 +1,6 @@
 """The input-gradient methods: the plain gradient, gradient x input, SmoothGrad and IG.
 
-Every one is a function of ``gradpick.gradients.compute``: the plain gradient is one call at
+Every one is a function of ``gradpick.gradients.engine.compute``: the plain gradient is one call at
 the original images; SmoothGrad and Integrated Gradients stack all their noisy copies or path
 points into one tensor and make a single further call, so the engine's chunking, device
 handling and model safety apply to them too. The target class of each picked image is fixed at
@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from gradpick.attribution.base import Attribution, AttributionMethod, Parameter
-from gradpick.gradients import GradientResult, compute
-from gradpick.measure import Stopwatch
-from gradpick.request import GradientRequest
+from gradpick.gradients.engine import GradientResult, compute
+from gradpick.gradients.request import GradientRequest
+from gradpick.runtime.measure import Stopwatch
 
 __all__ = ["Gradient", "GradientXInput", "InputGradientMethod", "IntegratedGradients", "SmoothGrad"]
 

@@ -56,7 +56,7 @@ def badge_rows(
     """Time ``clicks`` clicks of ``picks`` images each per method (one warm-up click first)."""
     import torch
 
-    from gradpick.infer import infer
+    from gradpick.outputs.inference import infer
     from gradpick.ui import heatmaps, service
 
     option = service.model_options()[0]

@@ -29,12 +29,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradpick import attribution, devices, layers, models
+from gradpick import attribution
 from gradpick.bench.rows import markdown_table
-from gradpick.compare import MIN_MEASURED_SECONDS, interleaved_medians
 from gradpick.errors import InputError
-from gradpick.request import GradientRequest
-from gradpick.versions import installed_version, library_versions
+from gradpick.gradients import layers
+from gradpick.gradients.request import GradientRequest
+from gradpick.gradients.timing import MIN_MEASURED_SECONDS, interleaved_medians
+from gradpick.models import shipped as models
+from gradpick.runtime import devices
+from gradpick.runtime.versions import installed_version, library_versions
 
 __all__ = [
     "CAM_MODELS",

@@ -16,10 +16,11 @@ from typing import Any
 
 import torch
 
-from gradpick import models
 from gradpick.bench.process import descendants, live_kilobytes
 from gradpick.bench.rows import markdown_table
-from gradpick.distributed import (
+from gradpick.models import shipped as models
+from gradpick.models.spec import InputSpec
+from gradpick.outputs.distributed import (
     ClusterOptions,
     ImageReader,
     ModelRecipe,
@@ -30,8 +31,7 @@ from gradpick.distributed import (
     infer_batch,
     infer_on_ray,
 )
-from gradpick.spec import InputSpec
-from gradpick.store import StoreWriter
+from gradpick.outputs.store_format import StoreWriter
 
 __all__ = ["BenchRow", "bench_table", "benchmark"]
 

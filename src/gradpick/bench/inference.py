@@ -2,7 +2,8 @@
 
 Three kinds of rows, each printed in one markdown table:
 
-* throughput of ``gradpick.infer.infer_source`` over the first ``images`` files of a folder,
+* throughput of ``gradpick.outputs.inference.infer_source`` over the first ``images`` files of a
+folder,
   against a hand-written ``torch.utils.data.DataLoader`` + model loop over the same files (the
   same preprocessing written out with PIL, the same batch size and worker count), timed in
   alternating rounds (``compare.interleaved_medians``); target at least 0.9x;
@@ -34,15 +35,17 @@ import torch
 from PIL import Image
 from torch import nn
 
-from gradpick import data, models, store
+from gradpick import data
 from gradpick.bench.process import status_kilobytes
 from gradpick.bench.rows import markdown_table
-from gradpick.compare import interleaved_medians
-from gradpick.devices import resolve_device
 from gradpick.errors import InputError
-from gradpick.infer import infer_source
-from gradpick.spec import InputSpec
-from gradpick.versions import library_versions
+from gradpick.gradients.timing import interleaved_medians
+from gradpick.models import shipped as models
+from gradpick.models.spec import InputSpec
+from gradpick.outputs import store_format as store
+from gradpick.outputs.inference import infer_source
+from gradpick.runtime.devices import resolve_device
+from gradpick.runtime.versions import library_versions
 
 __all__ = [
     "GRADPICK",
@@ -85,7 +88,8 @@ class InferBenchConfig:
     memory_stand_in: tuple[int, ...] = ()
     """Sides whose memory rows use the pooling stand-in instead of the benchmark's model."""
     fixed_mmap_threshold: bool = False
-    """Memory runs with the explorer's allocator setting (``gradpick.process``): glibc otherwise
+    """Memory runs with the explorer's allocator setting (``gradpick.runtime.process``): glibc
+    otherwise
     keeps freed activation buffers of every batch on its heap, and resident memory creeps up."""
     device: str = "auto"
     threads: int | None = None
@@ -220,7 +224,7 @@ def _throughput_pair(config: InferBenchConfig, side: int, device: torch.device) 
 def reopen_rows(config: InferBenchConfig) -> list[InferRow]:
     """Write a store of ``store_rows`` rows over the folder's first files, then time what the
     explorer does to reopen it (the images of the page's batch are decoded separately)."""
-    from gradpick import stored
+    from gradpick.outputs import stores as stored
 
     source = data.image_folder(config.folder)
     count = min(config.store_rows, len(source))
@@ -287,7 +291,7 @@ def measure_memory(
 ) -> dict[str, Any]:
     """Run in a fresh process: open the folder, stream ``count`` images through the model."""
     if fixed_mmap_threshold:
-        from gradpick.process import return_freed_memory_promptly
+        from gradpick.runtime.process import return_freed_memory_promptly
 
         return_freed_memory_promptly()
     torch.set_num_threads(1)

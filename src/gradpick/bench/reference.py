@@ -44,16 +44,16 @@ def plain_reference(
     (``process.keep_freed_memory_for_reuse``) before any of that; without, glibc's default, as
     a user's own script runs."""
     if server_allocator:
-        from gradpick import process
+        from gradpick.runtime import process
 
         process.keep_freed_memory_for_reuse()
     import torch
 
     from gradpick.data import ImageBatch
-    from gradpick.devices import cpu_threads
-    from gradpick.gradients import input_gradients
-    from gradpick.infer import InferenceResult, infer
-    from gradpick.stored import INFERENCE_BATCH_SIZE
+    from gradpick.gradients.engine import input_gradients
+    from gradpick.outputs.inference import InferenceResult, infer
+    from gradpick.outputs.stores import INFERENCE_BATCH_SIZE
+    from gradpick.runtime.devices import cpu_threads
     from gradpick.ui import service
     from gradpick.ui.heatmaps import STEP_CPU_THREADS
 
@@ -106,7 +106,7 @@ def launcher_inference() -> float:
     """The explorer's launcher's work before it serves (``ui.launch.warm``: imports, model,
     warm-up pass, the page's default batch inferred) in this process; the throughput of that
     inference, which is what the first page shows (img/s)."""
-    from gradpick import devices
+    from gradpick.runtime import devices
     from gradpick.ui import cache, launch, page, service
 
     launch.warm([])

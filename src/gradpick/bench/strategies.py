@@ -24,9 +24,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradpick import models, strategies, units
+from gradpick import units
 from gradpick.bench.rows import markdown_table as rows_table
-from gradpick.compare import (
+from gradpick.errors import InputError
+from gradpick.gradients import strategies
+from gradpick.gradients.engine import input_gradients
+from gradpick.gradients.timing import (
     CAPTUM,
     FLOOR,
     MAX_RUNS_PER_ROUND,
@@ -35,11 +38,10 @@ from gradpick.compare import (
     compare_strategies,
     interleaved_medians,
 )
-from gradpick.devices import resolve_device
-from gradpick.errors import InputError
-from gradpick.gradients import input_gradients
-from gradpick.infer import infer
-from gradpick.versions import library_versions
+from gradpick.models import shipped as models
+from gradpick.outputs.inference import infer
+from gradpick.runtime.devices import resolve_device
+from gradpick.runtime.versions import library_versions
 
 __all__ = [
     "CAPTUM_LABEL",
@@ -64,7 +66,7 @@ TARGET = "logit"
 """The predicted class's logit: the target captum's Saliency can be compared on."""
 
 RECOMPUTE_MEASURED = "recompute (measure_memory=True)"
-INFER = "inference: gradpick.infer"
+INFER = "inference: gradpick.outputs.inference"
 DIRECT = "inference: direct model call"
 CAPTUM_LABEL = "captum Saliency"
 RECOMPUTE_TARGET = 1.25
@@ -136,7 +138,7 @@ class Verdict:
             f"{judged(None if ratio is None else ratio <= RECOMPUTE_TARGET)}",
             f"- recompute saved-for-backward bytes identical for every N at each k: "
             f"{judged(saved)}",
-            f"- gradpick.infer / direct model call throughput, worst: "
+            f"- gradpick.outputs.inference / direct model call throughput, worst: "
             f"{'n/a' if inference is None else f'{inference:.2f}x'} "
             f"(target >= {INFERENCE_TARGET}x): "
             f"{judged(None if inference is None else inference >= INFERENCE_TARGET)}",
@@ -235,7 +237,7 @@ def _model(name: str, device: torch.device, seed: int) -> tuple[nn.Module, str]:
 def _inference_rows(
     name: str, model: nn.Module, images: torch.Tensor, config: BenchConfig, device: torch.device
 ) -> tuple[list[BenchRow], float]:
-    """gradpick.infer against calling the model on the same pre-stacked batches.
+    """gradpick.outputs.inference against calling the model on the same pre-stacked batches.
 
     Also returns the direct call's forward time per image, the cost model's starting point.
     """

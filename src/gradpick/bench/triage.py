@@ -4,8 +4,9 @@ For each noise share, a seeded script (``noisy_copy``) builds a temporary folder
 links to the folder's files (CIFAR-10's test split by default), a share of them placed under a
 wrong class; every link is named ``<true class>-<file>`` whether moved or not, so names collide
 nowhere and say nothing. The shipped model infers that folder into a store with embeddings
-(``gradpick.stored.infer_to_store``), exactly as ``gradpick infer --out --embeddings`` would, and
-``gradpick.triage.triage_store`` ranks its rows. Against the moved files:
+(``gradpick.outputs.stores.infer_to_store``), exactly as ``gradpick infer --out --embeddings``
+would, and
+``gradpick.triage.ranking.triage_store`` ranks its rows. Against the moved files:
 
 * precision of the first M rows, M the number moved, for gradpick's ranking and for cleanlab's
   self-confidence ranking (``cleanlab.rank.get_label_quality_scores``) on the same stored
@@ -31,11 +32,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gradpick import data, store, zoo
+from gradpick import data
 from gradpick.bench.rows import markdown_table
 from gradpick.errors import InputError
-from gradpick.stored import infer_to_store
-from gradpick.triage import (
+from gradpick.models import zoo
+from gradpick.outputs import store_format as store
+from gradpick.outputs.stores import infer_to_store
+from gradpick.triage.ranking import (
     confident_learning,
     list_matrix,
     nearest_neighbours,

@@ -19,8 +19,11 @@ from pathlib import Path
 
 import torch
 
-from gradpick import attribution, data, store, versus, zoo
+from gradpick import attribution, data
+from gradpick import compare as versus
 from gradpick.bench.rows import markdown_table
+from gradpick.models import zoo
+from gradpick.outputs import store_format as store
 
 __all__ = ["CompareBench", "report_text", "run_compare_benchmark"]
 

@@ -8,13 +8,16 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from gradpick import attribution, data, models, strategies, units, zoo
-from gradpick.devices import DEVICE_CHOICES
+from gradpick import attribution, data, units
 from gradpick.errors import InputError
-from gradpick.gradients import TARGETS
-from gradpick.infer import fit_classes, labels_fit, output_names
-from gradpick.spec import InputSpec
-from gradpick.zoo import LoadedModel, SpecOverrides, given_overrides
+from gradpick.gradients import strategies
+from gradpick.gradients.engine import TARGETS
+from gradpick.models import shipped as models
+from gradpick.models import zoo
+from gradpick.models.spec import InputSpec
+from gradpick.models.zoo import LoadedModel, SpecOverrides, given_overrides
+from gradpick.outputs.inference import fit_classes, labels_fit, output_names
+from gradpick.runtime.devices import DEVICE_CHOICES
 
 __all__ = [
     "MODEL_HELP",

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gradpick import attribution, data, devices, models
+from gradpick import attribution, data
 from gradpick.cli.arguments import (
     Commands,
     add_data_arguments,
@@ -21,8 +21,10 @@ from gradpick.cli.arguments import (
     positive_int,
     spec_overrides,
 )
-from gradpick.devices import DEVICE_CHOICES
 from gradpick.errors import InputError
+from gradpick.models import shipped as models
+from gradpick.runtime import devices
+from gradpick.runtime.devices import DEVICE_CHOICES
 
 __all__ = ["register"]
 
@@ -264,8 +266,8 @@ def _bench_parser(commands: Commands) -> None:
 def _cmd_bench_distributed(args: argparse.Namespace) -> int:
     import tempfile
 
-    from gradpick import distributed
     from gradpick.bench.distributed import bench_table, benchmark
+    from gradpick.outputs import distributed
 
     loaded = load_model(args)
     source = data_source(args.data, args.split, loaded.spec)

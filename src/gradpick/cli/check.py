@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gradpick import attribution, data, export, layers
+from gradpick import attribution, data
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
@@ -17,8 +17,10 @@ from gradpick.cli.arguments import (
     step_progress,
 )
 from gradpick.errors import InputError
-from gradpick.infer import as_model_input
-from gradpick.selection import parse_indices
+from gradpick.gradients import layers
+from gradpick.outputs.inference import as_model_input
+from gradpick.picking.rules import parse_indices
+from gradpick.share import export
 from gradpick.trust import command
 from gradpick.trust.baselines import BASELINES
 from gradpick.trust.completeness import DEFAULT_MAX_STEPS, DEFAULT_TOLERANCE

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gradpick import data, export, store, versus
+from gradpick import compare as versus
+from gradpick import data
 from gradpick.attribution import METHOD_NAMES
 from gradpick.cli.arguments import (
     Commands,
@@ -18,7 +19,9 @@ from gradpick.cli.arguments import (
     positive_int,
 )
 from gradpick.errors import InputError
-from gradpick.selection import parse_indices
+from gradpick.outputs import store_format as store
+from gradpick.picking.rules import parse_indices
+from gradpick.share import export
 
 __all__ = ["register"]
 

@@ -18,7 +18,7 @@ __all__ = ["register"]
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from gradpick import train
+    from gradpick.models import training as train
 
     loaded = load_model(args)
     batch = data.load_batch(data_source(args.data, args.split), args.start, args.size)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gradpick import attribution, data, export, strategies, units
+from gradpick import attribution, data, units
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
@@ -21,13 +21,15 @@ from gradpick.cli.arguments import (
     reading_progress,
 )
 from gradpick.errors import InputError
-from gradpick.gradients import REDUCTIONS, GradientResult
-from gradpick.infer import as_model_input
-from gradpick.layers import LAYER_STRATEGIES
-from gradpick.measure import MemoryFigure, MemoryReport
-from gradpick.request import GradientRequest
-from gradpick.selection import parse_indices
-from gradpick.zoo import LoadedModel
+from gradpick.gradients import strategies
+from gradpick.gradients.engine import REDUCTIONS, GradientResult
+from gradpick.gradients.layers import LAYER_STRATEGIES
+from gradpick.gradients.request import GradientRequest
+from gradpick.models.zoo import LoadedModel
+from gradpick.outputs.inference import as_model_input
+from gradpick.picking.rules import parse_indices
+from gradpick.runtime.measure import MemoryFigure, MemoryReport
+from gradpick.share import export
 
 __all__ = ["register"]
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gradpick import data, store, stored
+from gradpick import data
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
@@ -21,8 +21,10 @@ from gradpick.cli.arguments import (
     spec_overrides,
 )
 from gradpick.errors import InputError
-from gradpick.infer import infer_source
-from gradpick.zoo import LoadedModel
+from gradpick.models.zoo import LoadedModel
+from gradpick.outputs import store_format as store
+from gradpick.outputs import stores as stored
+from gradpick.outputs.inference import infer_source
 
 __all__ = ["register"]
 
@@ -124,7 +126,7 @@ def _infer_on_ray(
     positions: list[int],
 ) -> int:
     """The same inference as a Ray Data pipeline, written to the same store as in-process."""
-    from gradpick import distributed
+    from gradpick.outputs import distributed
 
     root, rows = distributed.source_rows(source, positions, loaded.classes)
     options = distributed.ClusterOptions(

@@ -1,7 +1,7 @@
 """``gradpick report``: the picks of a batch as one self-contained HTML file.
 
 The batch, model and target options are the other commands' own (``gradpick grads``); the
-page is ``gradpick.report.build_report``'s, written through a temporary file.
+page is ``gradpick.share.report.build_report``'s, written through a temporary file.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gradpick import data, export, report, strategies
+from gradpick import data
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
@@ -24,7 +24,9 @@ from gradpick.cli.arguments import (
     output_class_names,
 )
 from gradpick.errors import InputError
-from gradpick.selection import parse_indices
+from gradpick.gradients import strategies
+from gradpick.picking.rules import parse_indices
+from gradpick.share import export, report
 from gradpick.trust.report import CheckOptions
 
 __all__ = ["output_path", "register", "run"]

@@ -6,9 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from gradpick import data, models
+from gradpick import data
 from gradpick.cli.arguments import Commands, bounded, data_source, fraction
 from gradpick.errors import ModelError
+from gradpick.models import shipped as models
 
 __all__ = ["register"]
 
@@ -16,7 +17,7 @@ _cutout_side = bounded(int, 0, data.IMAGE_SIZE, " pixels")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from gradpick import train
+    from gradpick.models import training as train
 
     config = train.default_config(args.model, args.epochs)
     warm_start = Path(args.warm_start) if args.warm_start else None

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from gradpick import store
 from gradpick.cli.arguments import Commands, positive_int
-from gradpick.triage import NEIGHBOURS, sample_warning, triage_store
-from gradpick.verdicts import VerdictBook, split_stale, write_relabelling
+from gradpick.outputs import store_format as store
+from gradpick.triage.ranking import NEIGHBOURS, sample_warning, triage_store
+from gradpick.triage.verdicts import VerdictBook, split_stale, write_relabelling
 
 __all__ = ["register", "summary"]
 

@@ -16,7 +16,7 @@ from gradpick.data.decoding import DEFAULT_SPEC
 from gradpick.data.folders import check_split, cifar10_batches_folder, open_source
 from gradpick.data.sources import ArraySource, ImageSource, ProgressCallback, cache_dir
 from gradpick.errors import DataError, DownloadError
-from gradpick.spec import InputSpec
+from gradpick.models.spec import InputSpec
 
 __all__ = [
     "CIFAR10_DIR_ENV",

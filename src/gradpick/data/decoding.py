@@ -14,7 +14,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from gradpick.errors import DataError
-from gradpick.spec import InputSpec
+from gradpick.models.spec import InputSpec
 
 __all__ = [
     "DEFAULT_SPEC",

@@ -17,7 +17,7 @@ import torch
 from gradpick.data.decoding import DEFAULT_SPEC
 from gradpick.data.sources import CIFAR10_CLASSES, ArraySource, FolderSource, ImageSource
 from gradpick.errors import DataError, InputError
-from gradpick.spec import InputSpec
+from gradpick.models.spec import InputSpec
 
 __all__ = [
     "IMAGE_SUFFIXES",

@@ -20,7 +20,7 @@ from PIL import Image
 
 from gradpick.data.decoding import DEFAULT_SPEC, DecodedImage, decode
 from gradpick.errors import DataError
-from gradpick.spec import InputSpec
+from gradpick.models.spec import InputSpec
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -263,7 +263,7 @@ class FolderSource(_Reads):
         return replace(self, spec=spec)
 
     def fingerprint(self) -> str:
-        from gradpick.store import source_fingerprint
+        from gradpick.outputs.store_format import source_fingerprint
 
         return source_fingerprint(self.root, self.relative_names)
 

@@ -14,7 +14,7 @@ import torch
 
 from gradpick.data.sources import ArraySource, ImageSource, check_positions
 from gradpick.errors import DataError, InputError
-from gradpick.spec import InputSpec
+from gradpick.models.spec import InputSpec
 
 __all__ = ["NAMES_LISTED", "Chunk", "ReadReport", "default_workers", "read_chunk", "stream"]
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError
-from gradpick.infer import call_model
+from gradpick.outputs.inference import call_model
 from gradpick.trust.engine import check_count, picked_images, served_view
 
 __all__ = [

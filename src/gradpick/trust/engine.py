@@ -16,10 +16,10 @@ import torch
 from torch import nn
 
 from gradpick import attribution
-from gradpick.devices import device_for, modules_of
 from gradpick.errors import InputError
-from gradpick.infer import call_model
-from gradpick.request import GradientRequest
+from gradpick.gradients.request import GradientRequest
+from gradpick.outputs.inference import call_model
+from gradpick.runtime.devices import device_for, modules_of
 
 __all__ = [
     "MAX_SAMPLES",

@@ -48,8 +48,8 @@ from torch import nn
 
 from gradpick import attribution
 from gradpick.attribution import Attribution
-from gradpick.infer import call_model
-from gradpick.request import GradientRequest
+from gradpick.gradients.request import GradientRequest
+from gradpick.outputs.inference import call_model
 from gradpick.trust.engine import MethodSettings, logits_of, picked_images, saliency, served_view
 from gradpick.trust.faithfulness import attribution_order
 from gradpick.trust.metrics import spearman

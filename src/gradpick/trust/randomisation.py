@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError
-from gradpick.infer import call_model
+from gradpick.outputs.inference import call_model
 from gradpick.trust.baselines import seeded_generator
 from gradpick.trust.engine import (
     MethodSettings,

@@ -16,9 +16,10 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from gradpick.devices import device_for
 from gradpick.errors import InputError
-from gradpick.measure import Stopwatch
+from gradpick.runtime.devices import device_for
+from gradpick.runtime.measure import Stopwatch
+from gradpick.show.notebook import trust_html
 from gradpick.trust.baselines import BASELINES, BLUR_SIGMA
 from gradpick.trust.completeness import (
     DEFAULT_MAX_STEPS,
@@ -138,10 +139,8 @@ class TrustReport:
     """Wall time of each check, device synchronised."""
 
     def _repr_html_(self) -> str:
-        """Jupyter shows the maps and the summary tables (``gradpick.notebook``)."""
-        from gradpick.notebook import trust_html  # the notebook module imports this one
-
-        return trust_html(self)
+        """Jupyter shows the maps and the summary tables (``gradpick.show.notebook``)."""
+        return trust_html(self, report_dict(self))
 
 
 def run_checks(

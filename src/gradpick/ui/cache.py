@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -24,22 +26,27 @@ import torch
 from streamlit.delta_generator import DeltaGenerator
 from torch import nn
 
-from gradpick import embedding, stored
+from gradpick import compare as versus
 from gradpick.attribution import Attribution
 from gradpick.data import ImageBatch, ImageSource
-from gradpick.infer import InferenceResult
-from gradpick.measure import MemoryReport
-from gradpick.store import OpenedStore
+from gradpick.models.zoo import LoadedModel
+from gradpick.outputs import stores as stored
+from gradpick.outputs.inference import InferenceResult
+from gradpick.outputs.store_format import OpenedStore
+from gradpick.picking import feature_space as embedding
+from gradpick.runtime.measure import MemoryReport
 from gradpick.trust.quick import QuickChecks
-from gradpick.ui import figures, heatmaps, hover, service
+from gradpick.ui import figures, heatmaps, service
+from gradpick.ui.browser import hover
 from gradpick.ui.service import DataChoice, ModelOption
-from gradpick.zoo import LoadedModel
+from gradpick.ui.session import Loaded
 
 __all__ = [
     "PROGRESS_INTERVAL",
     "PROGRESS_THRESHOLD",
     "attribution",
     "batch",
+    "compared_maps",
     "confusion_figure",
     "embedding_scatter",
     "hover_atlas",
@@ -47,6 +54,7 @@ __all__ = [
     "inference",
     "model",
     "outputs_scatter",
+    "pairing",
     "ProgressBar",
     "projection",
     "quick_checks",
@@ -252,7 +260,8 @@ def embedding_scatter(
 def projection(
     batch_key: str, model_identity: str, method: str, _features: torch.Tensor
 ) -> np.ndarray:
-    """The batch's penultimate-layer features in 2-D (``gradpick.embedding.project``)."""
+    """The batch's penultimate-layer features in 2-D
+    (``gradpick.picking.feature_space.project``)."""
     return embedding.project(_features, method)
 
 
@@ -314,3 +323,35 @@ def quick_checks(
     a return to earlier picks) costs nothing. The budget is not part of the key: the first run
     decides which checks fitted."""
     return heatmaps.quick_checks(_model, _batch, indices, request, _shown, _budget_s, _logits)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def pairing(
+    batch_key: str,
+    first: str,
+    second: str,
+    _sides: Callable[[], tuple[versus.Side, versus.Side]],
+) -> versus.Pairing:
+    """Two models' outputs on one batch lined up, once per batch and pair of models: both hold
+    every image of the batch, so a row is a batch index. ``_sides`` builds them on a miss."""
+    return versus.pair(*_sides())
+
+
+@st.cache_data(max_entries=16, show_spinner="Mapping the picks with both models…")
+def compared_maps(
+    batch_key: str,
+    first: str,
+    second: str,
+    picks: tuple[int, ...],
+    method: str,
+    settings: tuple[tuple[str, Any], ...],
+    _loaded: Loaded,
+    _served: LoadedModel,
+    _source: Any,
+    _pairing: versus.Pairing,
+) -> versus.MapComparison:
+    """Both models' maps of a click's few picks, on one thread like every click's step."""
+    with heatmaps.step_threads(_loaded.served.module):
+        return versus.compare_maps(
+            _loaded.served, _served, _source, _pairing, list(picks), method, dict(settings)
+        )

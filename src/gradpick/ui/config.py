@@ -2,7 +2,7 @@
 
 A hosted deployment narrows what a visitor may touch on the server; everything that
 depends on it reads this object instead of checking the environment itself. A local run may
-name any model ``gradpick.zoo.load_model`` takes, with its weights and input spec:
+name any model ``gradpick.models.zoo.load_model`` takes, with its weights and input spec:
 ``streamlit run app.py -- --model torchvision:resnet18 --weights w.pt --input-size 224``.
 """
 

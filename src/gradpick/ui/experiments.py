@@ -16,12 +16,15 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from gradpick import compare, gradients, strategies, units
-from gradpick.compare import StrategyRun
+from gradpick import units
 from gradpick.data import ImageBatch
 from gradpick.errors import SelectionError
-from gradpick.gradients import LeakageReport
-from gradpick.request import GradientRequest
+from gradpick.gradients import engine as gradients
+from gradpick.gradients import strategies
+from gradpick.gradients import timing as compare
+from gradpick.gradients.engine import LeakageReport
+from gradpick.gradients.request import GradientRequest
+from gradpick.gradients.timing import StrategyRun
 from gradpick.ui.heatmaps import (
     WHOLE_BATCH_BUDGET,
     HeatmapRequest,
@@ -125,7 +128,7 @@ def affordable_strategies(
     """The strategies that fit the memory and time budgets, and why each other one was skipped.
 
     Only the whole-batch strategies can exceed them; their time is estimated from the forward
-    time per image with the registry's cost model (``gradpick.strategies.CostModel``).
+    time per image with the registry's cost model (``gradpick.gradients.strategies.CostModel``).
     """
     n, k = len(setup.images), len(setup.indices)
     needed = whole_batch_bytes(model, setup.images)

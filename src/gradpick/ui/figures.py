@@ -21,8 +21,10 @@ import numpy as np
 import plotly.graph_objects as go
 from PIL import Image
 
-from gradpick import render, strategies, units
-from gradpick.compare import FLOOR
+from gradpick import units
+from gradpick.gradients import strategies
+from gradpick.gradients.timing import FLOOR
+from gradpick.show import render
 
 __all__ = [
     "CHART_CONFIG",
@@ -205,7 +207,8 @@ def thumbnail_grid(
 
     One invisible marker sits on each thumbnail's centre and carries its batch index. Outlines
     are line traces (not selectable): green right, red wrong, grey unlabelled. The picked
-    images' outlines are not part of it (``gradpick.ui.outlines`` draws them over the chart),
+    images' outlines are not part of it (``gradpick.ui.browser.outlines`` draws them over the
+    chart),
     so a click leaves the figure as it was; a new ``selection_revision`` (plotly's
     ``selectionrevision``) makes it drop the selection it holds.
     """
@@ -328,7 +331,7 @@ def outputs_scatter(
 ) -> go.Figure:
     """Confidence against ``values`` (the loss, or entropy without labels), coloured by
     predicted class; wrong predictions are crosses. The picks are ringed over the chart
-    (``gradpick.ui.outlines``), so a click leaves the figure as it was; a new
+    (``gradpick.ui.browser.outlines``), so a click leaves the figure as it was; a new
     ``selection_revision`` makes plotly drop the selection it holds."""
     drawn, log_scale = scatter_heights(values)
     if log_scale and not bool((values > 0).all()):

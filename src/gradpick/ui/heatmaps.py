@@ -16,14 +16,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradpick import attribution, devices, export, gradients, render, strategies, units
+from gradpick import attribution, units
 from gradpick.attribution import Attribution
 from gradpick.data import ImageBatch
-from gradpick.devices import model_device
 from gradpick.errors import InputError
-from gradpick.infer import as_model_input
-from gradpick.measure import MemoryReport
-from gradpick.request import GradientRequest
+from gradpick.gradients import engine as gradients
+from gradpick.gradients import strategies
+from gradpick.gradients.request import GradientRequest
+from gradpick.outputs.inference import as_model_input
+from gradpick.runtime import devices
+from gradpick.runtime.devices import model_device
+from gradpick.runtime.measure import MemoryReport
+from gradpick.share import export
+from gradpick.show import render
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.quick import QuickChecks
 from gradpick.trust.quick import quick_checks as run_quick_checks
@@ -337,7 +342,7 @@ def strip(tile: Tiles, compact: bool = False, gap: int = 6, channels: bool = Tru
 
 def map_strip(tile: Tiles, gap: int = 6) -> np.ndarray:
     """The detailed view's picture: the saliency map, then the signed red, green and blue maps,
-    as RGBA side by side (``gradpick.ui.pixels`` reads their values under the mouse)."""
+    as RGBA side by side (``gradpick.ui.browser.pixels`` reads their values under the mouse)."""
     return _side_by_side([tile.heat, *tile.channels], gap)
 
 

@@ -1,6 +1,6 @@
 """The verdicts in force on the batch, for every view that shows or picks by them.
 
-The Triage tab records verdicts (``gradpick.verdicts``) beside the batch's store; the table,
+The Triage tab records verdicts (``gradpick.triage.verdicts``) beside the batch's store; the table,
 the scatter and the thumbnails show them and the pickers' verdict rule picks by them, all read
 through here so that each view sees the same verdicts: the file's, overlaid by those kept for
 this session only (a hosted demo, or a file that could not be written).
@@ -14,12 +14,12 @@ from typing import Any
 
 import streamlit as st
 
-from gradpick import stored
 from gradpick.errors import DataError
+from gradpick.outputs import stores as stored
+from gradpick.triage.verdicts import VERDICTS, Verdict, VerdictBook, split_stale
 from gradpick.ui import keys
 from gradpick.ui.config import app_config
 from gradpick.ui.session import Loaded, Settings
-from gradpick.verdicts import VERDICTS, Verdict, VerdictBook, split_stale
 
 __all__ = ["MARKS", "book", "by_index", "in_force", "marks", "session_book", "store_path"]
 

@@ -62,7 +62,7 @@ def warm(app_args: Sequence[str]) -> float:
     machine, freed memory is kept for the next batch (half again as fast).
     """
     started = time.perf_counter()
-    from gradpick import process
+    from gradpick.runtime import process
     from gradpick.ui import config
 
     process.apply_memory_policy(config.hosted_mode(os.environ.get(config.HOSTED_ENV), Path.cwd()))
@@ -70,9 +70,9 @@ def warm(app_args: Sequence[str]) -> float:
         import torch  # the slowest import of a page run
 
         import gradpick.ui.page  # noqa: F401 (every panel, plotly, pandas, the caches)
-        from gradpick import devices, measure
-        from gradpick.infer import infer
-        from gradpick.stored import INFERENCE_BATCH_SIZE
+        from gradpick.outputs.inference import infer
+        from gradpick.outputs.stores import INFERENCE_BATCH_SIZE
+        from gradpick.runtime import devices, measure
         from gradpick.ui import cache, service
 
         try:

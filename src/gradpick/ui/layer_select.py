@@ -12,7 +12,8 @@ import dataclasses
 
 import streamlit as st
 
-from gradpick import attribution, layers
+from gradpick import attribution
+from gradpick.gradients import layers
 from gradpick.ui import keys
 from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.session import Loaded

@@ -15,11 +15,13 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import streamlit as st
 
-from gradpick import attribution, strategies
-from gradpick.ui import cache, keys, links, outputs, service, state
+from gradpick import attribution
+from gradpick.gradients import strategies
+from gradpick.ui import cache, keys, links, service, state
 from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import TARGET_MODES
+from gradpick.ui.panels import outputs
 from gradpick.ui.service import DataChoice
 from gradpick.ui.session import Loaded, Settings
 

@@ -17,26 +17,12 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from gradpick import devices, process, store
 from gradpick.data import ImageBatch, ImageSource
-from gradpick.infer import InferenceResult
-from gradpick.ui import (
-    cache,
-    checks_panel,
-    compare_panel,
-    gradients_panel,
-    judged,
-    keys,
-    linking,
-    outputs,
-    selections_panel,
-    service,
-    sidebar,
-    state,
-    strategies_panel,
-    tabs,
-    triage_panel,
-)
+from gradpick.models.zoo import LoadedModel
+from gradpick.outputs import store_format as store
+from gradpick.outputs.inference import InferenceResult
+from gradpick.runtime import devices, process
+from gradpick.ui import cache, judged, keys, linking, service, state, tabs
 from gradpick.ui.config import (
     HOSTED_MAX_BATCH_SIZE,
     HOSTED_MAX_IMAGE_BYTES,
@@ -44,10 +30,16 @@ from gradpick.ui.config import (
     app_config,
 )
 from gradpick.ui.guard import guarded
+from gradpick.ui.panels import compare as compare_panel
+from gradpick.ui.panels import explore as gradients_panel
+from gradpick.ui.panels import outputs, sidebar
+from gradpick.ui.panels import selections as selections_panel
+from gradpick.ui.panels import strategies as strategies_panel
+from gradpick.ui.panels import triage as triage_panel
+from gradpick.ui.panels import trust as checks_panel
 from gradpick.ui.service import DataChoice, ModelOption
 from gradpick.ui.session import Loaded, Settings
 from gradpick.units import format_bytes
-from gradpick.zoo import LoadedModel
 
 __all__ = [
     "HOSTED_NOTE",

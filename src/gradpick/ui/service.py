@@ -19,15 +19,19 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gradpick import data, devices, export, models, units, zoo
+from gradpick import data, units
 from gradpick.data import ImageBatch, ImageSource, ProgressCallback
 from gradpick.errors import DataError, DownloadError, InputError, ModelError
-from gradpick.infer import InferenceResult
-from gradpick.infer import fit_classes as fit_classes
-from gradpick.infer import labels_fit as labels_fit
-from gradpick.spec import InputSpec
+from gradpick.models import shipped as models
+from gradpick.models import zoo
+from gradpick.models.spec import InputSpec
+from gradpick.models.zoo import RANDOM_WEIGHTS_SEED, LoadedModel, SpecOverrides, given_overrides
+from gradpick.outputs.inference import InferenceResult
+from gradpick.outputs.inference import fit_classes as fit_classes
+from gradpick.outputs.inference import labels_fit as labels_fit
+from gradpick.runtime import devices
+from gradpick.share import export
 from gradpick.ui.config import MAX_WEIGHTS_BYTES, UserModelArgs
-from gradpick.zoo import RANDOM_WEIGHTS_SEED, LoadedModel, SpecOverrides, given_overrides
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -152,7 +156,7 @@ def open_source(
         files = [(upload.name, upload.data) for upload in choice.uploads]
         return data.images_from_files(files, spec=spec)
     if choice.kind == "stored":
-        from gradpick import stored
+        from gradpick.outputs import stores as stored
 
         return stored.stored_source(stored.open_stored(choice.outputs))
     raise InputError(f"Unknown data source '{choice.kind}'; use one of {', '.join(SOURCE_KINDS)}.")
@@ -268,7 +272,7 @@ class ModelOption:
     upload: Upload | None = None
     """Weights uploaded for the built-in architecture ``name``; its identity is their digest."""
     factory: str = ""
-    """The user's own model (local runs only): any name ``gradpick.zoo.load_model`` takes,
+    """The user's own model (local runs only): any name ``gradpick.models.zoo.load_model`` takes,
     torchvision:NAME[:WEIGHTS], timm:NAME or package.module:factory; ``name`` is it."""
     weights_path: str = ""
     weights_stamp: float = 0.0

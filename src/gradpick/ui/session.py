@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from gradpick.data import ImageBatch, ImageSource
-from gradpick.infer import InferenceResult
+from gradpick.models.zoo import LoadedModel
+from gradpick.outputs.inference import InferenceResult
 from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.service import DataChoice, ModelOption
-from gradpick.zoo import LoadedModel
 
 __all__ = [
     "Loaded",

@@ -75,7 +75,7 @@ def run() -> None:
     if not imported:
         load_plotly()
     try:
-        from gradpick import process
+        from gradpick.runtime import process
         from gradpick.ui.page import main
 
         # Once per process (the launcher did it already): Streamlit's full collection after

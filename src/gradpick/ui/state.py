@@ -19,8 +19,8 @@ import json
 from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
 from typing import Any
 
-from gradpick import selection
 from gradpick.errors import SelectionError
+from gradpick.picking import rules as selection
 from gradpick.ui.keys import (
     DRAWN_REVISIONS,
     MERGE_MODE,
