@@ -1,10 +1,10 @@
 """What the browser tests share: a real ``streamlit run app.py`` server and ways to read its page.
 
-Not a test module: the browser and load tests import it (pytest puts ``tests/`` on
-``sys.path``). The server and page helpers live in ``gradpick.bench.serving`` (the explorer
-benchmark drives the same page); this adds what only tests need: skipping without chromium, the
-data to serve, the explorer's server on it, opening a local folder in the page, and server logs
-under ``artifacts/``.
+Not a test module: the browser and load tests import it as ``tests.serving`` (the repository
+root is on ``sys.path``, as the folder of the ``tests`` package). The server and page helpers
+live in ``gradpick.bench.serving`` (the explorer benchmark drives the same page); this adds
+what only tests need: skipping without chromium, the data to serve, the explorer's server on
+it, opening a local folder in the page, and server logs under ``artifacts/``.
 """
 
 from __future__ import annotations

@@ -1,200 +1,243 @@
-"""The strategy comparison: every row agrees with the floor, the floor with plain autograd."""
+"""Two models on the same images: flips, per-class deltas, drift and both models' maps."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
-import torch.nn.functional as F
+
+from gradpick import compare as versus
+from gradpick import data
+from gradpick.cli import main
+from gradpick.errors import InputError
+from gradpick.models import zoo
+from gradpick.outputs import store_format as store
+
+FACTORIES = '''
+import torch
 from torch import nn
 
-from gradpick.errors import InputError, SelectionError
-from gradpick.gradients.engine import STRATEGIES
-from gradpick.gradients.request import GradientRequest
-from gradpick.gradients.timing import (
-    CAPTUM,
-    FLOOR,
-    MAX_ROUNDS,
-    MAX_RUNS_PER_ROUND,
-    MIN_MEASURED_SECONDS,
-    NOT_MEASURED,
-    ROUND_SECONDS,
-    captum_unavailable_reason,
-    compare_strategies,
-    floor_gradients,
-    interleaved_medians,
-)
-from gradpick.runtime.measure import CPU_PEAK_LABEL
 
-INDICES = [5, 0, 5, 11]  # repeated and unordered on purpose
-
-
-def per_sample_loop(
-    model: nn.Module,
-    images: torch.Tensor,
-    indices: list[int],
-    labels: torch.Tensor | None,
-    classes: list[int] | None,
-) -> torch.Tensor:
-    """The plainest possible reference: one image at a time through the model."""
-    rows = []
-    for position, index in enumerate(indices):
-        image = images[index : index + 1].clone().requires_grad_(True)
-        logits = model(image)
-        if labels is not None:
-            value = F.cross_entropy(logits, labels[index : index + 1])
-        else:
-            wanted = int(logits.argmax()) if classes is None else classes[position]
-            value = logits[0, wanted]
-        (gradient,) = torch.autograd.grad(value, image)
-        rows.append(gradient[0])
-    return torch.stack(rows)
-
-
-@pytest.mark.parametrize("target", ["loss", "logit"])
-def test_floor_equals_a_per_sample_loop_in_float64(tiny_cnn, random_batch, target):
-    model = tiny_cnn.double()
-    images = random_batch.images.double()
-    labels = random_batch.labels if target == "loss" else None
-    floor = floor_gradients(GradientRequest.build(model, images, INDICES, labels, target))
-    expected = per_sample_loop(model, images, INDICES, labels, classes=None)
-    assert floor.shape == (len(INDICES), 3, 32, 32)
-    torch.testing.assert_close(floor, expected, rtol=1e-12, atol=1e-14)
-
-
-def test_floor_takes_one_class_or_one_per_index(tiny_cnn, random_batch):
-    images = random_batch.images
-    one = floor_gradients(GradientRequest.build(tiny_cnn, images, INDICES, None, "logit", 3))
-    each = floor_gradients(
-        GradientRequest.build(tiny_cnn, images, INDICES, None, "logit", [3, 1, 2, 0])
+def pooled():
+    """Any input size: conv, adaptive pooling, linear."""
+    torch.manual_seed(5)
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, stride=2, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(), nn.Linear(64, 10),
     )
-    torch.testing.assert_close(one, per_sample_loop(tiny_cnn, images, INDICES, None, [3] * 4))
-    torch.testing.assert_close(each, per_sample_loop(tiny_cnn, images, INDICES, None, [3, 1, 2, 0]))
 
 
-def test_every_strategy_and_captum_agree_with_the_floor(tiny_cnn, random_batch):
-    runs = compare_strategies(
-        tiny_cnn, random_batch.images, INDICES, target="logit", repeats=2, include_captum=True
-    )
-    assert [run.name for run in runs] == [FLOOR, *STRATEGIES, CAPTUM]
-    for run in runs:
-        assert run.max_abs_difference < 1e-5, run
-        assert run.milliseconds > 0
+def four_classes():
+    torch.manual_seed(6)
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 4))
+'''
+
+LABELS = [0, 0, 1, 1, 2, 2]
+FIRST = [0, 1, 1, 1, 2, 0]
+SECOND = [0, 0, 2, 1, 1, 0]
+"""By hand: both right 0 and 3; only the first right 2 and 4; only the second 1; both wrong 5."""
 
 
-def test_memory_columns_are_labelled_and_only_there_when_measured(tiny_cnn, random_batch):
-    measured = compare_strategies(
-        tiny_cnn, random_batch.images, INDICES, random_batch.labels, repeats=1
-    )
-    by_name = {run.name: run for run in measured}
-    for run in measured:
-        assert run.peak_counts == CPU_PEAK_LABEL
-        assert run.peak_bytes is not None and run.peak_bytes > 0
-    assert by_name["vmap"].saved_bytes is None  # torch.func runs no saved-tensor hooks
-    assert by_name[FLOOR].saved_bytes == by_name["recompute"].saved_bytes > 0
-
-    unmeasured = compare_strategies(
-        tiny_cnn, random_batch.images, INDICES, random_batch.labels, measure_memory=False
-    )
-    assert all(run.peak_counts == NOT_MEASURED for run in unmeasured)
-    assert all(run.saved_bytes is None and run.peak_bytes is None for run in unmeasured)
+@pytest.fixture
+def folder(image_folder_factory: Any) -> data.FolderSource:
+    return data.image_folder(image_folder_factory(3, per_class=2))
 
 
-def test_recompute_saves_the_same_bytes_whatever_the_batch_size(tiny_cnn, random_batch):
-    def saved(count: int) -> dict[str, int | None]:
-        runs = compare_strategies(
-            tiny_cnn,
-            random_batch.images[:count],
-            [1, 3],
-            random_batch.labels[:count],
-            strategies=("recompute", "summed"),
-            repeats=1,
-            include_floor=False,
+@pytest.fixture
+def factories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: Any) -> str:
+    name = "gp_versus_" + request.node.name.split("[")[0].removeprefix("test_")[:40]
+    (tmp_path / f"{name}.py").write_text(FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def _logits(predictions: list[int], classes: int = 3) -> torch.Tensor:
+    logits = torch.zeros(len(predictions), classes)
+    logits[torch.arange(len(predictions)), torch.tensor(predictions)] = 3.0
+    return logits
+
+
+def _store(
+    path: Path, source: data.ImageSource, predictions: list[int], name: str, classes: int = 3
+) -> Path:
+    model = {"identity": name, "name": name, "weights_sha256": None}
+    metadata = store.store_metadata(model, source.spec, source)
+    positions = list(range(len(source)))
+    labels = source.labels() if classes == 3 else None
+    with store.StoreWriter(path, metadata) as writer:
+        writer.write(
+            store.output_table(
+                positions, source.names(positions), labels, _logits(predictions, classes)
+            )
         )
-        return {run.name: run.saved_bytes for run in runs}
-
-    small, large = saved(4), saved(16)
-    assert small["recompute"] == large["recompute"]
-    assert small["summed"] is not None and large["summed"] is not None
-    assert large["summed"] > small["summed"]  # the usual answer pays for every image
+    return path
 
 
-def test_captum_is_offered_for_logits_only(tiny_cnn, random_batch):
-    assert captum_unavailable_reason("logit") is None
-    assert "logit" in (captum_unavailable_reason("loss") or "")
-    with pytest.warns(UserWarning, match="captum row skipped"):
-        runs = compare_strategies(
-            tiny_cnn,
-            random_batch.images,
-            [0],
-            random_batch.labels,
-            strategies=(),
-            repeats=1,
-            include_captum=True,
-        )
-    assert [run.name for run in runs] == [FLOOR]
+def test_flips_and_per_class_deltas_of_two_stores_match_a_hand_count(
+    folder: data.FolderSource, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert folder.labels() is not None and folder.labels().tolist() == LABELS
+    a = _store(tmp_path / "a", folder, FIRST, "first")
+    b = _store(tmp_path / "b", folder, SECOND, "second")
+    pairing = versus.pair(*versus.sides_of_stores(store.open_store(a), store.open_store(b)))
+    assert versus.flips(pairing) == {
+        "both_right": 2,
+        "first_only_right": 2,
+        "second_only_right": 1,
+        "both_wrong": 1,
+    }
+    assert {name: rows.tolist() for name, rows in versus.flip_groups(pairing).items()} == {
+        "both_right": [0, 3],
+        "first_only_right": [2, 4],
+        "second_only_right": [1],
+        "both_wrong": [5],
+    }
+    rows = versus.per_class(pairing)
+    assert [(r["first_accuracy"], r["second_accuracy"]) for r in rows] == [
+        (0.5, 1.0),
+        (1.0, 0.5),
+        (0.5, 0.0),
+    ]
+    assert [r["difference"] for r in rows] == [0.5, -0.5, -0.5]
+    expected = np.zeros((3, 3), dtype=np.int64)
+    for label, first, second in zip(LABELS, FIRST, SECOND, strict=True):
+        expected[label, first] -= 1
+        expected[label, second] += 1
+    difference = versus.confusion_difference(pairing)
+    assert difference is not None and difference.tolist() == expected.tolist()
+    assert expected.tolist() == [[1, -1, 0], [0, -1, 1], [0, 1, -1]]
+
+    report, drift = tmp_path / "report.json", tmp_path / "drift.parquet"
+    arguments = ["compare", "--outputs", str(a), "--outputs", str(b), "--json", str(report)]
+    assert main([*arguments, "--out", str(drift)]) == 0
+    written = json.loads(report.read_text())
+    assert written["flips"] == versus.flips(pairing)
+    assert written["confusion_difference"] == expected.tolist()
+    assert written["models"]["first"]["identity"] == "first"
+    assert written["source"]["fingerprint"] == folder.fingerprint()
+    assert "versions" in written and "created" in written
+    table = pq.read_table(drift).to_pydict()
+    # stayed (same prediction): 0, 3, 5; flipped: 1, 2, 4, each ranked from 0
+    assert table["kind"] == ["stayed"] * 3 + ["flipped"] * 3
+    assert sorted(table["position"][:3]) == [0, 3, 5]
+    assert table["rank"] == [0, 1, 2, 0, 1, 2]
+    assert "6 images: both right 2" in capsys.readouterr().out
 
 
-def test_bad_indices_raise_gradpicks_own_error(tiny_cnn, random_batch):
-    with pytest.raises(SelectionError, match="out of range"):
-        compare_strategies(tiny_cnn, random_batch.images, [16], random_batch.labels)
+def test_without_labels_the_models_agreement_is_counted(
+    folder: data.FolderSource, tmp_path: Path
+) -> None:
+    a = _store(tmp_path / "a", folder, [0, 1, 2, 3, 0, 1], "first", classes=4)
+    b = _store(tmp_path / "b", folder, [0, 1, 0, 3, 0, 1], "second", classes=4)
+    pairing = versus.pair(*versus.sides_of_stores(store.open_store(a), store.open_store(b)))
+    assert versus.flips(pairing) == {"agree": 5, "disagree": 1}
+    assert versus.confusion_difference(pairing) is None
+    assert [r["difference"] for r in versus.per_class(pairing)] == [1, 0, -1, 0]
+    assert pairing.reference_kind == "first model's prediction"
 
 
-class FakeClock:
-    """A clock (seconds) that moves only when a fake call says how long it took; the costs
-    below are powers of two, so every sum of them is exact."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.calls: list[str] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def costing(self, name: str, seconds: float) -> Callable[[], None]:
-        def call() -> None:
-            self.calls.append(name)
-            self.now += seconds
-
-        return call
+def test_a_model_compared_with_itself_flips_nothing_and_its_maps_agree(
+    image_folder_factory: Any, factories: str
+) -> None:
+    folder = data.image_folder(image_folder_factory(list(data.CIFAR10_CLASSES), per_class=1))
+    loaded = zoo.load_model(f"{factories}:pooled", device="cpu")
+    pairing = versus.pair(*versus.sides_of_models(loaded, loaded, folder))
+    counts = versus.flips(pairing)
+    assert counts["first_only_right"] == counts["second_only_right"] == 0
+    assert counts["both_right"] + counts["both_wrong"] == len(folder)
+    for method in ("gradient", "smoothgrad", "layercam"):
+        maps = versus.compare_maps(loaded, loaded, folder, pairing, range(len(folder)), method)
+        assert maps.spearman.tolist() == pytest.approx([1.0] * len(folder))
+        assert maps.ssim.tolist() == pytest.approx([1.0] * len(folder))
 
 
-def test_interleaved_medians_interleave_rounds_and_sample_cheap_calls_more():
-    clock = FakeClock()
-    slow, quick = 2**-5, 2**-10  # 31.25 ms and 0.9765625 ms
-    medians = interleaved_medians(
-        {"slow": clock.costing("slow", slow), "quick": clock.costing("quick", quick)},
-        torch.device("cpu"),
-        repeats=3,
-        clock=clock,
+def test_models_of_different_input_sizes_compare_on_one_folder(
+    image_folder_factory: Any, factories: str, tmp_path: Path
+) -> None:
+    root = image_folder_factory(list(data.CIFAR10_CLASSES), per_class=1, size=(80, 80))
+    source = data.image_folder(root)
+    small = zoo.load_model("tutorial", device="cpu")
+    large = zoo.load_model(f"{factories}:pooled", device="cpu", input_size=64)
+    pairing = versus.pair(*versus.sides_of_models(small, large, source))
+    maps = versus.compare_maps(small, large, source, pairing, [0, 3])
+    assert maps.size == (32, 32) and maps.maps[1].shape == (2, 32, 32)
+    # the 64-pixel maps, resized to 32 by hand, give the same Spearman
+    images = source.at_spec(large.spec).read([0, 3]).float() / 255
+    images.requires_grad_(True)
+    logits = large.module(images)
+    logits[torch.arange(2), torch.tensor([0, 3])].sum().backward()
+    assert images.grad is not None
+    by_hand = torch.nn.functional.interpolate(
+        images.grad.abs().amax(dim=1, keepdim=True).double(),
+        size=(32, 32),
+        mode="bilinear",
+        align_corners=False,
+    )[:, 0]
+    by_hand = by_hand / by_hand.flatten(1).amax(dim=1).view(-1, 1, 1)
+    assert torch.allclose(maps.maps[1], by_hand, atol=1e-6)
+
+    report = tmp_path / "report.json"
+    module = f"{factories}:pooled"
+    arguments = ["compare", "--model", "tutorial", "--model", module, "--input-size", "64"]
+    assert main([*arguments, "--data", str(root), "--indices", "0, 3", "--json", str(report)]) == 0
+    written = json.loads(report.read_text())
+    assert written["models"]["second"]["input_spec"]["size"] == [64, 64]
+    assert written["maps"]["compared_at"] == [32, 32]
+    assert written["maps"]["class"] == "each pick's true label"
+    assert [row["index"] for row in written["maps"]["rows"]] == [0, 3]
+    assert [row["spearman"] for row in written["maps"]["rows"]] == pytest.approx(
+        maps.spearman.tolist()
     )
-    assert medians == {"slow": slow * 1000, "quick": quick * 1000}
-    # One warm-up run each; then rounds of about ROUND_SECONDS per call: int(50 / 0.977) = 51
-    # quick runs per slow one. Each call stops once it has MIN_MEASURED_SECONDS of its own time:
-    # quick after 11 rounds (10 give 498 ms), slow after 16 (500 ms).
-    quick_per_round = int(ROUND_SECONDS / quick)
-    assert quick_per_round == 51 and MIN_MEASURED_SECONDS == 0.5
-    rounds = ["slow", *["quick"] * quick_per_round] * 11 + ["slow"] * 5
-    assert clock.calls == ["slow", "quick", *rounds]
 
 
-@pytest.mark.parametrize(
-    ("seconds", "runs"),
-    [(2**-3, 4), (2**-2, 3), (0.0, MAX_ROUNDS * MAX_RUNS_PER_ROUND)],
-    ids=["measuring time decides", "repeats decide", "at most MAX_ROUNDS rounds"],
-)
-def test_interleaved_medians_stop_when_a_call_has_enough(seconds: float, runs: int) -> None:
-    """125 ms calls need 4 runs to fill 0.5 s; 250 ms ones fill it in 2 but 3 repeats are asked
-    for; a call too quick for the clock runs the most rounds, MAX_RUNS_PER_ROUND at a time."""
-    clock = FakeClock()
-    medians = interleaved_medians(
-        {"call": clock.costing("call", seconds)}, torch.device("cpu"), repeats=3, clock=clock
+def test_stores_of_different_sources_are_refused(
+    image_folder_factory: Any, folder: data.FolderSource, tmp_path: Path
+) -> None:
+    other = data.image_folder(image_folder_factory(3, per_class=3, name="other"))
+    a = _store(tmp_path / "a", folder, FIRST, "first")
+    b = _store(tmp_path / "b", other, [*SECOND, 0, 0, 0], "second")
+    with pytest.raises(InputError, match="written from different images"):
+        versus.sides_of_stores(store.open_store(a), store.open_store(b))
+
+
+def test_different_class_counts_need_matching_class_names(
+    folder: data.FolderSource, tmp_path: Path
+) -> None:
+    a = _store(tmp_path / "a", folder, FIRST, "first")
+    b = _store(tmp_path / "b", folder, [0, 1, 3, 1, 2, 0], "second", classes=4)
+    sides = versus.sides_of_stores(store.open_store(a), store.open_store(b))
+    with pytest.raises(InputError, match="3 outputs and the second 4: give both"):
+        versus.pair(*sides)
+    first_names = ("cat", "dog", "fox")
+    with pytest.raises(InputError, match="no class 'fox'"):
+        versus.pair(*sides, (first_names, ("dog", "cat", "owl", "emu")))
+    # by name: the second's 'cat' is its output 1, 'dog' 0, 'fox' 3; its output 2 is none
+    pairing = versus.pair(*sides, (first_names, ("dog", "cat", "owl", "fox")))
+    assert pairing.second.tolist() == [1, 0, 2, 0, versus.OTHER, 1]
+    assert versus.flips(pairing) == {
+        "both_right": 0,
+        "first_only_right": 4,
+        "second_only_right": 1,
+        "both_wrong": 1,
+    }
+
+
+def test_a_missing_second_model_is_explained(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    report = tmp_path / "r.json"
+    assert main(["compare", "--model", "tutorial", "--json", str(report)]) == 2
+    assert not report.exists()
+    assert "Give 2 models (--model NAME [--weights FILE], once for each); got 1" in (
+        capsys.readouterr().err
     )
-    assert len(clock.calls) == 1 + runs
-    assert medians == {"call": seconds * 1000}
-
-
-def test_interleaved_medians_need_a_repeat():
-    with pytest.raises(InputError, match="repeats"):
-        interleaved_medians({"a": lambda: None}, torch.device("cpu"), repeats=0)
+    with pytest.raises(SystemExit):
+        main(["compare", "--weights", "w.pt", "--model", "tutorial", "--json", "r.json"])
+    assert "--weights belongs to a model: give it after that model's --model" in (
+        capsys.readouterr().err
+    )

@@ -50,22 +50,22 @@ _MEASURES = (
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "request": (
         ["src/gradpick/gradients/request.py"],
-        ["tests/test_request.py", "tests/test_gradients.py"],
+        ["tests/gradients/test_request.py", "tests/gradients/test_engine.py"],
     ),
     "strategies": (
         ["src/gradpick/gradients/strategies.py"],
-        ["tests/test_strategies.py", "tests/test_gradients.py"],
+        ["tests/gradients/test_strategies.py", "tests/gradients/test_engine.py"],
     ),
-    "gradients": (["src/gradpick/gradients/engine.py"], ["tests/test_gradients.py"]),
+    "gradients": (["src/gradpick/gradients/engine.py"], ["tests/gradients/test_engine.py"]),
     "attribution": (
         ["src/gradpick/attribution/*"],
-        ["tests/test_attribution.py", "tests/test_cam.py"],
+        ["tests/attribution/test_gradient_methods.py", "tests/attribution/test_cam.py"],
     ),
     # store's rows, batch and sources are pinned where they are read back (stored, infer, the
     # CLI); its Ray path (adopt_parts) by test_store's hand-written parts, not by Ray (minutes).
     "store": (
         ["src/gradpick/outputs/store_format.py"],
-        ["tests/test_store.py", "tests/test_stored.py", "tests/test_infer.py", "tests/test_cli.py"],
+        ["tests/outputs/test_store_format.py", "tests/outputs/test_stores.py", "tests/outputs/test_inference.py", "tests/cli/test_cli.py"],
     ),
     # The checks' shared engine, chunks, command, quick checks and report, against every trust
     # test; the measures each against their own tests (the layer methods' included): under
@@ -79,7 +79,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [f"tests/test_trust_{name}.py" for name in (*_MEASURES, "layers")],
     ),
     # zoo's from_factory is pinned where the models module builds through it.
-    "zoo": (["src/gradpick/models/zoo.py"], ["tests/test_zoo.py", "tests/test_models.py"]),
+    "zoo": (["src/gradpick/models/zoo.py"], ["tests/models/test_zoo.py", "tests/models/test_shipped.py"]),
 }
 
 _RESULT = re.compile(r"^\s*(\S+): (.+)$")

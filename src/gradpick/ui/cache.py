@@ -301,7 +301,7 @@ def step_memory(
 ) -> MemoryReport | None:
     """The gradient step's memory, measured once per number of picks and settings: what a step
     saves and allocates follows the tensors' shapes, never the pixels, so any ``picks`` images
-    of one batch cost the same (``tests/test_ui_heatmaps.py`` checks it). A click on another
+    of one batch cost the same (``tests/ui/test_heatmaps.py`` checks it). A click on another
     image then pays no second profiled run (about 80 ms on two cores)."""
     return heatmaps.step_memory(_model, _batch, _indices, request)
 

@@ -1,0 +1,178 @@
+"""The page's frame: sent before the heavy imports, its preload chart gone when a run ends."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from gradpick.ui import keys, page, start
+from tests.serving import (
+    CHROMIUM_ARGS,
+    LOAD_TIMEOUT_MS,
+    chromium_executable,
+    free_port,
+    wait_healthy,
+)
+
+
+def test_the_frame_module_imports_no_torch() -> None:
+    code = "import sys, gradpick.ui.start; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", f"import json; {code}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = set(json.loads(done.stdout))
+    assert not loaded & {"torch", "gradpick.ui.page", "gradpick.ui.state", "pandas"}
+
+
+def _frame_only() -> None:
+    from gradpick.ui.start import run
+
+    run()
+
+
+def _charts(app: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in app.get("plotly_chart")]
+
+
+def _main_is_a_caption(*_: object) -> None:
+    import streamlit as st
+
+    st.caption("the page")
+
+
+def _main_fails(*_: object) -> None:
+    raise RuntimeError("the page broke")
+
+
+@pytest.mark.parametrize("main", [_main_is_a_caption, _main_fails])
+def test_the_preload_chart_is_cleared_when_the_run_ends(
+    monkeypatch: pytest.MonkeyPatch, main: object
+) -> None:
+    seen_during_run: list[int] = []
+
+    def recording_main(after_inference: object = None) -> None:
+        seen_during_run.append(1)
+        main()  # type: ignore[operator]
+
+    monkeypatch.setattr(page, "main", recording_main)
+    app = AppTest.from_function(_frame_only, default_timeout=60).run()
+    assert seen_during_run == [1]
+    assert _charts(app) == []
+    assert [m.value for m in app.markdown] == [start.PAGE_STYLE]
+    if main is _main_fails:
+        assert len(app.exception) == 1  # the message itself is redacted by the page config
+    else:
+        assert [c.value for c in app.caption] == ["the page"]
+
+
+@pytest.mark.parametrize("imported", [False, True])
+def test_the_preload_chart_waits_for_the_batch_once_the_imports_are_done(
+    generated: Path, monkeypatch: pytest.MonkeyPatch, imported: bool
+) -> None:
+    """A process's first page sends the chart before it imports (the browser loads plotly
+    meanwhile); any later page only once its batch is inferred, not while it infers."""
+    events: list[str] = []
+    send_chart, load = start.st.plotly_chart, page._load
+
+    def recording_chart(*args: Any, **kwargs: Any) -> Any:
+        events.append("chart")
+        return send_chart(*args, **kwargs)
+
+    def recording_load(settings: Any) -> Any:
+        loaded = load(settings)
+        events.append("batch")
+        return loaded
+
+    monkeypatch.setattr(start.st, "plotly_chart", recording_chart)
+    monkeypatch.setattr(page, "_load", recording_load)
+    if not imported:
+        monkeypatch.setattr(start, "_PAGE_MODULE", "gradpick.ui.not_imported_yet")
+    app = AppTest.from_function(_frame_only, default_timeout=120).run()
+    assert not app.exception
+    assert events[:2] == (["batch", "chart"] if imported else ["chart", "batch"])
+    assert app.get("plotly_chart"), "the page's own charts are drawn"
+
+
+def test_containers_keyed_hidden_are_hidden_by_the_page_style() -> None:
+    assert f'[class*="st-key-{keys.HIDDEN_KEY_PREFIX}"] {{ display: none; }}' in start.PAGE_STYLE
+    assert keys.PRELOAD_CONTAINER.startswith(keys.HIDDEN_KEY_PREFIX)
+    assert keys.HOVER_SCRIPT.startswith(keys.HIDDEN_KEY_PREFIX)
+
+
+WORKING_PAGE = """
+import time
+
+import streamlit as st
+
+from gradpick.ui.start import PAGE_STYLE
+
+st.markdown(PAGE_STYLE, unsafe_allow_html=True)
+st.button("Go")  # an element with transitions of its own
+with st.spinner("Working…"):
+    if st.query_params.get("bar") == "1":
+        bar = st.progress(0.2, text="Reading images: 2 of 10")
+        time.sleep(1)
+        bar.progress(0.6, text="Reading images: 6 of 10")
+    time.sleep(60)
+"""
+"""A run that works under Streamlit's spinner, reporting on a progress bar when ?bar=1."""
+
+RUNNING_ANIMATIONS_JS = """
+() => document.getAnimations().filter((a) => a.playState === 'running')
+  .map((a) => [a.effect.target.closest('[data-testid]').dataset.testid,
+               a.effect.getTiming().duration,
+               getComputedStyle(a.effect.target).animationTimingFunction])
+"""
+GLIDING_JS = """
+() => Array.from(document.querySelectorAll('[data-testid="stApp"] *')).filter(
+  (el) => getComputedStyle(el).transitionDuration.split(',').some((d) => parseFloat(d) > 0)).length
+"""
+"""How many of the page's elements would glide from one value to the next."""
+
+
+def test_no_animation_runs_while_a_progress_bar_reports_work(tmp_path: Path) -> None:
+    """The browser draws an animation sixty frames a second on the cores the work needs; the
+    page style stops Streamlit's spinner and the bar's glide while a bar is shown; a spinner
+    alone still turns, a quarter every half second; nothing glides while the run works."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = chromium_executable()
+    script = tmp_path / "working.py"
+    script.write_text(WORKING_PAGE)
+    url = f"http://127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "streamlit", "run", str(script)]
+    command += ["--server.port", url.rsplit(":", 1)[1], "--server.headless", "true"]
+    command += ["--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(url, server)
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            running, gliding = {}, {}
+            for bar in ("0", "1"):
+                page = browser.new_page()
+                page.goto(f"{url}/?bar={bar}")
+                page.wait_for_selector('[data-testid="stSpinnerIcon"]', timeout=LOAD_TIMEOUT_MS)
+                if bar == "1":
+                    page.wait_for_function(
+                        "() => document.body.innerText.includes('6 of 10')",
+                        timeout=LOAD_TIMEOUT_MS,
+                    )
+                running[bar] = page.evaluate(RUNNING_ANIMATIONS_JS)
+                gliding[bar] = page.evaluate(GLIDING_JS)
+                page.close()
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+    assert running["0"] == [["stSpinnerIcon", 2000, "steps(4)"]]
+    assert running["1"] == []
+    assert gliding == {"0": 0, "1": 0}
