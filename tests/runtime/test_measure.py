@@ -30,9 +30,12 @@ CPU = torch.device("cpu")
 
 
 def test_stopwatch_measures_a_sleep() -> None:
+    """At least the sleep, and no more than a clock read around the whole block."""
+    outer = time.perf_counter()
     with Stopwatch(CPU) as watch:
         time.sleep(0.05)
-    assert 50.0 <= watch.milliseconds < 2000.0
+    around = (time.perf_counter() - outer) * 1000
+    assert 50.0 <= watch.milliseconds <= around
 
 
 def test_stopwatch_synchronises_before_each_clock_read(monkeypatch: pytest.MonkeyPatch) -> None:
