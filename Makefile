@@ -3,7 +3,7 @@
 #               gradpick.ui.launch: torch and the default model loaded before it serves)
 #   make test   the same set-up plus Debian's chromium, then lint, types, the docs build and the
 #               test suite
-# For development, `make quick` runs the suite without the browser and load tests (marker e2e);
+# For development, `make quick` runs the suite without the browser and load tests (tests/browser/);
 # `make mutants` mutation-tests the core modules (docs/mutation.md; MUTANTS=request narrows it).
 VENV ?= .venv
 PYTHON ?= python3
@@ -67,11 +67,16 @@ lint: $(BIN)/.installed
 docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 
+# Two pytest workers, a test file each at a time (--dist loadfile): a file's module-scoped server
+# or Ray instance starts once, and the browser tests' waits overlap the other worker's compute.
+PYTEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+
 test: $(BIN)/.installed $(CPU_VENV)/.installed browser lint
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 quick: $(BIN)/.installed
-	$(BIN)/python -m pytest -m 'not e2e'
+	$(PYTEST) -m 'not e2e'
 
 $(BIN)/.dev: $(BIN)/.installed
 	$(BIN)/python -m pip install -q -e '.[test,distributed,dev]'

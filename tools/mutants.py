@@ -30,7 +30,7 @@ WORK = ROOT / "build" / "mutants"
 
 
 def _tests(pattern: str) -> list[str]:
-    return sorted(f"tests/{path.name}" for path in (ROOT / "tests").glob(pattern))
+    return sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob(pattern))
 
 
 _TRUST_SHARED = ("chunks", "command", "engine", "quick", "report")
@@ -65,18 +65,23 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # CLI); its Ray path (adopt_parts) by test_store's hand-written parts, not by Ray (minutes).
     "store": (
         ["src/gradpick/outputs/store_format.py"],
-        ["tests/outputs/test_store_format.py", "tests/outputs/test_stores.py", "tests/outputs/test_inference.py", "tests/cli/test_cli.py"],
+        [
+            "tests/outputs/test_store_format.py",
+            "tests/outputs/test_stores.py",
+            "tests/outputs/test_inference.py",
+            "tests/cli/test_cli.py",
+        ],
     ),
     # The checks' shared engine, chunks, command, quick checks and report, against every trust
     # test; the measures each against their own tests (the layer methods' included): under
     # the whole trust list every run_checks test reaches them, minutes per mutant.
     "trust": (
         [f"src/gradpick/trust/{name}.py" for name in ("__init__", *_TRUST_SHARED)],
-        _tests("test_trust_*.py"),
+        _tests("trust/test_*.py"),
     ),
     "measures": (
         [f"src/gradpick/trust/{name}.py" for name in _MEASURES],
-        [f"tests/test_trust_{name}.py" for name in (*_MEASURES, "layers")],
+        [f"tests/trust/test_{name}.py" for name in (*_MEASURES, "layers")],
     ),
     # zoo's from_factory is pinned where the models module builds through it.
     "zoo": (["src/gradpick/models/zoo.py"], ["tests/models/test_zoo.py", "tests/models/test_shipped.py"]),
