@@ -84,7 +84,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [f"tests/trust/test_{name}.py" for name in (*_MEASURES, "layers")],
     ),
     # zoo's from_factory is pinned where the models module builds through it.
-    "zoo": (["src/gradpick/models/zoo.py"], ["tests/models/test_zoo.py", "tests/models/test_shipped.py"]),
+    "zoo": (
+        ["src/gradpick/models/zoo.py"],
+        ["tests/models/test_zoo.py", "tests/models/test_shipped.py"],
+    ),
 }
 
 _RESULT = re.compile(r"^\s*(\S+): (.+)$")
