@@ -51,4 +51,4 @@ __all__ = [
     "probe",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__ = lazy_exports(__name__)

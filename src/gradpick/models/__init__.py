@@ -34,4 +34,4 @@ __all__ = [
     "train",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__ = lazy_exports(__name__)

@@ -32,4 +32,4 @@ __all__ = [
     "open_stored",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__ = lazy_exports(__name__)

@@ -29,4 +29,4 @@ __all__ = [
     "project",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__ = lazy_exports(__name__)

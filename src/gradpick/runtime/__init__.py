@@ -28,4 +28,4 @@ __all__ = [
     "synchronize",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__ = lazy_exports(__name__)

@@ -17,4 +17,4 @@ if TYPE_CHECKING:
 
 __all__ = ["Export", "build_report", "of_batch", "of_picks", "write_report"]
 
-__getattr__, __dir__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__ = lazy_exports(__name__)

@@ -18,4 +18,4 @@ if TYPE_CHECKING:
 
 __all__ = ["COLORMAPS", "Html", "colorize", "grid_png", "overlay", "saliency"]
 
-__getattr__, __dir__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__ = lazy_exports(__name__)

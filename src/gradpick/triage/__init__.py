@@ -17,4 +17,4 @@ if TYPE_CHECKING:
 
 __all__ = ["Triage", "VERDICTS", "Verdict", "VerdictBook", "triage", "triage_store"]
 
-__getattr__, __dir__ = lazy_exports(__name__, __file__)
+__getattr__, __dir__ = lazy_exports(__name__)
