@@ -123,7 +123,7 @@ def _summary(report: dict[str, Any], out: Path, drift_out: Path | None) -> None:
 
 
 def _cmd_bench_compare(args: argparse.Namespace) -> int:
-    from gradpick.bench import versus as bench
+    from gradpick.bench import compare as bench
 
     report = bench.run_compare_benchmark(
         rows=args.rows, repeats=args.repeats, picks=args.picks, maps=not args.no_maps
