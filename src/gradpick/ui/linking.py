@@ -23,7 +23,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import streamlit as st
 
-from gradpick import attribution, strategies
+from gradpick import attribution, embedding, strategies
 from gradpick.ui import cache, keys, layer_select, links, outputs, service, sidebar, state
 from gradpick.ui.config import AppConfig, app_config
 from gradpick.ui.guard import guarded
@@ -50,7 +50,7 @@ LINKED: dict[str, str] = {
     keys.SPLIT: "split",
     keys.FOLDER_PATH: "folder",
     keys.OUTPUTS_PATH: "outputs",
-    keys.RANDOM_SAMPLE: "seed",
+    keys.RANDOM_SAMPLE: "start",  # on: the link names seed; off: start
     keys.SAMPLE_SEED: "seed",
     keys.START: "start",
     keys.BATCH_SIZE: "n",
@@ -68,6 +68,11 @@ LINKED: dict[str, str] = {
     keys.EXPLORER_TAB: "tab",
     keys.OUTPUTS_TAB: "view",
     keys.TRIAGE_POSITION: "suspect",
+    keys.MEASURE_MEMORY: "memory",
+    keys.GRID_PAGE_SIZE: "per_page",
+    keys.GRID_PAGE: "page",
+    keys.EMBEDDING_PROJECTION: "projection",
+    keys.EMBEDDING_COLOUR: "colour",
 }
 """The widget keys (or ``per_source`` prefixes) a link carries, and the parameter of each; the
 attribution settings' sliders (``keys.setting_key``) are ``m.NAME``."""
@@ -96,6 +101,9 @@ def allowed(config: AppConfig) -> links.Allowed:
         views=outputs.VIEWS,
         max_batch_size=config.max_batch_size,
         hosted=config.hosted,
+        page_sizes=outputs.PAGE_SIZES,
+        projections=embedding.available_projections(),
+        colourings=embedding.COLOURINGS,
     )
 
 
@@ -148,6 +156,10 @@ def apply_view(session: state.State, view: links.View, config: AppConfig) -> lis
         (keys.TARGET_CLASS, view.target_class),
         (keys.COLOUR_SCALE, view.scale),
         (keys.TRUST_BADGES, view.badges),
+        (keys.MEASURE_MEMORY, view.memory),
+        (keys.GRID_PAGE_SIZE, view.per_page),
+        (keys.EMBEDDING_PROJECTION, view.projection),
+        (keys.EMBEDDING_COLOUR, view.colour),
         (keys.EXPLORER_TAB, view.tab),
         (keys.OUTPUTS_TAB, view.view),
         (keys.TRIAGE_POSITION, view.suspect),
@@ -199,6 +211,9 @@ def _seed_source(session: state.State, view: links.View, base: DataChoice) -> No
     choice = replace(base, start=0 if sampled else view.start or 0, size=view.size, seed=view.seed)
     state.set_picked(session, view.picks)
     session[keys.PICKED_BATCH] = choice.batch_key
+    if view.page is not None:
+        per_page = view.per_page or outputs.PAGE_SIZES[0]
+        session[keys.per_source(keys.GRID_PAGE, choice.batch_key, per_page)] = view.page
 
 
 def _compared(name: str | None) -> str | None:
@@ -220,6 +235,9 @@ def view_of(loaded: Loaded, settings: Settings, session: state.State) -> links.V
     choice, option, request = loaded.choice, loaded.option, settings.request
     linkable = choice.kind != "upload"
     position = session.get(keys.TRIAGE_POSITION)
+    memory_default = not app_config().hosted
+    per_page = session.get(keys.GRID_PAGE_SIZE, outputs.PAGE_SIZES[0])
+    page = session.get(keys.per_source(keys.GRID_PAGE, loaded.key, per_page))
     built_in = not option.factory and option.upload is None
     tab, view = session.get(keys.EXPLORER_TAB), session.get(keys.OUTPUTS_TAB)
     return links.View(
@@ -244,7 +262,17 @@ def view_of(loaded: Loaded, settings: Settings, session: state.State) -> links.V
         suspect=position if isinstance(position, int) and linkable else None,
         scale=links.SCALES[1] if settings.shared_scale else None,
         badges=None if session.get(keys.TRUST_BADGES, True) else False,
+        memory=None if settings.measure_memory == memory_default else settings.measure_memory,
+        per_page=None if per_page == outputs.PAGE_SIZES[0] else per_page,
+        page=page if isinstance(page, int) and page > 1 and linkable else None,
+        projection=_unless(session.get(keys.EMBEDDING_PROJECTION), embedding.PROJECTIONS[0]),
+        colour=_unless(session.get(keys.EMBEDDING_COLOUR), embedding.COLOURINGS[0]),
     )
+
+
+def _unless(value: object, default: str) -> str | None:
+    """A widget's value for a link: None at the page's default (or before it is drawn)."""
+    return value if isinstance(value, str) and value != default else None
 
 
 def _layer(loaded: Loaded, method: str) -> str | None:

@@ -66,6 +66,9 @@ class Allowed:
     tabs: tuple[str, ...] = ()
     views: tuple[str, ...] = ()
     splits: tuple[str, ...] = ("test", "train")
+    page_sizes: tuple[int, ...] = ()
+    projections: tuple[str, ...] = ()
+    colourings: tuple[str, ...] = ()
     max_batch_size: int | None = None
     hosted: bool = False
 
@@ -99,6 +102,13 @@ class View:
     """The Triage queue's position, from 1."""
     scale: str | None = None
     badges: bool | None = None
+    memory: bool | None = None
+    per_page: int | None = None
+    page: int | None = None
+    """The thumbnails' page, from 1."""
+    projection: str | None = None
+    colour: str | None = None
+    """What the feature space's points are coloured by."""
 
     def to_params(self) -> dict[str, str]:
         """The query parameters of this view, in a stable order; a folder or store path only
@@ -129,10 +139,15 @@ class View:
             _put(params, "class", self.target_class)
         _put(params, "layer", self.layer)
         _put(params, "scale", self.scale)
-        if self.badges is not None:
-            params["badges"] = SWITCH[0] if self.badges else SWITCH[1]
+        for name, switch in (("badges", self.badges), ("memory", self.memory)):
+            if switch is not None:
+                params[name] = SWITCH[0] if switch else SWITCH[1]
         _put(params, "tab", self.tab)
         _put(params, "view", self.view)
+        _put(params, "per_page", self.per_page)
+        _put(params, "page", self.page)
+        _put(params, "projection", self.projection)
+        _put(params, "colour", self.colour)
         _put(params, "compare", self.compare)
         _put(params, "suspect", self.suspect)
         return params
@@ -165,6 +180,11 @@ KNOWN = frozenset(
         "suspect",
         "scale",
         "badges",
+        "memory",
+        "per_page",
+        "page",
+        "projection",
+        "colour",
     )
 )
 """Every parameter a link may hold, besides the ``m.`` settings."""
@@ -211,6 +231,11 @@ def from_params(
         suspect=_from_one(raw, "suspect", notes),
         scale=_choice(raw, "scale", SCALES, "colour scale", notes),
         badges=_switch(raw, "badges", notes),
+        memory=_switch(raw, "memory", notes),
+        per_page=_page_size(raw, allowed.page_sizes, notes),
+        page=_from_one(raw, "page", notes),
+        projection=_choice(raw, "projection", allowed.projections, "projection", notes),
+        colour=_choice(raw, "colour", allowed.colourings, "colouring", notes),
     )
     method = _choice(raw, "method", tuple(allowed.methods), "attribution view", notes)
     ranges = allowed.methods.get(method, {}) if method is not None else {}
@@ -296,6 +321,11 @@ def _from_one(raw: Mapping[str, str], name: str, notes: list[str]) -> int | None
         notes.append(f"The link's {name}=0 was ignored: it counts from 1.")
         return None
     return number
+
+
+def _page_size(raw: Mapping[str, str], sizes: Sequence[int], notes: list[str]) -> int | None:
+    text = _choice(raw, "per_page", [str(size) for size in sizes], "thumbnails per page", notes)
+    return None if text is None else int(text)
 
 
 def _switch(raw: Mapping[str, str], name: str, notes: list[str]) -> bool | None:

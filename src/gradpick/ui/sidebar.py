@@ -334,10 +334,10 @@ def _gradients(
         help="Shared: one scale for all picked images, so magnitudes compare. Per image: "
         "each image's own range, so its structure shows.",
     )
+    # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
+    state.start_at(st.session_state, keys.MEASURE_MEMORY, measure_by_default)
     measure = st.checkbox(
         "Measure memory",
-        # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
-        value=measure_by_default,
         key=keys.MEASURE_MEMORY,
         help="Saved-for-backward bytes and the peak of the gradient step, from one more run "
         "of it with measurement on (the profiler's overhead never reaches the timings).",
