@@ -179,7 +179,10 @@ def flip_matrix(pairing: versus.Pairing) -> go.Figure:
         "textposition": "middle center",
         "textfont": {"size": COUNT_SIZE, "color": COUNT_COLOUR},
         "customdata": [[index] for index in range(len(counts))],
-        "hovertext": [f"{CELL_LABELS[name]}: {count:,} image(s)" for name, count in groups.items()],
+        "hovertext": [
+            f"{CELL_LABELS[name]}: {count:,} image(s)"
+            for name, count in zip(names, counts, strict=True)
+        ],
         "hovertemplate": "%{hovertext}; click to pick them<extra></extra>",
         "marker": {"size": 110, "color": "rgba(0,0,0,0)", "symbol": "square"},
         # a picked cell keeps its count as clear as the others
