@@ -138,10 +138,10 @@ COUNT_SIZE = 30
 """Pixels of a cell's count: read from across the room, not hovered for."""
 
 
-def flip_matrix(pairing: versus.Pairing) -> go.Figure:
-    """The flips as a table of cells (2 × 2 with labels: first right or wrong by second right
-    or wrong; else same or different prediction), each a pale square with its count large and
-    near-black and what it holds under it. A transparent marker at each cell's centre carries
+def flip_matrix(pairing: versus.Pairing, names: tuple[str, str] = ("first", "second")) -> go.Figure:
+    """The flips as a table of cells (2 × 2 with labels: the first model right or wrong by the
+    second right or wrong, each named by ``names``; else same or different prediction), each a
+    pale square with its count large and near-black and what it holds under it. A transparent marker at each cell's centre carries
     the cell's index in ``versus.OUTCOMES`` (or ``AGREEMENT``) as customdata, so a click
     anywhere on the cell picks every image in it."""
     groups = versus.flip_groups(pairing)
@@ -150,9 +150,10 @@ def flip_matrix(pairing: versus.Pairing) -> go.Figure:
         x, y, columns, rows = [0, 1], [0, 0], ["same", "different"], ["predictions"]
     else:
         x, y = [0, 1, 0, 1], [0, 0, 1, 1]
-        columns, rows = ["second right", "second wrong"], ["first right", "first wrong"]
+        first, second = names
+        columns, rows = [f"{second} right", f"{second} wrong"], [f"{first} right", f"{first} wrong"]
     total = max(sum(counts), 1)
-    names = list(groups)
+    cells_of = list(groups)
     cells = [
         {
             "type": "rect",
@@ -164,7 +165,7 @@ def flip_matrix(pairing: versus.Pairing) -> go.Figure:
             "line": {"color": "#495057", "width": 1},
             "layer": "below",
         }
-        for column, row, name in zip(x, y, names, strict=True)
+        for column, row, name in zip(x, y, cells_of, strict=True)
     ]
     trace = {
         "type": "scatter",
@@ -174,14 +175,14 @@ def flip_matrix(pairing: versus.Pairing) -> go.Figure:
         "text": [
             f"<b>{count:,}</b><br><span style='font-size:14px'>{CELL_LABELS[name]} · "
             f"{count / total:.0%}</span>"
-            for count, name in zip(counts, names, strict=True)
+            for count, name in zip(counts, cells_of, strict=True)
         ],
         "textposition": "middle center",
         "textfont": {"size": COUNT_SIZE, "color": COUNT_COLOUR},
         "customdata": [[index] for index in range(len(counts))],
         "hovertext": [
             f"{CELL_LABELS[name]}: {count:,} image(s)"
-            for name, count in zip(names, counts, strict=True)
+            for name, count in zip(cells_of, counts, strict=True)
         ],
         "hovertemplate": "%{hovertext}; click to pick them<extra></extra>",
         "marker": {"size": 110, "color": "rgba(0,0,0,0)", "symbol": "square"},
@@ -260,15 +261,16 @@ def render(loaded: Loaded, settings: Settings) -> None:
         st.info("Choose a model to compare with in the sidebar (Compare with).")
         return
     pairing = _pairing(loaded.key, loaded.option.identity, second.key, loaded, second)
+    names = (loaded.served.name, str(second.identity.get("name", second.key)))
     st.caption(
-        f"First: {loaded.served.name}; second: {second.identity.get('name', second.key)}; "
+        f"First: {names[0]}; second: {names[1]}; "
         f"{len(pairing):,} images, compared on each image's {pairing.reference_kind}."
     )
     left, right = st.columns([1, 1], gap="medium")
     with left:
         st.markdown("**Flips** — click a cell to pick its images")
         st.plotly_chart(
-            flip_matrix(pairing),
+            flip_matrix(pairing, names),
             key=keys.COMPARE_FLIPS,
             on_select="rerun",
             selection_mode=("points",),
