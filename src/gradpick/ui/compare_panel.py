@@ -141,9 +141,9 @@ COUNT_SIZE = 30
 def flip_matrix(pairing: versus.Pairing, names: tuple[str, str] = ("first", "second")) -> go.Figure:
     """The flips as a table of cells (2 × 2 with labels: the first model right or wrong by the
     second right or wrong, each named by ``names``; else same or different prediction), each a
-    pale square with its count large and near-black and what it holds under it. A transparent marker at each cell's centre carries
-    the cell's index in ``versus.OUTCOMES`` (or ``AGREEMENT``) as customdata, so a click
-    anywhere on the cell picks every image in it."""
+    pale square with its count large and near-black and what it holds under it. A transparent
+    marker at each cell's centre carries the cell's index in ``versus.OUTCOMES`` (or
+    ``AGREEMENT``) as customdata, so a click anywhere on the cell picks every image in it."""
     groups = versus.flip_groups(pairing)
     counts = [len(rows) for rows in groups.values()]
     if pairing.labels is None:
