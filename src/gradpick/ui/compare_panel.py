@@ -173,7 +173,7 @@ def flip_matrix(pairing: versus.Pairing, names: tuple[str, str] = ("first", "sec
         "y": y,
         "mode": "markers+text",
         "text": [
-            f"<b>{count:,}</b><br><span style='font-size:14px'>{CELL_LABELS[name]} · "
+            f"<b>{count:,}</b><br><span style='font-size:13px'>{CELL_LABELS[name]} · "
             f"{count / total:.0%}</span>"
             for count, name in zip(counts, cells_of, strict=True)
         ],

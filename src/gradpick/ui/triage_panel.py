@@ -250,7 +250,7 @@ def _queue_position(size: int, waiting: list[int]) -> int:
         session.pop(keys.TRIAGE_POSITION, None)  # another batch's, or a link's beyond this one
     state.start_at(session, keys.TRIAGE_POSITION, waiting[0] if waiting else 1)
     return int(
-        st.number_input(
+        st.columns([1, 3])[0].number_input(
             "Suspect in the queue",
             min_value=1,
             max_value=size,
