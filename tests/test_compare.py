@@ -125,7 +125,7 @@ def test_flips_and_per_class_deltas_of_two_stores_match_a_hand_count(
     # stayed (same prediction): 0, 3, 5; flipped: 1, 2, 4, each ranked from 0
     assert table["kind"] == ["stayed"] * 3 + ["flipped"] * 3
     assert sorted(table["position"][:3]) == [0, 3, 5]
-    assert table["rank"] == [0, 1, 2, 0, 1, 2]
+    assert table["rank"] == [1, 2, 3, 1, 2, 3]
     assert "6 images: both right 2" in capsys.readouterr().out
 
 

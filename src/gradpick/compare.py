@@ -480,7 +480,7 @@ def drift_table(pairing: Pairing, maps: MapComparison | None = None) -> Any:
     """Every image as one row of a pyarrow table, ranked: first the images both models
     predict alike ("stayed"), then those that flipped, each by how far the maps moved (1 -
     Spearman, for the mapped picks) and then by how far the reference class's probability
-    moved. ``rank`` counts within each group from 0."""
+    moved. ``rank`` counts within each group from 1."""
     import pyarrow as pa
 
     count = len(pairing)
@@ -521,13 +521,13 @@ def ranked(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The drift order (stayed first, then flipped; within each, the largest map change first,
     unmapped images after the mapped, then the largest output change) and each row's rank in
-    its group."""
+    its group, from 1."""
     mapped = ~np.isnan(map_change)
     order = np.lexsort((-output_change, -np.nan_to_num(map_change, nan=-np.inf), ~mapped, ~stayed))
     rank = np.empty(len(order), dtype=np.int64)
     for group in (stayed, ~stayed):
         members = order[group[order]]
-        rank[members] = np.arange(len(members))
+        rank[members] = np.arange(1, len(members) + 1)
     return order, rank
 
 

@@ -27,7 +27,7 @@ from tests.serving import (
     wait_for_heatmaps,
 )
 
-HEADING = re.compile(r"Suspect (\d+) of (\d+): (\d+) without a verdict")
+HEADING = re.compile(r"Suspect (\d+) of (\d+) flagged: (\d+) flagged without a verdict")
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def judge(page: Any, button: str | re.Pattern[str]) -> None:
     """Click a verdict button and wait for the next suspect."""
     waiting = heading(page)[2]
     page.get_by_role("button", name=button).click()
-    page.get_by_text(f"{waiting - 1} without a verdict").wait_for()
+    page.get_by_text(f"{waiting - 1} flagged without a verdict").wait_for()
 
 
 def test_verdicts_survive_a_reload(server: str, cache: Path) -> None:

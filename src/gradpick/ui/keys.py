@@ -283,6 +283,8 @@ TRIAGE_CLASS = "triage_class"
 TRIAGE_VERDICT = "triage_verdict"
 TRIAGE_PICK_VERDICT = "triage_pick_verdict"
 TRIAGE_PICK = "triage_pick"
+TRIAGE_POSITION = "triage_position"
+"""The suspect in view: its place in the queue, from 1 (flagged suspects first)."""
 VERDICT_STORE = "verdict_store"
 """(batch and model, path) of the store the batch's verdicts belong beside."""
 __all__ += [
@@ -291,6 +293,7 @@ __all__ += [
     "TRIAGE_NOTE",
     "TRIAGE_PICK",
     "TRIAGE_PICK_VERDICT",
+    "TRIAGE_POSITION",
     "TRIAGE_PROBLEM",
     "TRIAGE_RESULT",
     "TRIAGE_SESSION_VERDICTS",
@@ -393,7 +396,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         TRUST_MAP_METHOD,
         TRUST_MAP_IMAGE,
     ),
-    "Triage": (TRIAGE_PICK_VERDICT, TRIAGE_NOTE, TRIAGE_CLASS),
+    "Triage": (TRIAGE_POSITION, TRIAGE_PICK_VERDICT, TRIAGE_NOTE, TRIAGE_CLASS),
 }
 """The value widgets each explorer tab draws, by key (or ``per_source`` prefix): a closed tab
 is not drawn, and Streamlit forgets the value of a widget a run does not draw. The Strategies

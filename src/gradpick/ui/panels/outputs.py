@@ -194,11 +194,11 @@ def _thumbnails(loaded: Loaded, judged: Mapping[int, str]) -> None:
     pages = max(1, math.ceil(size / page_size))
     page = 1
     if pages > 1:
-        page = int(
-            top[1].number_input(
-                "Page", 1, pages, 1, key=keys.per_source(keys.GRID_PAGE, loaded.key, page_size)
-            )
-        )
+        page_key = keys.per_source(keys.GRID_PAGE, loaded.key, page_size)
+        if not 1 <= st.session_state.get(page_key, 1) <= pages:
+            st.session_state.pop(page_key)  # a link's page beyond this batch
+        state.start_at(st.session_state, page_key, 1)
+        page = int(top[1].number_input("Page", 1, pages, key=page_key))
     first, last = (page - 1) * page_size, min(page * page_size, size)
     top[2].caption(
         f"Images {first}–{last - 1} of {size:,}. Click, box- or lasso-select thumbnails; "
@@ -296,6 +296,8 @@ def _embedding_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -
         )
         return False
     colourings = embedding.COLOURINGS if loaded.result.labels is not None else ("predicted",)
+    if st.session_state.get(keys.EMBEDDING_COLOUR, colourings[0]) not in colourings:
+        st.session_state.pop(keys.EMBEDDING_COLOUR)  # a link's colouring these images lack
     left, right = st.columns(2)
     method = left.selectbox(
         "Projection",

@@ -15,7 +15,7 @@ from gradpick.errors import GradpickError, InputError
 from gradpick.gradients import strategies
 from gradpick.outputs import store_format as store
 from gradpick.runtime import devices
-from gradpick.ui import cache, keys, service
+from gradpick.ui import cache, keys, service, state
 from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest
@@ -29,7 +29,9 @@ from gradpick.ui.service import (
 from gradpick.ui.session import Settings
 
 __all__ = [
+    "compare_default",
     "render",
+    "stored_batch",
 ]
 
 
@@ -121,37 +123,27 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
         return base, source
     key = base.source_key
     # A store opens on the batch it holds; any other source on the page's default batch.
-    held = _stored_batch(base) if kind == "stored" else None
+    held = stored_batch(base) if kind == "stored" else None
     size = _batch_size(key, total, config.max_batch_size, None if held is None else held["size"])
     by_class = service.sorted_by_class(source)
     if by_class and held is None:
         st.caption("These images are stored class by class, so the batch is a seeded sample.")
     sampled = by_class if held is None else held["seed"] is not None
-    if st.toggle(
-        "Seeded random sample", value=sampled, key=keys.per_source(keys.RANDOM_SAMPLE, key)
-    ):
-        seed = int(
-            st.number_input(
-                "Seed",
-                min_value=0,
-                value=int((held or {}).get("seed") or 0),
-                key=keys.per_source(keys.SAMPLE_SEED, key),
-            )
-        )
-        return replace(base, size=size, seed=seed), source
-    start = int(
-        st.number_input(
-            "Start",
-            min_value=0,
-            max_value=total - 1,
-            value=min(int((held or {}).get("start") or 0), total - 1),
-            key=keys.per_source(keys.START, key),
-        )
+    session = st.session_state
+    toggle, seed_key, start_key = (
+        keys.per_source(name, key) for name in (keys.RANDOM_SAMPLE, keys.SAMPLE_SEED, keys.START)
     )
+    state.start_at(session, toggle, sampled)
+    if st.toggle("Seeded random sample", key=toggle):
+        state.start_at(session, seed_key, int((held or {}).get("seed") or 0))
+        seed = int(st.number_input("Seed", min_value=0, key=seed_key))
+        return replace(base, size=size, seed=seed), source
+    state.start_at(session, start_key, min(int((held or {}).get("start") or 0), total - 1))
+    start = int(st.number_input("Start", min_value=0, max_value=total - 1, key=start_key))
     return replace(base, start=start, size=size), source
 
 
-def _stored_batch(choice: DataChoice) -> dict[str, int | None]:
+def stored_batch(choice: DataChoice) -> dict[str, int | None]:
     """The batch (start, size, seed) held by the store the choice names."""
     path = choice.outputs.strip()
     opened = cache.stored_outputs(path, Path(path).expanduser().stat().st_mtime)
@@ -165,10 +157,10 @@ def _batch_size(source_key: str, total: int, cap: int | None, held: int | None =
     good_key = keys.per_source(keys.GOOD_BATCH_SIZE, source_key)
     limit = min(total, cap or total)
     default = min(held or DEFAULT_BATCH_SIZE, limit)
+    state.start_at(st.session_state, keys.per_source(keys.BATCH_SIZE, source_key), default)
     requested = int(
         st.number_input(
             "Batch size N",
-            value=default,
             step=100,
             key=keys.per_source(keys.BATCH_SIZE, source_key),
             help=f"1 to {limit:,} images" + (" (this demo's cap)." if limit < total else "."),
@@ -345,10 +337,10 @@ def _gradients(
         help="Shared: one scale for all picked images, so magnitudes compare. Per image: "
         "each image's own range, so its structure shows.",
     )
+    # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
+    state.start_at(st.session_state, keys.MEASURE_MEMORY, measure_by_default)
     measure = st.checkbox(
         "Measure memory",
-        # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
-        value=measure_by_default,
         key=keys.MEASURE_MEMORY,
         help="Saved-for-backward bytes and the peak of the gradient step, from one more run "
         "of it with measurement on (the profiler's overhead never reaches the timings).",
@@ -368,15 +360,25 @@ def _setting(parameter: attribution.Parameter) -> float | int:
     assert parameter.shown is not None
     low, high = parameter.shown
     kind = int if parameter.whole else float
+    key = keys.setting_key(parameter.name)
+    state.start_at(st.session_state, key, kind(parameter.default))
     value = st.slider(
         parameter.label,
         kind(low),
         kind(high),
-        kind(parameter.default),
-        key=keys.setting_key(parameter.name),
+        key=key,
         help=parameter.help,
     )
     return kind(value)
+
+
+def compare_default(config: AppConfig, first: service.ModelOption | None = None) -> str:
+    """What the page compares with until told otherwise: nothing, or on a hosted demo the
+    shipped model that is not the first (the best shipped one when ``first`` is not known)."""
+    options = service.model_options()
+    first_identity = first.identity if first is not None else options[0].identity
+    others = [option.identity for option in options if option.identity != first_identity]
+    return others[0] if config.hosted and others else keys.COMPARE_NOTHING
 
 
 def _compare_with(config: AppConfig, first: service.ModelOption) -> None:
@@ -388,12 +390,12 @@ def _compare_with(config: AppConfig, first: service.ModelOption) -> None:
         choices[keys.COMPARE_BY_NAME] = "a model by name…"
     if config.allow_local_folder:
         choices[keys.COMPARE_STORED] = "a stored-outputs folder…"
-    others = [identity for identity in built_in if identity != first.identity]
-    default = others[0] if config.hosted and others else keys.COMPARE_NOTHING
+    if st.session_state.get(keys.COMPARE_WITH) not in choices:
+        st.session_state.pop(keys.COMPARE_WITH, None)  # a link's model this page does not offer
+    state.start_at(st.session_state, keys.COMPARE_WITH, compare_default(config, first))
     chosen = st.selectbox(
         "Compare with",
         list(choices),
-        index=list(choices).index(default),
         format_func=choices.__getitem__,
         key=keys.COMPARE_WITH,
         help="A second model on the same images: the Compare tab shows where they flip and "

@@ -9,7 +9,9 @@ argue for the suggestion over the label), and its nearest neighbours with their 
 verdict goes to the ``gradpick.triage.verdicts.VerdictBook`` beside the batch's store (the one
 opened,
 or the app's own store of the batch), so it is there when the store opens again; the next
-suspect without a verdict follows. A hosted demo keeps no files on its server: verdicts last for
+suspect without a verdict follows. The queue is the triage's ranking, so the flagged suspects
+come first; the suspect in view is a position in it (``keys.TRIAGE_POSITION``, from 1), which
+the page's link carries. A hosted demo keeps no files on its server: verdicts last for
 the session.
 """
 
@@ -30,7 +32,7 @@ from gradpick.ui import cache, heatmaps, keys, state
 from gradpick.ui import judged as judged_now
 from gradpick.ui.session import Loaded, Settings
 
-__all__ = ["render"]
+__all__ = ["heading", "render"]
 
 SHOWN_NEIGHBOURS = 6
 LISTED = 20
@@ -50,10 +52,15 @@ def _found(loaded: Loaded) -> triage.Triage:
     return found
 
 
-def _record(book: VerdictBook | None, position: int, name: str, verdict: str) -> None:
+def _record(
+    book: VerdictBook | None, position: int, name: str, verdict: str, after: int | None = None
+) -> None:
     """A button's callback: keep the verdict (the file first; the session when it fails), with
-    the note and the right class as the widgets hold them now."""
+    the note and the right class as the widgets hold them now; the queue moves on to ``after``
+    (the next suspect without a verdict)."""
     session = st.session_state
+    if after is not None:
+        session[keys.TRIAGE_POSITION] = after
     right = session.get(keys.per_source(keys.TRIAGE_CLASS, position))
     judged = Verdict(
         position,
@@ -166,7 +173,12 @@ def _evidence(
 
 
 def _verdict_buttons(
-    loaded: Loaded, found: triage.Triage, index: int, book: VerdictBook | None, names: list[str]
+    loaded: Loaded,
+    found: triage.Triage,
+    index: int,
+    book: VerdictBook | None,
+    names: list[str],
+    after: int | None,
 ) -> None:
     position, name = int(loaded.batch.positions[index]), loaded.batch.names[index]
     st.text_input("Note (optional)", key=keys.per_source(keys.TRIAGE_NOTE, position))
@@ -184,7 +196,7 @@ def _verdict_buttons(
             f"{said} → {names[int(right)]}" if verdict == "label_wrong" else said,
             key=keys.per_source(keys.TRIAGE_VERDICT, verdict),
             on_click=_record,
-            args=(book, position, name, verdict),
+            args=(book, position, name, verdict, after),
             type="primary" if verdict == "label_wrong" else "secondary",
         )
 
@@ -220,6 +232,37 @@ def _listing(
     # grid's hidden copy of its cells for screen readers followed each verdict about 200 ms
     # after the grid itself, keeping the page changing that much longer.
     st.table(styled)
+
+
+def heading(rank: int, found: triage.Triage, waiting: list[int]) -> str:
+    """Where the queue is: among the flagged suspects (which come first), or past them."""
+    flagged = int(found.flagged.sum())
+    if rank <= flagged:
+        left = sum(r <= flagged for r in waiting)
+        return f"Suspect {rank} of {flagged} flagged: {left} flagged without a verdict"
+    return (
+        f"Suspect {rank} of {len(found.order)}, past the {flagged} flagged: "
+        f"{len(waiting)} without a verdict"
+    )
+
+
+def _queue_position(size: int, waiting: list[int]) -> int:
+    """The queue's position box (from 1): the first suspect without a verdict to begin with."""
+    session = st.session_state
+    position = session.get(keys.TRIAGE_POSITION)
+    if not isinstance(position, int) or not 1 <= position <= size:
+        session.pop(keys.TRIAGE_POSITION, None)  # another batch's, or a link's beyond this one
+    state.start_at(session, keys.TRIAGE_POSITION, waiting[0] if waiting else 1)
+    return int(
+        st.columns([1, 3])[0].number_input(
+            "Suspect in the queue",
+            min_value=1,
+            max_value=size,
+            key=keys.TRIAGE_POSITION,
+            help="The suspects ranked by how likely their label is wrong, the flagged ones "
+            "first; a verdict moves on to the next one without a verdict.",
+        )
+    )
 
 
 def render(loaded: Loaded, settings: Settings) -> None:
@@ -258,14 +301,17 @@ def render(loaded: Loaded, settings: Settings) -> None:
             f"image at position {verdict.position}: shown, not applied."
         )
     positions = np.asarray(loaded.batch.positions)
-    waiting = [int(i) for i in found.order if int(positions[i]) not in current]
+    ranked = enumerate(found.order.tolist(), 1)
+    waiting = [rank for rank, i in ranked if int(positions[i]) not in current]
     if not waiting:
         st.success("Every image has a verdict.")
-    else:
-        index = waiting[0]
-        rank = int(np.flatnonzero(found.order == index)[0]) + 1
-        st.subheader(f"Suspect {rank} of {len(found.order)}: {len(waiting)} without a verdict")
-        _evidence(loaded, settings, found, index, names)
-        _verdict_buttons(loaded, found, index, book, names)
+    rank = _queue_position(len(found.order), waiting)
+    index = int(found.order[rank - 1])
+    st.subheader(heading(rank, found, waiting))
+    _evidence(loaded, settings, found, index, names)
+    if int(positions[index]) in current:
+        st.caption(f"Judged {VERDICTS[current[int(positions[index])].verdict]}.")
+    later = [r for r in waiting if r > rank] or [r for r in waiting if r != rank]
+    _verdict_buttons(loaded, found, index, book, names, later[0] if later else None)
     _listing(loaded, found, current, names)
     _picking_rule(loaded, current)
