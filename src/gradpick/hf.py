@@ -306,6 +306,9 @@ def load(name: str, class_names: tuple[str, ...] = ()) -> HFModel:
     """The classifier ``name`` (folder or Hub name) with its spec, frozen in eval mode on CPU."""
     transformers = _transformers()
     folder, label, origin = locate(name)
+    bars = transformers.utils.logging
+    shown = bars.is_progress_bar_enabled()
+    bars.disable_progress_bar()  # a load bar per call would flood the command line's output
     try:
         model = transformers.AutoModelForImageClassification.from_pretrained(folder)
     except (OSError, ValueError, KeyError) as error:
@@ -313,6 +316,9 @@ def load(name: str, class_names: tuple[str, ...] = ()) -> HFModel:
         raise ModelError(
             f"hf:{name} is not an image classifier transformers can load: {detail}"
         ) from None
+    finally:
+        if shown:
+            bars.enable_progress_bar()
     try:
         processor = transformers.AutoImageProcessor.from_pretrained(folder)
     except (OSError, ValueError, KeyError) as error:
