@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -384,3 +387,40 @@ def test_hf_offline_is_read_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not hf._offline()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert hf._offline() and os.environ["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_commands_take_an_hf_folder_offline(
+    tmp_path: Path, generated_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """infer, grads, check and report with --model hf:DIR, HF_HUB_OFFLINE=1 in the command's
+    own environment; a 10-label ViT so CIFAR-10's labels are its classes."""
+    from gradpick.data import CIFAR10_CLASSES
+
+    config = transformers.ViTConfig(
+        image_size=(40, 48), patch_size=8, hidden_size=16, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=32, num_labels=10,
+        id2label=dict(enumerate(CIFAR10_CLASSES)),
+    )  # fmt: skip
+    folder = tmp_path / "vit10"
+    transformers.ViTForImageClassification(config).save_pretrained(folder)
+    transformers.ViTImageProcessor(size={"height": 40, "width": 48}).save_pretrained(folder)
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    common = ["--model", f"hf:{folder}", "--data", str(generated_folder), "--size", "6"]
+    commands = [
+        ["infer", *common, "--out", str(tmp_path / "store")],
+        ["grads", *common, "--indices", "1,2", "--method", "gradcam", "--out",
+         str(tmp_path / "g.npz")],
+        ["check", *common, "--indices", "1", "--method", "gradient", "--json",
+         str(tmp_path / "c.json")],
+        ["report", *common, "--indices", "0,1", "--out", str(tmp_path / "r.html")],
+    ]  # fmt: skip
+    for command in commands:
+        finished = subprocess.run(
+            [sys.executable, "-m", "gradpick", *command],
+            capture_output=True, text=True, timeout=300, env=environment,
+        )  # fmt: skip
+        assert finished.returncode == 0, (command[0], finished.stderr[-2000:])
+    described = json.loads((tmp_path / "g.json").read_text())
+    assert described["model"]["kind"] == "hf"
+    assert described["model"]["input_spec"]["resize_mode"] == "warp"
+    assert described["model"]["input_spec"]["size"] == [40, 48]
