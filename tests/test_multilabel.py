@@ -192,3 +192,19 @@ def test_compare_refuses_a_sigmoid_model_with_the_reason(tmp_path: Path) -> None
     assert finished.returncode != 0
     assert "independent labels (sigmoid, multi-label)" in finished.stderr
     assert "Traceback" not in finished.stderr
+
+
+def test_infer_of_a_sigmoid_model_prints_per_label_metrics(generated_folder: Path) -> None:
+    finished = subprocess.run(
+        [sys.executable, "-m", "gradpick", "infer", "--model", "tutorial", "--output", "sigmoid",
+         "--data", str(generated_folder), "--size", "20"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr
+    source = data.open_source(generated_folder, "test", zoo.load_model("tutorial").spec)
+    with torch.no_grad():
+        logits = zoo.load_model("tutorial").module(source.read(range(20)).float() / 255)
+    present = F.one_hot(source.labels()[:20], 10)
+    expected = multilabel.label_metrics(logits, present).mean_ap
+    assert f"mAP: {expected:.4f}" in finished.stdout and "\naccuracy:" not in finished.stdout
+    assert "airplane" in finished.stdout and "precision" in finished.stdout

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from gradpick.attribution import Attribution, attribute
@@ -29,6 +30,7 @@ __all__ = [
     "average_precision",
     "label_maps",
     "label_metrics",
+    "per_label_lines",
     "pick_by_label",
     "refuse_sigmoid",
 ]
@@ -125,6 +127,24 @@ def label_maps(
         method=method,
         **settings,  # type: ignore[arg-type]
     )
+
+
+def per_label_lines(
+    logits: torch.Tensor, labels: torch.Tensor, names: Sequence[str] = (), threshold: float = 0.5
+) -> str:
+    """mAP and each label's precision, recall and AP as text; ``labels`` one per image (each
+    image has its own label present, the others absent) or [N, C] multi-hot."""
+    present = labels if labels.dim() == 2 else F.one_hot(labels.long(), logits.shape[1])
+    metrics = label_metrics(logits, present, threshold)
+    lines = [f"mAP: {metrics.mean_ap:.4f} (sigmoid; precision and recall at p >= {threshold})"]
+    for label in range(logits.shape[1]):
+        name = names[label] if label < len(names) else str(label)
+        lines.append(
+            f"  {name:<16} precision {float(metrics.precision[label]):.3f}  recall "
+            f"{float(metrics.recall[label]):.3f}  AP {float(metrics.average_precision[label]):.3f}"
+            f"  ({int(metrics.positives[label])} present)"
+        )
+    return "\n".join(lines)
 
 
 def refuse_sigmoid(output: str, what: str) -> None:
