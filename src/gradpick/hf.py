@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from gradpick import weights as weights_io
 from gradpick.errors import ModelError
 from gradpick.spec import InputSpec
 
@@ -48,7 +48,7 @@ _RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 """PIL's filter numbers, as processors store them, by the names ``InputSpec`` uses."""
 _CONVNEXT_WARP_FROM = 384
 """ConvNeXt's processor stretches to the square from this shortest edge on, instead of crop_pct."""
-_HUB_FILES = ["*.json", "*.safetensors", "pytorch_model.bin", "*.txt"]
+_HUB_FILES = ["*.json", "*.safetensors", "pytorch_model.bin"]
 """What a download from the Hub fetches: configs and the PyTorch weights, never other formats."""
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
@@ -142,11 +142,7 @@ def _weights_sha256(folder: Path) -> str | None:
     for file_name in _WEIGHT_FILES:
         path = folder / file_name
         if path.is_file():
-            digest = hashlib.sha256()
-            with path.open("rb") as stream:
-                for block in iter(lambda: stream.read(1 << 20), b""):
-                    digest.update(block)
-            return digest.hexdigest()
+            return weights_io.sha256_file(path)
     return None
 
 
