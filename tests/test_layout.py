@@ -127,6 +127,7 @@ LIBRARY_LAYERS = {
     "gradpick.triage": 6,
     "gradpick.compare": 6,
     "gradpick.share": 6,
+    "gradpick.multilabel": 6,
     "gradpick.attribution": 5,
     "gradpick.gradients": 4,
     "gradpick.models": 3,

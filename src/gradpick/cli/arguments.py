@@ -14,7 +14,7 @@ from gradpick.gradients import strategies
 from gradpick.gradients.engine import TARGETS
 from gradpick.models import shipped as models
 from gradpick.models import zoo
-from gradpick.models.spec import InputSpec
+from gradpick.models.spec import RESIZE_MODES, InputSpec
 from gradpick.models.zoo import LoadedModel, SpecOverrides, given_overrides
 from gradpick.outputs.inference import fit_classes, labels_fit, output_names
 from gradpick.runtime.devices import DEVICE_CHOICES
@@ -130,7 +130,8 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
 
 MODEL_HELP = (
     "resnet20 or tutorial (shipped), torchvision:NAME[:WEIGHTS] (e.g. torchvision:resnet18:"
-    "IMAGENET1K_V1), timm:NAME or package.module:factory (default: the best shipped model)"
+    "IMAGENET1K_V1), timm:NAME, hf:DIR_OR_HUB_NAME (a Hugging Face classifier) or "
+    "package.module:factory (default: the best shipped model)"
 )
 
 
@@ -190,6 +191,20 @@ def add_model_arguments(
     spec.add_argument(
         "--std", nargs="+", type=float, metavar="S", help="per-channel std (3)", **own
     )
+    spec.add_argument(
+        "--resize-mode",
+        choices=RESIZE_MODES,
+        help="crop: shorter side then centre crop (the default); warp: stretch to the input "
+        "size, as Hugging Face's ViT processor does",
+        **own,
+    )
+    spec.add_argument(
+        "--output",
+        choices=zoo.OUTPUT_KINDS,
+        help="softmax: exclusive classes (the default); sigmoid: independent labels of a "
+        "multi-label model (read from a Hugging Face config's problem_type)",
+        **own,
+    )
 
 
 def load_model(args: argparse.Namespace) -> LoadedModel:
@@ -211,7 +226,12 @@ def load_models(args: argparse.Namespace, count: int) -> list[LoadedModel]:
             flags.get("weights"),
             args.device,
             **given_overrides(
-                flags.get("input_size"), flags.get("resize"), flags.get("mean"), flags.get("std")
+                flags.get("input_size"),
+                flags.get("resize"),
+                flags.get("mean"),
+                flags.get("std"),
+                resize_mode=flags.get("resize_mode"),
+                output=flags.get("output"),
             ),
         )
         for flags in chosen
@@ -220,7 +240,14 @@ def load_models(args: argparse.Namespace, count: int) -> list[LoadedModel]:
 
 def spec_overrides(args: argparse.Namespace) -> SpecOverrides:
     """The input-spec flags that were given."""
-    return given_overrides(args.input_size, args.resize, args.mean, args.std)
+    return given_overrides(
+        args.input_size,
+        args.resize,
+        args.mean,
+        args.std,
+        resize_mode=getattr(args, "resize_mode", None),
+        output=getattr(args, "output", None),
+    )
 
 
 def own_names(loaded: LoadedModel) -> tuple[str, ...]:

@@ -74,6 +74,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     positions = data.batch_positions(len(source), args.start, args.size, args.seed)
     indices = parse_indices(args.indices, len(positions))
     loaded = load_model(args)
+    source = source.at_spec(loaded.spec)  # read at the model's own input size
     class_names = output_class_names(source, loaded)
     classes = class_argument(args.class_, class_names, "logit")
     # A batch index seeds SmoothGrad's noise and the random orders, so the batch is read up to

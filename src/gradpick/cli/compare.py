@@ -19,6 +19,7 @@ from gradpick.cli.arguments import (
     positive_int,
 )
 from gradpick.errors import InputError
+from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs import store_format as store
 from gradpick.picking.rules import parse_indices
 from gradpick.share import export
@@ -63,6 +64,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         source: dict[str, Any] = dict(pairing.source)
     else:
         first, second = load_models(args, 2)
+        for loaded in (first, second):
+            refuse_sigmoid(loaded.output, "Compare")
         images = data_source(args.data, args.split)
         positions = data.batch_positions(len(images), args.start, args.size, args.seed)
         pairing = versus.pair(

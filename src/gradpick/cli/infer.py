@@ -22,6 +22,7 @@ from gradpick.cli.arguments import (
 )
 from gradpick.errors import InputError
 from gradpick.models.zoo import LoadedModel
+from gradpick.multilabel import per_label_lines
 from gradpick.outputs import store_format as store
 from gradpick.outputs import stores as stored
 from gradpick.outputs.inference import infer_source
@@ -50,7 +51,9 @@ def _cmd_infer(args: argparse.Namespace) -> int:
     print(f"images: {batch_description(source, args, len(positions))}")
     for note in inferred.notes:
         print(f"note: {note}")
-    if result.accuracy is not None and result.correct is not None:
+    if loaded.output == "sigmoid" and result.labels is not None:
+        print(per_label_lines(result.logits, result.labels, source.class_names))
+    elif result.accuracy is not None and result.correct is not None:
         print(f"accuracy: {result.accuracy:.2%} ({int(result.correct.sum()):,} of {len(result):,})")
     print(
         f"time: {result.milliseconds:,.1f} ms on {result.device} (batch size {args.batch_size}), "

@@ -61,6 +61,8 @@ def _vmap(request: GradientRequest, order: slice) -> StepOutput:
     """``vmap(grad(f))``: each picked image runs through the model as a batch of one."""
     from torch.func import grad, vmap
 
+    if request.target == "bce":
+        raise InputError("Strategy 'vmap' takes targets loss and logit; use recompute for bce.")
     picked = request.images[request.indices[order]].to(request.device)
     given = request.given_classes(order)
     if given is not None:

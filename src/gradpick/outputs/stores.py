@@ -77,7 +77,7 @@ def stored_source(opened: OpenedStore) -> ImageSource:
     """The images a store was written from, read at the spec they were inferred at."""
     origin = opened.metadata.get("source") or {}
     root = store.source_root(opened)
-    if origin.get("kind") != "folder" or not root:
+    if origin.get("kind") not in ("folder", "parquet") or not root:
         raise DataError(
             f"{opened.path}: written from {origin.get('description', 'an unknown source')}, "
             "not a folder, so its images cannot be shown; store outputs of an image folder."

@@ -84,7 +84,7 @@ attribution settings' sliders (``keys.setting_key``) are ``m.NAME``."""
 def allowed(config: AppConfig) -> links.Allowed:
     """What a link may name on this server: a hosted demo takes CIFAR-10 and shipped models."""
     options = service.model_options()
-    kinds = ("cifar10",) if config.hosted else ("cifar10", "folder", "stored")
+    kinds = ("cifar10",) if config.hosted else ("cifar10", "folder", "parquet", "stored")
     models = tuple(o.name for o in options if o.shipped or not config.hosted)
     methods = {
         name: {
@@ -201,7 +201,7 @@ def _seed_source(session: state.State, view: links.View, base: DataChoice) -> No
         session[keys.OUTPUTS_PATH] = base.outputs
     else:
         session[keys.SPLIT] = base.split
-    if base.kind == "folder":
+    if base.kind in ("folder", "parquet"):
         session[keys.FOLDER_PATH] = base.folder
     key = base.source_key
     session[keys.per_source(keys.BATCH_SIZE, key)] = view.size

@@ -116,9 +116,9 @@ class View:
         params: dict[str, str] = {}
         if self.kind is not None:
             params["src"] = self.kind
-        if self.kind in ("cifar10", "folder") and self.split is not None:
+        if self.kind in ("cifar10", "folder", "parquet") and self.split is not None:
             params["split"] = self.split
-        if self.kind == "folder" and self.folder:
+        if self.kind in ("folder", "parquet") and self.folder:
             params["folder"] = self.folder
         if self.kind == "stored" and self.outputs:
             params["outputs"] = self.outputs
@@ -206,9 +206,9 @@ def from_params(
             "The link names a folder on the server: a hosted demo never reads one, so it "
             "opens CIFAR-10."
         )
-    folder = raw.get("folder", "").strip() if kind == "folder" else ""
+    folder = raw.get("folder", "").strip() if kind in ("folder", "parquet") else ""
     outputs = raw.get("outputs", "").strip() if kind == "stored" else ""
-    if kind == "folder" and not folder or kind == "stored" and not outputs:
+    if kind in ("folder", "parquet") and not folder or kind == "stored" and not outputs:
         notes.append(f"The link's source {kind} names no folder; it was ignored.")
         kind = None
     view = View(

@@ -64,14 +64,17 @@ __all__ = [
 ]
 
 DEFAULT_BATCH_SIZE = 1000
-SOURCE_KINDS = ("cifar10", "folder", "upload", "stored")
+SOURCE_KINDS = ("cifar10", "folder", "parquet", "upload", "stored")
 SOURCE_LABELS = {
     "cifar10": "CIFAR-10",
     "folder": "Local folder",
+    "parquet": "Hugging Face dataset",
     "upload": "Uploaded images",
     "stored": "Stored outputs",
 }
-LOCAL_KINDS = ("folder", "stored")
+LOCAL_KINDS = ("folder", "parquet", "stored")
+FOLDER_KINDS = ("folder", "parquet")
+"""Sources typed as a path on the server: an image folder, or a dataset's Parquet shards."""
 """Sources that read the server's file system: off in hosted mode."""
 LOG = logging.getLogger("gradpick.ui")
 
@@ -116,8 +119,8 @@ class DataChoice:
             return f"stored:{self.outputs.strip()}"
         if self.kind == "upload":
             return "upload:" + ",".join(upload.identity for upload in self.uploads)
-        if self.kind == "folder":
-            return f"folder:{self.folder.strip()}:{self.split}"
+        if self.kind in FOLDER_KINDS:
+            return f"{self.kind}:{self.folder.strip()}:{self.split}"
         origin = os.environ.get(data.CIFAR10_DIR_ENV) or "torchvision"
         return f"cifar10:{self.split}:{origin}" + (":hosted" if self.hosted else "")
 
@@ -152,6 +155,14 @@ def open_source(
                 "folder holding train/ and test/ trees, or an extracted cifar-10-batches-py."
             )
         return data.open_source(choice.folder.strip(), choice.split, spec)
+    if choice.kind == "parquet":
+        path = choice.folder.strip()
+        if not path or not data.is_parquet_dataset(Path(path).expanduser()):
+            raise DataError(
+                "Type the path of a Hugging Face dataset's Parquet files: its folder as the Hub "
+                "lays it out (data/train-00000-of-00001.parquet, ...) or one .parquet file."
+            )
+        return data.parquet_folder(path, choice.split, spec)
     if choice.kind == "upload":
         files = [(upload.name, upload.data) for upload in choice.uploads]
         return data.images_from_files(files, spec=spec)

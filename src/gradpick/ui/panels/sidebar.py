@@ -111,6 +111,12 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
             folder = st.text_input(
                 "Folder", key=keys.FOLDER_PATH, placeholder="/path/to/cifar10-jpg or a class tree"
             )
+        elif kind == "parquet":
+            folder = st.text_input(
+                "Dataset folder",
+                key=keys.FOLDER_PATH,
+                placeholder="a Hub dataset's folder of .parquet shards, or one .parquet file",
+            )
         base = DataChoice(kind=kind, split=split, folder=folder, hosted=config.hosted)
     source: ImageSource | None = None
     with guarded("Opening the images"):

@@ -1,0 +1,274 @@
+"""Hugging Face datasets as the Hub stores them: a folder of Parquet shards, read lazily.
+
+A Hub dataset (or ``datasets``' ``to_parquet``) keeps its images in shards such as
+``data/train-00000-of-00002.parquet``, the image column a struct ``{bytes, path}`` and the
+label a ``ClassLabel`` integer whose names are in the dataset card (``README.md``'s
+``dataset_info`` YAML) and in each shard's ``huggingface`` schema metadata. Opening the folder
+reads the shards' footers and the label column only; an image's bytes are read, with its row
+group (a few kept per process), when it is read, so a dataset larger than memory streams.
+
+Example::
+
+    source = parquet_folder("cifar10-hub/", split="test", spec=InputSpec(size=(224, 224)))
+    source.names([0]), source.class_names[:2]  # ['data/test-00000-of-00001.parquet#0'], ...
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from gradpick.data.decoding import DEFAULT_SPEC, DecodedImage, decode
+from gradpick.data.sources import _Reads
+from gradpick.errors import DataError
+from gradpick.models.spec import InputSpec
+
+__all__ = ["ParquetSource", "is_parquet_dataset", "parquet_folder"]
+
+LABEL_NAMES = ("label", "labels", "fine_label", "coarse_label")
+"""Integer columns taken as the label when no feature says ClassLabel."""
+_SHARD = re.compile(r"(?:^|[/_-])(train|test|validation|valid|val|dev)(?:[-_./]|$)")
+"""The split a shard belongs to, from its path as the Hub names them."""
+
+
+def is_parquet_dataset(path: Path) -> bool:
+    """A .parquet file, or a folder with Parquet shards where the Hub puts them (the folder
+    itself, ``data/``, or any depth beside a dataset card); an image folder is never scanned."""
+    if path.is_file():
+        return path.suffix == ".parquet"
+    if any(path.glob("*.parquet")) or any(path.glob("data/*.parquet")):
+        return True
+    return (path / "README.md").is_file() and any(path.rglob("*.parquet"))
+
+
+def _shards(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.parquet")) if root.is_dir() else [root]
+
+
+def _split_of(relative: str) -> str | None:
+    found = _SHARD.search(relative.lower())
+    return None if found is None else found.group(1)
+
+
+def _card_features(root: Path) -> list[dict[str, Any]]:
+    """``dataset_info.features`` of the dataset card (its first config), or none."""
+    card = root / "README.md"
+    if not card.is_file():
+        return []
+    text = card.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return []
+    try:
+        import yaml
+
+        header = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except (ImportError, IndexError, ValueError):  # no YAML reader, or a card it cannot read
+        return []
+    info = header.get("dataset_info") if isinstance(header, dict) else None
+    if isinstance(info, list):
+        info = info[0] if info else None
+    features = info.get("features") if isinstance(info, dict) else None
+    return features if isinstance(features, list) else []
+
+
+def _card_names(features: list[dict[str, Any]], column: str) -> tuple[str, ...]:
+    for feature in features:
+        label = (feature.get("dtype") or {}) if feature.get("name") == column else {}
+        names = label.get("class_label", {}).get("names") if isinstance(label, dict) else None
+        if isinstance(names, dict):
+            return tuple(str(names[key]) for key in sorted(names, key=lambda k: int(k)))
+        if isinstance(names, list):
+            return tuple(str(name) for name in names)
+    return ()
+
+
+def _schema_features(schema: pa.Schema) -> dict[str, Any]:
+    """The ``datasets`` features a shard carries in its schema metadata, or none."""
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if not raw:
+        return {}
+    try:
+        features = json.loads(raw).get("info", {}).get("features", {})
+    except (ValueError, AttributeError):
+        return {}
+    return features if isinstance(features, dict) else {}
+
+
+def _image_column(schema: pa.Schema, features: dict[str, Any]) -> str:
+    for name, feature in features.items():
+        if isinstance(feature, dict) and feature.get("_type") == "Image":
+            return str(name)
+    for field in schema:
+        if pa.types.is_struct(field.type) and {"bytes", "path"} <= {
+            child.name for child in field.type
+        }:
+            return field.name
+    raise DataError(
+        "The Parquet files have no image column (a struct of bytes and path, as Hugging Face "
+        f"datasets store images); their columns: {', '.join(schema.names)}."
+    )
+
+
+def _label_column(schema: pa.Schema, features: dict[str, Any]) -> str | None:
+    for name, feature in features.items():
+        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
+            return str(name)
+    return next(
+        (n for n in LABEL_NAMES if n in schema.names and pa.types.is_integer(schema.field(n).type)),
+        None,
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _row_group(path: str, stamp: int, group: int, column: str) -> pa.ChunkedArray:
+    """One row group's image column (``stamp``: the file's mtime, so a rewrite is re-read)."""
+    return pq.ParquetFile(path).read_row_group(group, columns=[column]).column(0)
+
+
+@dataclass(frozen=True)
+class ParquetSource(_Reads):
+    """Images in Parquet shards, Hub layout: row positions across the shards in name order."""
+
+    root: Path
+    shards: tuple[str, ...]
+    """Paths relative to ``root`` (the file itself when ``root`` is one file)."""
+    starts: tuple[tuple[int, ...], ...]
+    """Per shard, the first position of each row group, and one past its last row."""
+    image_column: str
+    label_tensor: torch.Tensor | None
+    class_names: tuple[str, ...]
+    description: str
+    spec: InputSpec = DEFAULT_SPEC
+    split: str | None = None
+
+    def __len__(self) -> int:
+        return self.starts[-1][-1] if self.starts else 0
+
+    def labels(self) -> torch.Tensor | None:
+        return self.label_tensor
+
+    def _locate(self, position: int) -> tuple[int, int, int]:
+        """(shard, row group, row within it) of ``position``."""
+        ends = [bounds[-1] for bounds in self.starts]
+        shard = int(np.searchsorted(ends, position, side="right"))
+        bounds = self.starts[shard]
+        group = int(np.searchsorted(bounds, position, side="right")) - 1
+        return shard, group, position - bounds[group]
+
+    def names(self, positions: Sequence[int]) -> list[str]:
+        named = []
+        for position in positions:
+            shard, _, _ = self._locate(position)
+            first = self.starts[shard][0]
+            named.append(f"{self.shards[shard]}#{position - first}")
+        return named
+
+    def _path(self, shard: int) -> Path:
+        return self.root if self.root.is_file() else self.root / self.shards[shard]
+
+    def read_one(self, position: int) -> DecodedImage:
+        shard, group, row = self._locate(position)
+        name = self.names([position])[0]
+        path = self._path(shard)
+        try:
+            column = _row_group(str(path), path.stat().st_mtime_ns, group, self.image_column)
+        except (OSError, pa.ArrowException) as error:
+            raise DataError(f"{name}: cannot be read ({error}).") from None
+        value = column[row].as_py()
+        content = value.get("bytes") if isinstance(value, dict) else None
+        if not content:
+            raise DataError(f"{name}: the row holds no image bytes.")
+        return decode(content, name, self.spec)
+
+    def at_spec(self, spec: InputSpec) -> ParquetSource:
+        return replace(self, spec=spec)
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256()
+        for shard in range(len(self.shards)):
+            status = os.stat(self._path(shard))
+            digest.update(
+                f"{self.shards[shard]}\0{status.st_size}\0{status.st_mtime_ns}\n".encode()
+            )
+        return digest.hexdigest()
+
+    def origin(self) -> dict[str, Any]:
+        return {
+            "kind": "parquet",
+            "root": str(self.root),
+            "description": self.description,
+            "split": self.split,
+        }
+
+
+def parquet_folder(
+    location: str | Path, split: str | None = "test", spec: InputSpec = DEFAULT_SPEC
+) -> ParquetSource:
+    """The Parquet shards of ``location`` (a folder as the Hub lays a dataset out, or one
+    file) of ``split``; a folder whose shards name no split is read whole (split None)."""
+    root = Path(location).expanduser()
+    every = _shards(root)
+    if not every:
+        raise DataError(f"{root}: no .parquet files found.")
+    relative = [str(p.relative_to(root)) if root.is_dir() else p.name for p in every]
+    splits = {_split_of(name) for name in relative}
+    chosen_split = None
+    if root.is_dir() and splits != {None}:
+        wanted = {"test": ("test",), "train": ("train",)}.get(str(split), (str(split),))
+        kept = [i for i, name in enumerate(relative) if _split_of(name) in wanted]
+        if not kept:
+            known = ", ".join(sorted(s for s in splits if s))
+            raise DataError(f"{root}: no '{split}' shards; its splits: {known}.")
+        every, relative, chosen_split = [every[i] for i in kept], [relative[i] for i in kept], split
+    files = [pq.ParquetFile(path) for path in every]
+    schema = files[0].schema_arrow
+    features = _schema_features(schema)
+    image_column = _image_column(schema, features)
+    label_column = _label_column(schema, features)
+    starts: list[tuple[int, ...]] = []
+    position = 0
+    labels: list[np.ndarray] = []
+    for path, opened in zip(every, files, strict=True):
+        if image_column not in opened.schema_arrow.names:
+            raise DataError(f"{path}: no column '{image_column}' as in the first shard.")
+        bounds = [position]
+        for group in range(opened.num_row_groups):
+            position += opened.metadata.row_group(group).num_rows
+            bounds.append(position)
+        starts.append(tuple(bounds))
+        if label_column is not None:
+            column = opened.read(columns=[label_column]).column(0)
+            labels.append(column.to_numpy(zero_copy_only=False).astype(np.int64))
+    label_tensor = torch.from_numpy(np.concatenate(labels)) if labels else None
+    if label_tensor is not None and bool((label_tensor < 0).any()):
+        label_tensor = None  # -1 marks an unlabelled split (a Hub test set without answers)
+    names = _card_names(_card_features(root if root.is_dir() else root.parent), label_column or "")
+    feature = features.get(label_column or "", {})
+    if not names and isinstance(feature, dict) and isinstance(feature.get("names"), list):
+        names = tuple(str(name) for name in feature["names"])
+    if not names and label_tensor is not None and len(label_tensor):
+        names = tuple(str(index) for index in range(int(label_tensor.max()) + 1))
+    which = f" {chosen_split}" if chosen_split else ""
+    return ParquetSource(
+        root=root,
+        shards=tuple(relative),
+        starts=tuple(starts),
+        image_column=image_column,
+        label_tensor=label_tensor,
+        class_names=names,
+        description=f"Parquet dataset{which} {root}",
+        spec=spec,
+        split=chosen_split,
+    )
