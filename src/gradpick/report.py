@@ -557,7 +557,7 @@ def of_batch(
     batch: ImageBatch,
     indices: Sequence[int],
     method: AttributionMethod | None = None,
-    target: str = "loss",
+    target: str | None = None,
     classes: int | None = None,
     strategy: str = "recompute",
     measure_memory: bool = True,
@@ -566,7 +566,8 @@ def of_batch(
     shared_scale: bool = False,
 ) -> str:
     """The report of ``batch[indices]`` under ``loaded``: maps by ``method`` (the plain
-    gradient when None) for ``target`` and ``classes`` as ``input_gradients`` takes them, the
+    gradient when None) for ``target`` (None: the method's default, ``attribution.default_target``)
+    and ``classes`` as ``input_gradients`` takes them, the
     trust checks with ``checks`` when given, and ``source`` as the export's record of where the
     batch came from (default: the batch's source, all of it).
 
@@ -575,6 +576,11 @@ def of_batch(
     """
     picks = [int(index) for index in indices]
     loaded.check_images(batch.images)
+    method = method or attribution.Gradient()
+    if target is None:
+        target = attribution.default_target(
+            method.name, batch.labels is not None, classes is not None
+        )
     request = GradientRequest.build(
         loaded.module,
         batch.float_images(),
@@ -585,7 +591,7 @@ def of_batch(
         strategy=strategy,
         measure_memory=measure_memory,
     )
-    result = (method or attribution.Gradient()).attribute(request)
+    result = method.attribute(request)
     content = export.Export(
         result,
         indices=picks,
