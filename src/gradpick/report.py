@@ -265,24 +265,40 @@ def trust_summary(trust: TrustReport, class_names: Sequence[str] = ()) -> str:
         )
     )
     parts.append("<h3>Completeness (Integrated Gradients)</h3>")
-    parts.append(
-        data_table(
-            ("index", "class", "baseline", "steps", "sum", "F(x) − F(baseline)", "error"),
-            (
-                (
-                    row["index"],
-                    export.class_name(class_names, row["class"]),
-                    row["baseline"],
-                    row["steps"],
-                    _number(row["attribution_sum"], 4),
-                    _number(row["difference"], 4),
-                    "n/a" if row["relative_error"] is None else f"{row['relative_error']:.2%}",
-                )
-                for row in record["completeness"]
-            ),
-            numeric=4,
+    if not record["completeness"]:
+        parts.append(
+            '<p class="lead">Not run: it checks Integrated Gradients, which is not '
+            "among the checked methods.</p>"
         )
-    )
+    else:
+        parts.append(
+            data_table(
+                (
+                    "index",
+                    "class",
+                    "baseline",
+                    "verdict",
+                    "steps",
+                    "sum",
+                    "F(x) − F(baseline)",
+                    "error",
+                ),
+                (
+                    (
+                        row["index"],
+                        export.class_name(class_names, row["class"]),
+                        row["baseline"],
+                        row["verdict"],
+                        row["steps"],
+                        _number(row["attribution_sum"], 4),
+                        _number(row["difference"], 4),
+                        "n/a" if row["relative_error"] is None else f"{row['relative_error']:.2%}",
+                    )
+                    for row in record["completeness"]
+                ),
+                numeric=4,
+            )
+        )
     faithful = record["faithfulness"]
     parts.append("<h3>Faithfulness (deletion lower, insertion higher is better)</h3>")
     parts.append(

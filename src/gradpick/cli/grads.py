@@ -22,7 +22,8 @@ from gradpick.cli.arguments import (
 )
 from gradpick.errors import InputError
 from gradpick.gradients import REDUCTIONS, GradientResult
-from gradpick.infer import as_model_input
+from gradpick.attribution import notes
+from gradpick.infer import as_model_input, infer
 from gradpick.layers import LAYER_STRATEGIES
 from gradpick.measure import MemoryFigure, MemoryReport
 from gradpick.request import GradientRequest
@@ -150,6 +151,9 @@ def _cmd_grads(args: argparse.Namespace) -> int:
     attributed = method.attribute(request)
     result = attributed.gradients
     print(f"model: {loaded.describe()}")
+    flat_model = notes.model_note(infer(loaded.module, batch.images[rows]).logits, loaded.name)
+    if flat_model is not None:
+        print(f"note: {flat_model}")
     print(f"images: {len(indices):,} picked from {batch_description(source, args, len(positions))}")
     if attributed.layer_maps is not None:
         grid = "x".join(str(side) for side in attributed.layer_maps.shape[1:])
@@ -160,6 +164,9 @@ def _cmd_grads(args: argparse.Namespace) -> int:
     heading = "max |grad|" if method.name == attribution.Gradient.name else "max |map|"
     names = [batch.names[row] for row in rows]
     _print_gradients(result, magnitudes, indices, names, batch.class_names, heading)
+    quantity = export.quantity(result.target, classes, batch.class_names)
+    for line in notes.grouped_notes(notes.map_notes(attributed, quantity), list(map(str, indices))):
+        print(f"note: {line}")
     print(
         f"{result.strategy} (reduction {result.reduction}): "
         f"{result.timing:,.1f} ms on {result.device}"
