@@ -15,7 +15,7 @@ import html
 import io
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,12 @@ from PIL import Image
 
 from gradpick import attribution, export, infer, render, units
 from gradpick.attribution import AttributionMethod
+from gradpick.attribution.notes import MapNote, map_notes, model_note
 from gradpick.data import ImageBatch
 from gradpick.errors import InputError
 from gradpick.measure import MemoryReport
+from gradpick.report_checks import ROAD_LEAD, SENSITIVITY_LEAD, road_table, sensitivity_table
+from gradpick.report_record import embedded_record, shareable
 from gradpick.request import GradientRequest
 from gradpick.spec import InputSpec
 from gradpick.trust.report import CheckOptions, TrustReport, report_dict, run_checks
@@ -103,6 +106,7 @@ table.bars td.num { width: 16%; }
 .box table + h3 { margin-top: 16px; }
 .ok { color: #1a7f37; font-weight: 600; }
 .wrong { color: #b3261e; font-weight: 600; }
+.note { color: #8a4b00; background: #fff4e5; border-radius: 6px; padding: 6px 10px; }
 .legend { display: flex; align-items: center; gap: 8px; font-size: 12px; color: #515154; }
 details pre { white-space: pre-wrap; font-size: 11px; background: #fff; padding: 10px;
   border: 1px solid #d2d2d7; border-radius: 8px; }
@@ -317,6 +321,12 @@ def trust_summary(trust: TrustReport, class_names: Sequence[str] = ()) -> str:
             numeric=4,
         )
     )
+    for title, lead, (header, cells, numeric) in (
+        ("ROAD (remove and debias)", ROAD_LEAD, road_table(record)),
+        ("Class sensitivity", SENSITIVITY_LEAD, sensitivity_table(record, class_names)),
+    ):
+        parts.append(f'<h3>{title}</h3><p class="lead">{escape(lead)}</p>')
+        parts.append(data_table(header, cells, numeric=numeric))
     maps = record["class_maps"]
     parts.append("<h3>Top classes</h3>")
     parts.append(
@@ -401,12 +411,21 @@ def _method_section(record: Mapping[str, Any]) -> str:
     settings = ", ".join(f"{name} = {value}" for name, value in method["settings"].items())
     rows = [
         ("method", f"{method['label']} ({method['name']})"),
+        *_layer_row(record["layer"]),
         ("settings", settings or "none"),
         ("explained", f"{record['quantity']} ({record['target']})"),
         ("map values", unit),
         ("strategy", f"{record['strategy']}, reduction {record['reduction']}"),
     ]
     return f'<div class="box"><h3>Method</h3>{key_values(rows)}</div>'
+
+
+def _layer_row(layer: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The layer a layer method's maps come from, with its grid; none for pixel maps."""
+    if layer is None:
+        return []
+    grid = "×".join(str(side) for side in layer["grid"])
+    return [("layer", f"{layer['name']} ({grid} grid, upsampled to the image)")]
 
 
 def memory_rows(memory: MemoryReport | None) -> list[tuple[str, str]]:
@@ -455,6 +474,7 @@ def _pick_section(
     figure: Figure,
     probabilities: torch.Tensor,
     class_names: Sequence[str],
+    note: MapNote | None = None,
 ) -> str:
     index, name = record["indices"][row], record["image_names"][row]
     labels = record["labels"]
@@ -468,7 +488,7 @@ def _pick_section(
         )
     captions = {
         "image": "image",
-        "saliency": f"saliency 0–{figure.limit:.3g}",
+        "saliency": note.short if note is not None else f"saliency 0–{figure.limit:.3g}",
         "overlay": "overlay",
     }
     panels = "".join(
@@ -488,6 +508,9 @@ def _pick_section(
         f"<p>predicted <b>{escape(export.class_name(class_names, predicted))}</b> "
         f"({float(probabilities[predicted]):.1%}){verdict}</p>"
     )
+    if note is not None:
+        prediction += f'<p class="note">{escape(note.text)}</p>'
+
     return (
         f'<section class="pick" data-pick="{escape(index)}">'
         f"<div><h3>#{escape(index)} · <code>{escape(name)}</code></h3>"
@@ -504,15 +527,19 @@ def build_report(
     trust: TrustReport | None = None,
     title: str | None = None,
     shared_scale: bool = False,
+    model_note: str | None = None,
 ) -> str:
     """The report of ``content``'s picks as one HTML document (a str), needing no network.
 
     ``probabilities`` are the model's class probabilities of the picked images [k, classes], in
     pick order (``gradpick.infer.infer(model, images).probabilities``); ``card`` is the model
     card (``LoadedModel.card``) and ``trust`` the checks of the same picks, when they ran. The
-    numbers are the export schema's (``export.metadata``), which the page also carries whole.
+    numbers are the export schema's (``export.metadata``), which the page also carries whole,
+    as JSON (``report_record``), with no absolute local path. ``model_note`` is said above
+    the maps (``attribution.notes.model_note``); a map that shows nothing says why.
     """
-    record = export.metadata(content)
+    record = shareable(export.metadata(content))
+    card = shareable(card) if card else card
     k = record["k"]
     if probabilities.dim() != 2 or probabilities.shape[0] != k:
         raise InputError(
@@ -523,10 +550,15 @@ def build_report(
     pictures = figures(content.result.maps, _pixels(content.images), shared_scale)
     method = record["method"]["label"]
     heading = title or f"{method} of {k} pick{'s' if k != 1 else ''}"
+    said = map_notes(content.result, record["quantity"])
     picks = "".join(
-        _pick_section(row, record, pictures[row], probabilities[row], content.class_names)
+        _pick_section(
+            row, record, pictures[row], probabilities[row], content.class_names, said[row]
+        )
         for row in range(k)
     )
+    warning = "" if model_note is None else f'<p class="note">{escape(model_note)}</p>'
+    checked = None if trust is None else report_dict(trust)
     scale = "one scale shared by all picks" if shared_scale else "each pick its own scale"
     checks = ""
     if trust is not None:
@@ -534,6 +566,7 @@ def build_report(
         checks = f'<h2>Trust checks</h2><div class="box">{summary}</div>'
 
     full = json.dumps(record, indent=2, default=str)
+    embedded = embedded_record({"picks": record, "checks": checked, "model_note": model_note})
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -545,12 +578,12 @@ def build_report(
         '<div class="grid">'
         f"{_model_section(record['model'], card)}{_data_section(record)}"
         f"{_method_section(record)}{_readouts_section(record, content.memory)}</div>"
-        f"<h2>Picks</h2>"
+        f"{warning}<h2>Picks</h2>"
         f'<p class="legend">{_colour_strip()} saliency: the largest |value| over the '
         f"channels, 0 to the limit under each map ({escape(scale)}).</p>"
         f"{picks}{checks}"
         "<h2>All fields</h2><details><summary>The export schema's JSON of these picks</summary>"
-        f"<pre>{escape(full)}</pre></details>"
+        f"<pre>{escape(full)}</pre></details>{embedded}"
         f"<footer>Written by gradpick {escape(record['versions'].get('gradpick', ''))}. "
         "This file is self-contained: it loads nothing from the network.</footer>"
         "</main></body></html>\n"
@@ -580,12 +613,14 @@ def of_batch(
     checks: CheckOptions | None = None,
     source: Mapping[str, Any] | None = None,
     shared_scale: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> str:
     """The report of ``batch[indices]`` under ``loaded``: maps by ``method`` (the plain
     gradient when None) for ``target`` (None: the method's default, ``attribution.default_target``)
     and ``classes`` as ``input_gradients`` takes them, the
     trust checks with ``checks`` when given, and ``source`` as the export's record of where the
-    batch came from (default: the batch's source, all of it).
+    batch came from (default: the batch's source, all of it). ``progress`` is told each step
+    in words as it starts ('maps', then each check and randomised layer).
 
     The engine gets the whole batch, so SmoothGrad's noise is seeded by the batch index and the
     maps are the explorer's for the same batch; 'recompute' forwards only the picks.
@@ -607,6 +642,8 @@ def of_batch(
         strategy=strategy,
         measure_memory=measure_memory,
     )
+    say = progress or (lambda step: None)
+    say(f"maps: {method.label}")
     result = method.attribute(request)
     content = export.Export(
         result,
@@ -624,7 +661,22 @@ def of_batch(
     trust = (
         None
         if checks is None
-        else run_checks(loaded.module, request.images, picks, classes, checks)
+        else run_checks(
+            loaded.module,
+            request.images,
+            picks,
+            classes,
+            checks,
+            progress=lambda done, total: say(f"checks: randomised {done} of {total} layers"),
+            stage=lambda name: say(f"checks: {name}"),
+        )
     )
-    probabilities = infer.infer(loaded.module, batch.images[picks]).probabilities
-    return build_report(content, probabilities, loaded.card, trust, shared_scale=shared_scale)
+    outputs = infer.infer(loaded.module, batch.images[picks])
+    return build_report(
+        content,
+        outputs.probabilities,
+        loaded.card,
+        trust,
+        shared_scale=shared_scale,
+        model_note=model_note(outputs.logits, loaded.name),
+    )

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from gradpick import attribution, data, export, strategies, units
+from gradpick.attribution import notes
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
@@ -22,7 +23,6 @@ from gradpick.cli.arguments import (
 )
 from gradpick.errors import InputError
 from gradpick.gradients import REDUCTIONS, GradientResult
-from gradpick.attribution import notes
 from gradpick.infer import as_model_input, infer
 from gradpick.layers import LAYER_STRATEGIES
 from gradpick.measure import MemoryFigure, MemoryReport

@@ -9,18 +9,18 @@ documented in the README's "Trust checks" section and docs/trust-fields.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from gradpick.attribution import IntegratedGradients
 from gradpick.devices import device_for
 from gradpick.errors import InputError
 from gradpick.measure import Stopwatch
 from gradpick.trust.baselines import BASELINES, BLUR_SIGMA
-from gradpick.attribution import IntegratedGradients
 from gradpick.trust.completeness import (
     DEFAULT_MAX_STEPS,
     DEFAULT_TOLERANCE,
@@ -155,14 +155,18 @@ def run_checks(
     classes: int | Sequence[int] | torch.Tensor | None = None,
     options: CheckOptions | None = None,
     progress: Progress | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> TrustReport:
-    """Every trust check on ``images[indices]``; ``progress`` follows the randomisation steps."""
+    """Every trust check on ``images[indices]``; ``progress`` follows the randomisation steps,
+    and ``stage`` is told each check's name as it starts (a long run says where it is)."""
     options = options or CheckOptions()
+    announce = stage or (lambda name: None)
     indices = [int(index) for index in indices]
     served = served_view(model)
     held = held_classes(served, images, indices, classes)
     times: dict[str, float] = {}
     device = device_for(served, None)
+    announce("randomisation")
     with Stopwatch(device) as watch:
         curves = randomisation_test(
             served,
@@ -177,6 +181,8 @@ def run_checks(
             progress,
         )
     times["randomisation"] = watch.milliseconds
+    if IG in options.methods:
+        announce("completeness")
     with Stopwatch(device) as watch:
         # Completeness is a property of Integrated Gradients alone: asked of other methods,
         # it would check a map nobody looks at.
@@ -198,12 +204,14 @@ def run_checks(
         ]
     if rows:
         times["completeness"] = watch.milliseconds
+    announce("faithfulness")
     with Stopwatch(device) as watch:
         orders = {method: attribution_order(curve.original) for method, curve in curves.items()}
         faithful = faithfulness(
             served, images, indices, orders, held, options.deletion_steps, options.seed
         )
     times["faithfulness"] = watch.milliseconds
+    announce("ROAD")
     with Stopwatch(device) as watch:
         imputed = road(
             served,
@@ -216,9 +224,11 @@ def run_checks(
             options.seed,
         )
     times["road"] = watch.milliseconds
+    announce("class maps")
     with Stopwatch(device) as watch:
         maps = class_maps(served, images, indices, options.top)
     times["class_maps"] = watch.milliseconds
+    announce("class sensitivity")
     with Stopwatch(device) as watch:
         sensitivity = class_sensitivity(
             served,

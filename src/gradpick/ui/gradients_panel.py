@@ -11,6 +11,7 @@ import streamlit as st
 
 from gradpick import attribution, export, render, report, selection
 from gradpick.attribution import Attribution
+from gradpick.attribution.notes import MapNote, grouped_notes, map_notes
 from gradpick.measure import MemoryReport
 from gradpick.ui import (
     badges,
@@ -102,9 +103,10 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
             )
         switched_on = badges.switch()
         with st.container(key=keys.HEATMAPS_CONTAINER):
+            said = map_notes(result, heatmaps.quantity(request, loaded.batch.class_names))
             captions = [
-                title if settings.shared_scale else f"{title} · saliency 0 to {tile.limit:.3g}"
-                for title, tile in zip(titles, tiles, strict=True)
+                _caption(title, tile, note, settings.shared_scale)
+                for title, tile, note in zip(titles, tiles, said, strict=True)
             ]
             strips = [
                 heatmaps.strip(tile, compact=not few, channels=result.layer_maps is None)
@@ -112,6 +114,8 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
             ]
             pictures = st.empty()
             pictures.image(strips, captions)
+        for line in grouped_notes(said, titles):
+            st.info(line)
         elapsed = time.perf_counter() - started
         # After the maps: the badges' budget is a share of the click's whole server time
         # before them, and they never hold the maps back.
@@ -189,6 +193,14 @@ def _memory_readouts(memory: MemoryReport | None) -> None:
             label, format_bytes(figure.bytes), help=f"{figure.counts} ({UNIT_NOTE}). {MEMORY_NOTE}"
         )
         st.caption(figure.counts)
+
+
+def _caption(title: str, tile: heatmaps.Tiles, note: MapNote | None, shared: bool) -> str:
+    """A map's caption: what is wrong with it when it shows nothing (not a scale of 0 to
+    1e-38), else its own scale unless one scale is shared."""
+    if note is not None:
+        return f"{title} · {note.short}"
+    return title if shared else f"{title} · saliency 0 to {tile.limit:.3g}"
 
 
 def _legend(tiles: list[heatmaps.Tiles], unit: str, shared: bool, channels: bool = True) -> None:

@@ -18,6 +18,7 @@ import streamlit as st
 import torch
 
 from gradpick import devices, process, store
+from gradpick.attribution.notes import model_note
 from gradpick.data import ImageBatch, ImageSource
 from gradpick.infer import InferenceResult
 from gradpick.ui import (
@@ -184,6 +185,9 @@ def main(after_inference: Callable[[], None] | None = None) -> None:
     if after_inference is not None:
         after_inference()
     outputs.readouts(loaded)
+    flat = model_note(loaded.result.logits, loaded.option.label)
+    if flat is not None:  # said once, above every map it explains
+        st.warning(flat)
     st.session_state[keys.RUN_STARTED] = started
     _explorer(loaded, settings)
 
