@@ -158,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         shared_scale=args.shared_scale,
         progress=say,
     )
+    if sys.stderr.isatty():  # end the step line a terminal kept overwriting
+        sys.stderr.write("\n")
     report.write_report(out, document)
     print(f"model: {loaded.describe()}")
     print(f"images: {len(indices):,} picked from {batch_description(source, args, len(positions))}")
