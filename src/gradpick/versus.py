@@ -42,6 +42,8 @@ from gradpick.zoo import LoadedModel
 
 __all__ = [
     "AGREEMENT",
+    "accuracies",
+    "model_summaries",
     "OUTCOMES",
     "MapComparison",
     "Pairing",
@@ -300,6 +302,24 @@ def flip_groups(pairing: Pairing) -> dict[str, np.ndarray]:
     return {name: np.flatnonzero(cell == index) for index, name in enumerate(_cells(pairing))}
 
 
+def accuracies(pairing: Pairing) -> tuple[float | None, float | None]:
+    """Each model's overall accuracy on the paired images (a second-model prediction of a class
+    the first has no output for counts as wrong); None for both without labels."""
+    if pairing.labels is None or len(pairing) == 0:
+        return None, None
+    first = float(np.mean(pairing.first == pairing.labels))
+    return first, float(np.mean(pairing.second == pairing.labels))
+
+
+def model_summaries(pairing: Pairing) -> list[dict[str, Any]]:
+    """Which model is first and which second: each one's ``name``, overall ``accuracy`` (None
+    without labels) and full ``identity``, in that order."""
+    return [
+        {"name": model.get("name", "?"), "accuracy": accuracy, "identity": model}
+        for model, accuracy in zip(pairing.models, accuracies(pairing), strict=True)
+    ]
+
+
 def flips(pairing: Pairing) -> dict[str, int]:
     """How many images fall in each flip cell."""
     return {name: len(rows) for name, rows in flip_groups(pairing).items()}
@@ -480,7 +500,7 @@ def drift_table(pairing: Pairing, maps: MapComparison | None = None) -> Any:
     """Every image as one row of a pyarrow table, ranked: first the images both models
     predict alike ("stayed"), then those that flipped, each by how far the maps moved (1 -
     Spearman, for the mapped picks) and then by how far the reference class's probability
-    moved. ``rank`` counts within each group from 0."""
+    moved. ``rank`` counts within each group from 1."""
     import pyarrow as pa
 
     count = len(pairing)
@@ -521,13 +541,13 @@ def ranked(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The drift order (stayed first, then flipped; within each, the largest map change first,
     unmapped images after the mapped, then the largest output change) and each row's rank in
-    its group."""
+    its group, from 1."""
     mapped = ~np.isnan(map_change)
     order = np.lexsort((-output_change, -np.nan_to_num(map_change, nan=-np.inf), ~mapped, ~stayed))
     rank = np.empty(len(order), dtype=np.int64)
     for group in (stayed, ~stayed):
         members = order[group[order]]
-        rank[members] = np.arange(len(members))
+        rank[members] = np.arange(1, len(members) + 1)
     return order, rank
 
 
