@@ -669,6 +669,7 @@ def of_batch(
             checks,
             progress=lambda done, total: say(f"checks: randomised {done} of {total} layers"),
             stage=lambda name: say(f"checks: {name}"),
+            class_names=batch.class_names,
         )
     )
     outputs = infer.infer(loaded.module, batch.images[picks])

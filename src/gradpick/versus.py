@@ -206,6 +206,25 @@ class Pairing:
     def reference_kind(self) -> str:
         return "true label" if self.labels is not None else "first model's prediction"
 
+    def __repr__(self) -> str:
+        """One line, not the arrays: which model is first, each one's accuracy, the flips."""
+        models = " vs ".join(
+            f"{model['name']}"
+            + ("" if model["accuracy"] is None else f" ({model['accuracy']:.1%})")
+            for model in model_summaries(self)
+        )
+        counts = ", ".join(
+            f"{name.replace('_', ' ')} {count:,}" for name, count in flips(self).items()
+        )
+        return f"Pairing({len(self):,} images: {models}; {counts})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows both models, the flip matrix and the per-class table
+        (``gradpick.notebook``)."""
+        from gradpick.notebook import pairing_html  # the notebook module imports this one
+
+        return pairing_html(self)
+
 
 def _class_map(
     first: Side, second: Side, class_names: tuple[Sequence[str], Sequence[str]] | None
@@ -399,6 +418,26 @@ class MapComparison:
     """Spearman of |map| per pick [k]."""
     ssim: torch.Tensor
     """SSIM of the peak-normalised |map| per pick [k]."""
+    class_names: tuple[str, ...] = ()
+    """The first model's class names, for the displays."""
+    layers: tuple[str | None, str | None] = (None, None)
+    """Each model's layer for a layer method (None: its automatic one)."""
+    names: tuple[str, str] | tuple[str, ...] = ()
+    """The two models' names, first then second."""
+
+    def __repr__(self) -> str:
+        """One line, not the maps: a notebook cell ending in a comparison stays short."""
+        return (
+            f"MapComparison({self.method} maps of {len(self.rows)} picks at "
+            f"{self.size[0]}x{self.size[1]}: mean Spearman {float(self.spearman.mean()):.3f}, "
+            f"mean SSIM {float(self.ssim.mean()):.3f})"
+        )
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows both models' maps side by side (``gradpick.notebook``)."""
+        from gradpick.notebook import map_comparison_html  # it imports this module
+
+        return map_comparison_html(self)
 
     def records(self, pairing: Pairing) -> list[dict[str, Any]]:
         """One JSON row per pick."""
@@ -493,6 +532,9 @@ def compare_maps(
         maps=(a, b),
         spearman=spearman(a, b),
         ssim=ssim(a, b),
+        class_names=tuple(pairing.class_names),
+        layers=layers,
+        names=tuple(model.get("name", "?") for model in pairing.models),
     )
 
 

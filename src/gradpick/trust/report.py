@@ -16,7 +16,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from gradpick.attribution import IntegratedGradients
+from gradpick.attribution import LAYER_METHODS, IntegratedGradients
 from gradpick.devices import device_for
 from gradpick.errors import InputError
 from gradpick.measure import Stopwatch
@@ -140,6 +140,19 @@ class TrustReport:
     """SmoothGrad's noise standard deviation for each pick [k]: noise x (max - min)."""
     milliseconds: dict[str, float]
     """Wall time of each check, device synchronised."""
+    class_names: tuple[str, ...] = ()
+    """The model's class names, for the displays (empty: classes by number)."""
+
+    def __repr__(self) -> str:
+        """One line, not the tensors: a notebook cell ending in a report stays short."""
+        layer = self.options.settings.layer or "automatic"
+        at = f" (layer methods at {layer})" if _any_layer_method(self.options.methods) else ""
+        classes = ", ".join(_class_name(self.class_names, int(c)) for c in self.classes[:5])
+        more = ", ..." if len(self.indices) > 5 else ""
+        return (
+            f"TrustReport({len(self.indices)} picks explained as {classes}{more}; methods "
+            f"{', '.join(self.options.methods)}{at}; checks {', '.join(self.milliseconds)})"
+        )
 
     def _repr_html_(self) -> str:
         """Jupyter shows the maps and the summary tables (``gradpick.notebook``)."""
@@ -156,9 +169,11 @@ def run_checks(
     options: CheckOptions | None = None,
     progress: Progress | None = None,
     stage: Callable[[str], None] | None = None,
+    class_names: Sequence[str] = (),
 ) -> TrustReport:
     """Every trust check on ``images[indices]``; ``progress`` follows the randomisation steps,
-    and ``stage`` is told each check's name as it starts (a long run says where it is)."""
+    and ``stage`` is told each check's name as it starts (a long run says where it is);
+    ``class_names`` name the classes in the report's displays."""
     options = options or CheckOptions()
     announce = stage or (lambda name: None)
     indices = [int(index) for index in indices]
@@ -253,7 +268,16 @@ def run_checks(
         road=imputed,
         noise_std=noise_std(images, indices, options.settings),
         milliseconds=times,
+        class_names=tuple(class_names),
     )
+
+
+def _any_layer_method(methods: Sequence[str]) -> bool:
+    return any(method in LAYER_METHODS for method in methods)
+
+
+def _class_name(class_names: Sequence[str], index: int) -> str:
+    return class_names[index] if 0 <= index < len(class_names) else f"class {index}"
 
 
 def _number(value: float) -> float | None:
