@@ -17,10 +17,10 @@ __all__ = ["ROAD_LEAD", "SENSITIVITY_LEAD", "Table", "road_table", "sensitivity_
 Table = tuple[tuple[str, ...], list[tuple[object, ...]], int]
 
 ROAD_LEAD = (
-    "Rong et al.'s ROAD: the share of the model's confidence left after removing the most "
-    "(MoRF) or least (LeRF) relevant pixels first, filled by noisy linear imputation; area "
-    "under each curve, mean ± std over the picks. A faithful map has a low MoRF and a high "
-    "LeRF: a positive gap."
+    "Rong et al.'s ROAD: the explained class's probability as growing shares of the most "
+    "(MoRF) or least (LeRF) relevant pixels are removed and filled by noisy linear "
+    "imputation; area under each curve, mean ± std over the picks. A faithful map has a low "
+    "MoRF and a high LeRF area: a positive gap."
 )
 SENSITIVITY_LEAD = (
     "Spearman correlation of each pick's |map| for its class with its |map| for another class "
