@@ -155,6 +155,8 @@ def test_gradpick_grads_prints_the_notes_of_empty_maps(
     assert status == 0
     assert printed.count("outputs are all zero") == 1  # said once, up front
     assert printed.index("outputs are all zero") < printed.index("index")
-    assert "note: images 0, 3: all zero" in printed
+    # The flat model's maps are empty because the target ignores the layer, not for a ReLU.
+    assert "note: images 0, 3: all zero: logit[predicted] does not change with layer" in printed
+    assert "(its gradient is zero)" in printed and "Try another layer" not in printed
     sidecar = json.loads(out.with_suffix(".json").read_text())
     assert [note.startswith("all zero") for note in sidecar["notes"]] == [True, True]

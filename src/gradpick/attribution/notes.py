@@ -63,17 +63,20 @@ def map_notes(result: Attribution, quantity: str) -> list[MapNote | None]:
     target = result.gradients.target
     is_layer = result.layer_maps is not None
     notes: list[MapNote | None] = []
-    for row in flat:
+    step = result.gradients.gradients.detach()
+    for position, row in enumerate(flat):
         low, high = float(row.min()), float(row.max())
         if not bool(torch.isfinite(row).all()):
             why = f"the map holds NaN or infinite values: {quantity} or its gradient overflows"
             notes.append(MapNote("not finite", why + " for this image."))
         elif low == high == 0.0:
+            where = f"layer {result.layer}'s activation" if is_layer else "any pixel"
             why = (
                 _empty_layer_map(target, quantity, result.layer)
-                if is_layer
-                else f"{quantity} does not change with any pixel of this image: the model's "
-                "output is flat here (saturated, or not depending on the input)."
+                if is_layer and bool(step[position].any())
+                else f"{quantity} does not change with {where} on this image (its gradient "
+                "is zero): the model's output is flat here (saturated, or not depending on "
+                "the input)."
             )
             notes.append(MapNote("all zero", why))
         elif low == high:
