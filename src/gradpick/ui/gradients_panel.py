@@ -151,7 +151,7 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     detail = st.expander(DETAIL_LABEL, key=keys.DETAIL_OPEN, on_change="rerun")
     if detail.open:
         with detail:
-            _detail(loaded, result, tiles, titles, unit)
+            _detail(loaded, result, tiles, titles, unit, said)
     else:
         state.keep(st.session_state, keys.DETAIL)
     downloads = st.expander(DOWNLOADS_LABEL, key=keys.DOWNLOADS_OPEN, on_change="rerun")
@@ -224,6 +224,7 @@ def _detail(
     tiles: list[heatmaps.Tiles],
     titles: list[str],
     unit: str,
+    said: list[MapNote | None],
 ) -> None:
     picked = state.picked(st.session_state)
     session = st.session_state
@@ -237,6 +238,7 @@ def _detail(
     )
     position = picked.index(index)
     tile = tiles[position]
+    note = said[position]
     left, right = st.columns([1, 3])
     left.image(tile.overlay, caption=f"{titles[position]} · overlay")
     with right:
@@ -244,7 +246,9 @@ def _detail(
         with st.container(key=keys.DETAIL_HEATMAPS):
             st.image(
                 heatmaps.map_strip(tile, MAP_GAP),
-                caption=f"{' · '.join(pixels.PANELS)}: saliency |{unit}| 0 to {tile.limit:.3g}, "
+                caption=f"{' · '.join(pixels.PANELS)}: {note.text}"
+                if note is not None
+                else f"{' · '.join(pixels.PANELS)}: saliency |{unit}| 0 to {tile.limit:.3g}, "
                 f"channels {unit} ±{tile.channel_limit:.3g}; hover for each pixel's value",
                 width="stretch",
             )
