@@ -118,15 +118,21 @@ def test_flips_and_per_class_deltas_of_two_stores_match_a_hand_count(
     written = json.loads(report.read_text())
     assert written["flips"] == versus.flips(pairing)
     assert written["confusion_difference"] == expected.tolist()
-    assert written["models"]["first"]["identity"] == "first"
+    assert written["models"][0]["identity"]["identity"] == "first"
     assert written["source"]["fingerprint"] == folder.fingerprint()
     assert "versions" in written and "created" in written
     table = pq.read_table(drift).to_pydict()
-    # stayed (same prediction): 0, 3, 5; flipped: 1, 2, 4, each ranked from 0
+    # stayed (same prediction): 0, 3, 5; flipped: 1, 2, 4, each ranked from 1
     assert table["kind"] == ["stayed"] * 3 + ["flipped"] * 3
     assert sorted(table["position"][:3]) == [0, 3, 5]
     assert table["rank"] == [1, 2, 3, 1, 2, 3]
-    assert "6 images: both right 2" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "6 images: both right 2" in printed
+    # Which model is which, and how right each is overall: 4 and 3 of the 6, by hand.
+    summaries = [(model["name"], model["accuracy"]) for model in written["models"]]
+    assert summaries == [("first", 4 / 6), ("second", 3 / 6)]
+    assert "first:  first (accuracy 66.67%)" in printed
+    assert "second:  second (accuracy 50.00%)" in printed
 
 
 def test_without_labels_the_models_agreement_is_counted(
@@ -186,7 +192,7 @@ def test_models_of_different_input_sizes_compare_on_one_folder(
     arguments = ["compare", "--model", "tutorial", "--model", module, "--input-size", "64"]
     assert main([*arguments, "--data", str(root), "--indices", "0, 3", "--json", str(report)]) == 0
     written = json.loads(report.read_text())
-    assert written["models"]["second"]["input_spec"]["size"] == [64, 64]
+    assert written["models"][1]["identity"]["input_spec"]["size"] == [64, 64]
     assert written["maps"]["compared_at"] == [32, 32]
     assert written["maps"]["class"] == "each pick's true label"
     assert [row["index"] for row in written["maps"]["rows"]] == [0, 3]

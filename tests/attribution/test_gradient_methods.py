@@ -339,7 +339,7 @@ def test_bad_selection_and_missing_labels_come_from_the_engine(tiny_cnn, random_
     with pytest.raises(SelectionError, match="out of range"):
         attribute(tiny_cnn, random_batch.images, [16], random_batch.labels)
     with pytest.raises(InputError, match="needs the true labels"):
-        attribute(tiny_cnn, random_batch.images, [0], method="integrated_gradients")
+        attribute(tiny_cnn, random_batch.images, [0], target="loss", method="integrated_gradients")
 
 
 # ----------------------------------------------------------------------------- the registry
@@ -378,7 +378,8 @@ def test_a_method_attributes_a_built_request_as_attribute_does(
 ) -> None:
     model, images = _as_double(tiny_cnn), random_batch.images.double()
     settings = {"samples": 3, "steps": 5, "noise": 0.2, "seed": 4, "baseline": 0.5}
-    request = GradientRequest.build(model, images, PICKED, random_batch.labels)
+    target = attribution.default_target(name)  # what attribute() explains when not told
+    request = GradientRequest.build(model, images, PICKED, random_batch.labels, target)
     by_request = attribution.build(name, settings).attribute(request)
     by_arguments = attribute(model, images, PICKED, random_batch.labels, method=name, **settings)
     assert by_request.method == name and by_request.settings == by_arguments.settings

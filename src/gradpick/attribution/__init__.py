@@ -64,6 +64,7 @@ __all__ = [
     "XGradCAM",
     "attribute",
     "build",
+    "default_target",
     "get",
 ]
 
@@ -98,6 +99,22 @@ def get(name: str) -> type[AttributionMethod]:
         ) from None
 
 
+def default_target(method: str, labelled: bool = True, class_given: bool = False) -> str:
+    """The target ``method`` explains when none is given: the one rule of the library, the CLI,
+    the explorer and the report.
+
+    Layer methods (Grad-CAM and kin) explain the logit of the predicted class, as
+    pytorch-grad-cam does; input-gradient methods the loss on the true label, or the predicted
+    class's logit when the images have no labels (``labelled=False``). A chosen class
+    (``class_given``) is always explained by its logit. Example::
+
+        default_target("gradcam")   # 'logit'
+        default_target("gradient")  # 'loss'
+    """
+    chosen = get(method).default_target
+    return chosen if labelled and not class_given else "logit"
+
+
 def build(name: str, settings: Mapping[str, Any], layer: str | None = None) -> AttributionMethod:
     """Method ``name`` with those of ``settings`` it takes (the others are for other methods),
     at ``layer`` for a layer method (None: the automatic layer)."""
@@ -119,7 +136,7 @@ def attribute(
     images: torch.Tensor,
     indices: Sequence[int] | torch.Tensor,
     labels: Sequence[int] | torch.Tensor | None = None,
-    target: str = "loss",
+    target: str | None = None,
     classes: int | Sequence[int] | torch.Tensor | None = None,
     method: str = "gradient",
     strategy: str = "recompute",
@@ -134,6 +151,9 @@ def attribute(
     batch_size: int = 64,
 ) -> Attribution:
     """Attribution maps of ``images[indices]`` for ``target`` by ``method`` (see ``METHODS``).
+
+    ``target`` None is the method's default (``default_target``): the logit of the predicted
+    class for the layer methods, the loss for the others.
 
     * ``gradient``: d target / d image, the engine's plain result.
     * ``gradient_x_input``: the gradient times the image.
@@ -168,7 +188,7 @@ def attribute(
         images,
         indices,
         labels=labels,
-        target=target,
+        target=target or default_target(method, labels is not None, classes is not None),
         classes=classes,
         strategy=strategy,
         device=device,

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gradpick.cli import bench, check, compare, eval, grads, infer, report, train
+from gradpick.cli import bench, check, compare, eval, grads, infer, layers, report, train
 from gradpick.cli import triage as triage_command
 from gradpick.cli.arguments import Commands, Handler
 from gradpick.errors import GradpickError
@@ -23,6 +23,7 @@ SUBCOMMANDS: list[Callable[[Commands], None]] = [
     eval.register,
     infer.register,
     grads.register,
+    layers.register,
     check.register,
     report.register,
     bench.register,

@@ -283,7 +283,13 @@ def fitted_to_model(batch: data.ImageBatch, loaded: LoadedModel, target: str) ->
 def add_method_arguments(parser: argparse.ArgumentParser) -> None:
     """What to explain and how: ``--target``, ``--class``, ``--strategy``, and the attribution
     method with its settings and layer (``--method``, ``--setting NAME=VALUE``, ``--layer``)."""
-    parser.add_argument("--target", default="loss", choices=TARGETS)
+    parser.add_argument(
+        "--target",
+        choices=TARGETS,
+        help="what the maps explain: loss (cross-entropy with the label) or logit (default: the "
+        "method's, the logit of the predicted class for the layer methods, the loss for the "
+        "others; logit with --class)",
+    )
     parser.add_argument(
         "--class",
         dest="class_",
@@ -341,9 +347,13 @@ def _method_settings(pairs: list[str], method: str) -> dict[str, float | int]:
 
 def method_of(args: argparse.Namespace) -> attribution.AttributionMethod:
     """The ``gradpick.attribution`` method ``--method``, ``--setting`` and ``--layer`` ask for,
-    checked before any work is done."""
+    checked before any work is done; a ``--target`` left out becomes the method's default
+    (``attribution.default_target``)."""
     settings = _method_settings(args.setting, args.method)
-    return attribution.build(args.method, settings, args.layer)
+    method = attribution.build(args.method, settings, args.layer)
+    if args.target is None:
+        args.target = attribution.default_target(method.name, class_given=args.class_ is not None)
+    return method
 
 
 def batch_description(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:

@@ -93,7 +93,7 @@ def _report(
 ) -> dict[str, Any]:
     confusion = versus.confusion_difference(pairing)
     return {
-        "models": {"first": pairing.models[0], "second": pairing.models[1]},
+        "models": versus.model_summaries(pairing),
         "source": source,
         "images": len(pairing),
         "class_names": list(pairing.class_names),
@@ -117,6 +117,10 @@ def _summary(report: dict[str, Any], out: Path, drift_out: Path | None) -> None:
     counts = ", ".join(
         f"{name.replace('_', ' ')} {count:,}" for name, count in report["flips"].items()
     )
+    for role, model in zip(("first", "second"), report["models"], strict=True):
+        accuracy = model["accuracy"]
+        score = "no labels" if accuracy is None else f"accuracy {accuracy:.2%}"
+        print(f"{role}:  {model['name']} ({score})")
     print(f"{report['images']:,} images: {counts}")
     if report["maps"] is not None:
         rows = report["maps"]["rows"]

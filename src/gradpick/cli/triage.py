@@ -20,7 +20,7 @@ from gradpick.cli.arguments import Commands, positive_int
 from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs import store_format as store
 from gradpick.triage.ranking import NEIGHBOURS, sample_warning, triage_store
-from gradpick.triage.verdicts import VerdictBook, split_stale, write_relabelling
+from gradpick.triage.verdicts import VerdictBook, accept_suggestions, split_stale, write_relabelling
 
 __all__ = ["register", "summary"]
 
@@ -96,9 +96,29 @@ def _cmd_triage(args: argparse.Namespace) -> int:
         text = json.dumps(info, indent=2) + "\n"
         _atomic(Path(args.json), lambda path: path.write_text(text, encoding="utf-8"))
         print(f"wrote {args.json}")
+    if args.accept:
+        print(_accept(opened, frame))
     if args.export:
         print(_export(opened, frame, args.export))
     return 0
+
+
+def _accept(opened: store.OpenedStore, frame: Any) -> str:
+    """Every flagged image's suggested label recorded as its verdict, unless it has one."""
+    flagged = frame[frame["flagged"]]
+    recorded, kept = accept_suggestions(
+        VerdictBook.beside(opened.path),
+        zip(
+            flagged["position"].astype(np.int64).tolist(),
+            flagged["name"].tolist(),
+            flagged["suggested_label"].astype(np.int64).tolist(),
+            strict=True,
+        ),
+    )
+    line = f"accepted {len(recorded):,} suggested label(s) of {len(flagged):,} flagged as verdicts"
+    if kept:
+        line += f"; {len(kept):,} already judged, kept as they were"
+    return line
 
 
 def register(commands: Commands) -> None:
@@ -114,5 +134,11 @@ def register(commands: Commands) -> None:
     parser.add_argument("--out", help="the suspects, one row per image (.parquet)")
     parser.add_argument("--json", help="a summary: counts, neighbours, the in-sample warning")
     parser.add_argument("--export", help="the relabelling CSV (name,old,new) from the verdicts")
+    parser.add_argument(
+        "--accept",
+        choices=("flagged",),
+        help="record the suggested label of every flagged image as its verdict ('label wrong'), "
+        "unless it already has one; --export then lists them",
+    )
     parser.add_argument("--k", type=positive_int, default=NEIGHBOURS, help="neighbours per image")
     parser.set_defaults(handler=_cmd_triage)

@@ -31,6 +31,7 @@ import torch
 
 from gradpick import attribution
 from gradpick.attribution import Attribution
+from gradpick.attribution.notes import note_texts
 from gradpick.data import ImageBatch
 from gradpick.errors import InputError
 from gradpick.outputs.inference import as_model_input
@@ -104,6 +105,7 @@ FIELDS: dict[str, str] = {
     "class_names": "the names of those classes",
     "method": "{name, label, settings} of the attribution method",
     "layer": "{name, grid: [h, w]} of a layer method's layer, or None for an input-gradient one",
+    "notes": "one entry per map: None, or why the map is all zero or constant, in words",
     "strategy": "the gradient strategy",
     "reduction": "'sum' or 'mean'",
     "device": "where the gradients were computed",
@@ -278,6 +280,7 @@ def metadata(export: Export, gradients_file: str | None = None) -> dict[str, Any
         "layer": None
         if result.layer_maps is None
         else {"name": result.layer, "grid": list(result.layer_maps.shape[1:])},
+        "notes": note_texts(result, export.quantity),
         "strategy": step.strategy,
         "reduction": step.reduction,
         "device": step.device,

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,7 @@ import torch
 
 from gradpick.errors import InputError
 from gradpick.runtime.devices import cpu_threads
+from gradpick.show.notebook import triage_html
 
 __all__ = [
     "EXACT_ROWS",
@@ -267,6 +268,31 @@ class Triage:
     confident: ConfidentLearning
     neighbours: Neighbours | None
     """None without embeddings: the score is then the self-confidence alone."""
+    class_names: tuple[str, ...] = ()
+    """The classes' names, for the displays (empty: classes by number)."""
+
+    def name(self, index: int) -> str:
+        """Class ``index`` by its name when known."""
+        names = self.class_names
+        return names[index] if 0 <= index < len(names) else f"class {index}"
+
+    def __repr__(self) -> str:
+        """One line, not the arrays: a notebook cell ending in a triage stays short."""
+        top = int(self.order[0]) if len(self.order) else None
+        first = (
+            ""
+            if top is None
+            else f"; most suspect: row {top}, given {self.name(int(self.given[top]))}, "
+            f"suggested {self.name(int(self.suggested[top]))}"
+        )
+        return (
+            f"Triage({len(self.given):,} images, {int(self.flagged.sum()):,} flagged as label "
+            f"issues{first})"
+        )
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the most suspect images as a table (``gradpick.show.notebook``)."""
+        return triage_html(self)
 
     def table(
         self,
@@ -361,7 +387,10 @@ def triage_store(opened: Any, k: int = NEIGHBOURS) -> tuple[Triage, Any]:
     embeddings = (
         list_matrix(table.column("embedding")) if "embedding" in table.column_names else None
     )
+    names = opened.metadata.get("class_names")
     found = triage(probabilities, labels, embeddings, k=k)
+    if names:
+        found = replace(found, class_names=tuple(names))
     frame = found.table(
         positions=table.column("position").to_numpy(),
         names=table.column("name").to_pylist(),

@@ -36,13 +36,18 @@ def summary(record: dict[str, Any]) -> str:
             f"{_mean(first['ssim'])}   all {last['randomised_layers']} layers: "
             f"{_mean(last['spearman'])} / {_mean(last['ssim'])}"
         )
-    lines.append("completeness (IG: sum of attributions vs F(x) - F(baseline)):")
+    if not record["completeness"]:
+        lines.append(
+            "completeness: not run (it checks Integrated Gradients, not among the methods)"
+        )
+    else:
+        lines.append("completeness (IG: sum of attributions vs F(x) - F(baseline)):")
     for row in record["completeness"]:
         error = "n/a" if row["relative_error"] is None else f"{row['relative_error']:.2%}"
         lines.append(
             f"  #{row['index']:<5} {row['baseline']:<14} {row['steps']:>5} steps  "
             f"sum {row['attribution_sum']:>9.4g}  difference {row['difference']:>9.4g}  "
-            f"error {error}"
+            f"error {error}" + ("" if row["reached"] else f"  {row['verdict']}")
         )
     faithful = record["faithfulness"]
     lines.append(f"faithfulness (AUC, mean over picks; {RANDOM} order in brackets):")

@@ -9,13 +9,14 @@ documented in the README's "Trust checks" section and docs/trust-fields.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from gradpick.attribution import LAYER_METHODS, IntegratedGradients
 from gradpick.errors import InputError
 from gradpick.runtime.devices import device_for
 from gradpick.runtime.measure import Stopwatch
@@ -80,6 +81,9 @@ __all__ = [
     "run_checks",
 ]
 
+IG = IntegratedGradients.name
+"""The one method the completeness check applies to."""
+
 
 @dataclass(frozen=True)
 class CheckOptions:
@@ -137,10 +141,26 @@ class TrustReport:
     """SmoothGrad's noise standard deviation for each pick [k]: noise x (max - min)."""
     milliseconds: dict[str, float]
     """Wall time of each check, device synchronised."""
+    class_names: tuple[str, ...] = ()
+    """The model's class names, for the displays (empty: classes by number)."""
+
+    def __repr__(self) -> str:
+        """One line, not the tensors: a notebook cell ending in a report stays short."""
+        layer = self.options.settings.layer or "automatic"
+        at = f" (layer methods at {layer})" if _any_layer_method(self.options.methods) else ""
+        classes = ", ".join(_class_name(self.class_names, int(c)) for c in self.classes[:5])
+        more = ", ..." if len(self.indices) > 5 else ""
+        return (
+            f"TrustReport({len(self.indices)} picks explained as {classes}{more}; methods "
+            f"{', '.join(self.options.methods)}{at}; checks {', '.join(self.milliseconds)})"
+        )
 
     def _repr_html_(self) -> str:
         """Jupyter shows the maps and the summary tables (``gradpick.show.notebook``)."""
-        return trust_html(self, report_dict(self))
+        layer = self.options.settings.layer or "the automatic layer"
+        return trust_html(
+            self, report_dict(self), layer if _any_layer_method(self.options.methods) else None
+        )
 
 
 def run_checks(
@@ -150,14 +170,20 @@ def run_checks(
     classes: int | Sequence[int] | torch.Tensor | None = None,
     options: CheckOptions | None = None,
     progress: Progress | None = None,
+    stage: Callable[[str], None] | None = None,
+    class_names: Sequence[str] = (),
 ) -> TrustReport:
-    """Every trust check on ``images[indices]``; ``progress`` follows the randomisation steps."""
+    """Every trust check on ``images[indices]``; ``progress`` follows the randomisation steps,
+    and ``stage`` is told each check's name as it starts (a long run says where it is);
+    ``class_names`` name the classes in the report's displays."""
     options = options or CheckOptions()
+    announce = stage or (lambda name: None)
     indices = [int(index) for index in indices]
     served = served_view(model)
     held = held_classes(served, images, indices, classes)
     times: dict[str, float] = {}
     device = device_for(served, None)
+    announce("randomisation")
     with Stopwatch(device) as watch:
         curves = randomisation_test(
             served,
@@ -172,7 +198,11 @@ def run_checks(
             progress,
         )
     times["randomisation"] = watch.milliseconds
+    if IG in options.methods:
+        announce("completeness")
     with Stopwatch(device) as watch:
+        # Completeness is a property of Integrated Gradients alone: asked of other methods,
+        # it would check a map nobody looks at.
         rows = [
             row
             for baseline in options.baselines
@@ -187,14 +217,18 @@ def run_checks(
                 options.max_steps,
                 options.seed,
             )
+            if IG in options.methods
         ]
-    times["completeness"] = watch.milliseconds
+    if rows:
+        times["completeness"] = watch.milliseconds
+    announce("faithfulness")
     with Stopwatch(device) as watch:
         orders = {method: attribution_order(curve.original) for method, curve in curves.items()}
         faithful = faithfulness(
             served, images, indices, orders, held, options.deletion_steps, options.seed
         )
     times["faithfulness"] = watch.milliseconds
+    announce("ROAD")
     with Stopwatch(device) as watch:
         imputed = road(
             served,
@@ -207,9 +241,11 @@ def run_checks(
             options.seed,
         )
     times["road"] = watch.milliseconds
+    announce("class maps")
     with Stopwatch(device) as watch:
         maps = class_maps(served, images, indices, options.top)
     times["class_maps"] = watch.milliseconds
+    announce("class sensitivity")
     with Stopwatch(device) as watch:
         sensitivity = class_sensitivity(
             served,
@@ -234,7 +270,16 @@ def run_checks(
         road=imputed,
         noise_std=noise_std(images, indices, options.settings),
         milliseconds=times,
+        class_names=tuple(class_names),
     )
+
+
+def _any_layer_method(methods: Sequence[str]) -> bool:
+    return any(method in LAYER_METHODS for method in methods)
+
+
+def _class_name(class_names: Sequence[str], index: int) -> str:
+    return class_names[index] if 0 <= index < len(class_names) else f"class {index}"
 
 
 def _number(value: float) -> float | None:
@@ -289,6 +334,9 @@ def _completeness_dict(row: Completeness) -> dict[str, Any]:
         "difference": row.difference,
         "delta": row.delta,
         "relative_error": _number(row.relative_error),
+        "tolerance": row.tolerance,
+        "reached": row.reached,
+        "verdict": row.verdict,
     }
 
 

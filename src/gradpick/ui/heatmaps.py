@@ -50,6 +50,7 @@ __all__ = [
     "map_strip",
     "quantity",
     "quick_checks",
+    "resolved_mode",
     "step_memory",
     "step_threads",
     "strip",
@@ -59,8 +60,11 @@ __all__ = [
     "whole_batch_bytes",
 ]
 
-TARGET_MODES = ("loss", "predicted", "class")
+TARGET_MODES = ("auto", "loss", "predicted", "class")
+"""The sidebar's targets; 'auto' is the method's default (``attribution.default_target``) and
+never reaches a ``HeatmapRequest``: ``resolved_mode`` turns it into 'loss' or 'predicted'."""
 TARGET_LABELS = {
+    "auto": "The method's default",
     "loss": "Loss on the true label",
     "predicted": "Logit of the predicted class",
     "class": "Logit of a chosen class",
@@ -101,6 +105,14 @@ class HeatmapRequest:
         raise InputError(
             f"Unknown target '{self.target_mode}'; use one of {', '.join(TARGET_MODES)}."
         )
+
+
+def resolved_mode(mode: str, method: str, labelled: bool) -> str:
+    """The sidebar's target ``mode`` with 'auto' replaced by ``method``'s default target: the
+    predicted class's logit for a layer method (or unlabelled images), else the loss."""
+    if mode != "auto":
+        return mode
+    return "loss" if attribution.default_target(method, labelled) == "loss" else "predicted"
 
 
 def quantity(request: HeatmapRequest, class_names: Sequence[str]) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
+from gradpick.attribution.notes import model_note
 from gradpick.data import ImageBatch, ImageSource
 from gradpick.models.zoo import LoadedModel
 from gradpick.outputs import store_format as store
@@ -176,6 +177,9 @@ def main(after_inference: Callable[[], None] | None = None) -> None:
     if after_inference is not None:
         after_inference()
     outputs.readouts(loaded)
+    flat = model_note(loaded.result.logits, loaded.option.label)
+    if flat is not None:  # said once, above every map it explains
+        st.warning(flat)
     st.session_state[keys.RUN_STARTED] = started
     _explorer(loaded, settings)
 

@@ -11,6 +11,7 @@ import streamlit as st
 
 from gradpick import attribution
 from gradpick.attribution import Attribution
+from gradpick.attribution.notes import MapNote, grouped_notes, map_notes
 from gradpick.picking import rules as selection
 from gradpick.runtime.measure import MemoryReport
 from gradpick.share import export, report
@@ -95,9 +96,10 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
             )
         switched_on = badges.switch()
         with st.container(key=keys.HEATMAPS_CONTAINER):
+            said = map_notes(result, heatmaps.quantity(request, loaded.batch.class_names))
             captions = [
-                title if settings.shared_scale else f"{title} · saliency 0 to {tile.limit:.3g}"
-                for title, tile in zip(titles, tiles, strict=True)
+                _caption(title, tile, note, settings.shared_scale)
+                for title, tile, note in zip(titles, tiles, said, strict=True)
             ]
             strips = [
                 heatmaps.strip(tile, compact=not few, channels=result.layer_maps is None)
@@ -105,6 +107,8 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
             ]
             pictures = st.empty()
             pictures.image(strips, captions)
+        for line in grouped_notes(said, titles):
+            st.info(line)
         elapsed = time.perf_counter() - started
         # After the maps: the badges' budget is a share of the click's whole server time
         # before them, and they never hold the maps back.
@@ -140,7 +144,7 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     detail = st.expander(DETAIL_LABEL, key=keys.DETAIL_OPEN, on_change="rerun")
     if detail.open:
         with detail:
-            _detail(loaded, result, tiles, titles, unit)
+            _detail(loaded, result, tiles, titles, unit, said)
     else:
         state.keep(st.session_state, keys.DETAIL)
     downloads = st.expander(DOWNLOADS_LABEL, key=keys.DOWNLOADS_OPEN, on_change="rerun")
@@ -184,6 +188,14 @@ def _memory_readouts(memory: MemoryReport | None) -> None:
         st.caption(figure.counts)
 
 
+def _caption(title: str, tile: heatmaps.Tiles, note: MapNote | None, shared: bool) -> str:
+    """A map's caption: what is wrong with it when it shows nothing (not a scale of 0 to
+    1e-38), else its own scale unless one scale is shared."""
+    if note is not None:
+        return f"{title} · {note.short}"
+    return title if shared else f"{title} · saliency 0 to {tile.limit:.3g}"
+
+
 def _legend(tiles: list[heatmaps.Tiles], unit: str, shared: bool, channels: bool = True) -> None:
     columns = st.columns(2)
     saliency_range = f"0 to {tiles[0].limit:.3g}" if shared else "0 to each image's limit"
@@ -205,6 +217,7 @@ def _detail(
     tiles: list[heatmaps.Tiles],
     titles: list[str],
     unit: str,
+    said: list[MapNote | None],
 ) -> None:
     picked = state.picked(st.session_state)
     session = st.session_state
@@ -218,6 +231,7 @@ def _detail(
     )
     position = picked.index(index)
     tile = tiles[position]
+    note = said[position]
     left, right = st.columns([1, 3])
     left.image(tile.overlay, caption=f"{titles[position]} · overlay")
     with right:
@@ -225,7 +239,9 @@ def _detail(
         with st.container(key=keys.DETAIL_HEATMAPS):
             st.image(
                 heatmaps.map_strip(tile, MAP_GAP),
-                caption=f"{' · '.join(pixels.PANELS)}: saliency |{unit}| 0 to {tile.limit:.3g}, "
+                caption=f"{' · '.join(pixels.PANELS)}: {note.text}"
+                if note is not None
+                else f"{' · '.join(pixels.PANELS)}: saliency |{unit}| 0 to {tile.limit:.3g}, "
                 f"channels {unit} ±{tile.channel_limit:.3g}; hover for each pixel's value",
                 width="stretch",
             )

@@ -18,7 +18,7 @@ from gradpick.runtime import devices
 from gradpick.ui import cache, keys, service, state
 from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
-from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest
+from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest, resolved_mode
 from gradpick.ui.service import (
     DEFAULT_BATCH_SIZE,
     LOCAL_KINDS,
@@ -309,8 +309,18 @@ def _gradients(
     strategy = st.selectbox(
         "Gradient strategy", strategies.NAMES, key=keys.STRATEGY, help=strategies.help_text()
     )
-    modes = [mode for mode in TARGET_MODES if labelled or mode != "loss"]
-    mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=keys.TARGET_MODE)
+    # Without labels the method's default is always the predicted class: 'auto' would be a
+    # second name for it.
+    modes = [mode for mode in TARGET_MODES if labelled or mode not in ("auto", "loss")]
+    mode = st.radio(
+        "Target",
+        modes,
+        format_func=TARGET_LABELS.__getitem__,
+        key=keys.TARGET_MODE,
+        help="The method's default: the logit of the predicted class for the layer maps "
+        "(Grad-CAM and kin, which keep only what raises their target), the loss on the true "
+        "label for the pixel maps.",
+    )
     target_class = int(st.session_state.get(keys.TARGET_CLASS, 0))
     if mode == "class" and class_names:
         if target_class >= len(class_names):
@@ -352,7 +362,7 @@ def _gradients(
         "of it with measurement on (the profiler's overhead never reaches the timings).",
     )
     request = HeatmapRequest(
-        target_mode=mode,
+        target_mode=resolved_mode(mode, method, labelled),
         target_class=target_class,
         method=method,
         strategy=strategy,

@@ -222,6 +222,9 @@ def _class_name(class_names: tuple[str, ...], index: int) -> str:
 def _completeness(report: TrustReport, class_names: tuple[str, ...]) -> None:
     st.markdown("**Integrated Gradients completeness** (sum of attributions = F(x) − F(baseline))")
     rows = report.completeness
+    if not rows:
+        st.caption("Not run: it checks Integrated Gradients, which is not among the methods.")
+        return
     st.dataframe(
         pd.DataFrame(
             {
@@ -232,6 +235,7 @@ def _completeness(report: TrustReport, class_names: tuple[str, ...]) -> None:
                 "Σ attributions": [row.attribution_sum for row in rows],
                 "F(x) − F(baseline)": [row.difference for row in rows],
                 "relative error (%)": [100 * row.relative_error for row in rows],
+                "verdict": [row.verdict for row in rows],
             }
         ),
         hide_index=True,
