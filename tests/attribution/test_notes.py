@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.attribution.test_targets import _AgainstTheLoss, _positive_images
 from torch import nn
 
 from gradpick.attribution import attribute
@@ -18,6 +17,7 @@ from gradpick.models import shipped as models
 from gradpick.share import export, report
 from gradpick.ui import heatmaps
 from gradpick.ui.panels import explore as gradients_panel
+from tests.attribution.test_targets import _AgainstTheLoss, _positive_images
 
 CLASSES = ("up", "down")
 
