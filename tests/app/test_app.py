@@ -110,7 +110,12 @@ def test_the_launcher_reads_the_batch_the_page_opens_on(generated: Path) -> None
     assert app.session_state[keys.PICKED_BATCH] == default.batch_key
 
 
-def test_opens_on_the_default_batch_with_outputs_and_no_selection(generated: Path) -> None:
+def test_opens_on_the_default_batch_with_outputs_and_no_selection(
+    generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cache of its own: an earlier test of this worker may have kept this batch's outputs,
+    # and the page would then open them ("Device: stored") instead of inferring.
+    monkeypatch.setenv("GRADPICK_CACHE_DIR", str(tmp_path / "cache"))
     app = open_app()
     no_errors(app)
     shown = metrics(app)
