@@ -28,7 +28,7 @@ from gradpick.data.folders import image_folder
 from gradpick.errors import DataError
 from gradpick.infer import infer
 from gradpick.layers import user_model
-from gradpick.trust.quick import BUDGET_SHARE
+from gradpick.trust.quick import BUDGET_SHARE, finish_copies
 from gradpick.zoo import load_model
 
 __all__ = ["METHODS", "MODELS", "BudgetRow", "budget_rows", "redraw_zero_head", "report_text"]
@@ -79,7 +79,7 @@ def budget_rows(
     root = os.environ.get("GRADPICK_CIFAR10_DIR", "")
     if not root:
         raise DataError("Set GRADPICK_CIFAR10_DIR to the CIFAR-10 ImageFolder tree.")
-    rows = []
+    rows: list[BudgetRow] = []
     for name in models:
         loaded = load_model(name)
         model = loaded.module
@@ -110,6 +110,7 @@ def budget_rows(
                 )  # fmt: skip
                 if progress is not None:
                     progress(f"bench-badges --budget: {name} {method} click {click}")
+        finish_copies()  # a copy still being made would slow the next model's clicks
     return rows
 
 

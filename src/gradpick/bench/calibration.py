@@ -41,7 +41,7 @@ from gradpick.request import GradientRequest
 from gradpick.trust import quick
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.randomisation import randomise_layer
-from gradpick.zoo import load_model
+from gradpick.zoo import LoadedModel, load_model
 
 __all__ = [
     "BAD_KINDS",
@@ -123,7 +123,9 @@ def reinitialised(model: nn.Module) -> nn.Module:
     return trial
 
 
-def _sample(model: str, weights: str | None, count: int, config: CalibrationConfig):
+def _sample(
+    model: str, weights: str | None, count: int, config: CalibrationConfig
+) -> tuple[LoadedModel, torch.Tensor, torch.Tensor]:
     """The loaded model and ``count`` correctly classified test images (a seeded order)."""
     loaded = load_model(model, weights=weights)
     if not config.root:
@@ -164,13 +166,17 @@ def _default_target(method: str) -> str:
     return "logit" if method in attribution.LAYER_METHODS else "loss"
 
 
+BadMaker = Callable[[nn.Module, torch.Tensor, int], torch.Tensor]
+"""(model, classes [1], image row) -> a known-bad map [1, C, H, W] of that image."""
+
+
 def _checked(
     model: nn.Module,
     images: torch.Tensor,
     method: str,
     classes: torch.Tensor,
     shown: Attribution,
-    map_of: quick.MapOf | None,
+    maker: BadMaker | None,
 ) -> dict[str, list[float]]:
     """Each check's figure per image, one image at a time (each map on its own)."""
     target = _default_target(method)
@@ -185,18 +191,35 @@ def _checked(
                 classes=shown.gradients.classes[row : row + 1],
             ),
         )
-        given = None if map_of is None else _one(map_of, row)
         found = quick.quick_checks(
             model, images[row : row + 1], [0], method, target, classes[row : row + 1],
-            MethodSettings(), one, math.inf, map_of=given, checks=CHECKS, seeds=[row],
+            MethodSettings(), one, math.inf, map_of=_at_row(maker, row), checks=CHECKS,
+            seeds=[row],
         )  # fmt: skip
         for badge in found.picks[0].badges:
             figures[badge.check].append(float("nan") if badge.figure is None else badge.figure)
     return figures
 
 
-def _one(map_of: Callable[[nn.Module, torch.Tensor, int], torch.Tensor], row: int) -> quick.MapOf:
-    return lambda model, classes: map_of(model, classes, row)
+def _at_row(maker: BadMaker | None, row: int) -> quick.MapOf | None:
+    if maker is None:
+        return None
+    return lambda model, classes: maker(model, classes, row)
+
+
+def _bad_makers(images: torch.Tensor, method: str, blank: nn.Module) -> dict[str, BadMaker]:
+    """The known-bad maps of ``images``: none of them reads the model it is given."""
+
+    def edges(_model: nn.Module, _classes: torch.Tensor, row: int) -> torch.Tensor:
+        return edge_maps(images[row : row + 1])
+
+    def blob(_model: nn.Module, _classes: torch.Tensor, row: int) -> torch.Tensor:
+        return blob_maps(images[row : row + 1])
+
+    def blank_maps(_model: nn.Module, classes: torch.Tensor, row: int) -> torch.Tensor:
+        return _shown(blank, images[row : row + 1], method, _default_target(method), classes).maps
+
+    return {"edges": edges, "blob": blob, "re-initialised": blank_maps}
 
 
 def calibrate(
@@ -213,23 +236,13 @@ def calibrate(
         for method in config.methods:
             n = costly if method in COSTLY else count
             some, held = images[:n], labels[:n]
-            target = _default_target(method)
-            shown = _shown(model, some, method, target, held)
-            bad_of: dict[str, Callable[[nn.Module, torch.Tensor, int], torch.Tensor]] = {
-                "edges": lambda _m, _c, row, some=some: edge_maps(some[row : row + 1]),
-                "blob": lambda _m, _c, row, some=some: blob_maps(some[row : row + 1]),
-                "re-initialised": lambda _m, classes, row, some=some, method=method, blank=blank: (
-                    _shown(
-                        blank, some[row : row + 1], method, _default_target(method), classes
-                    ).maps
-                ),
-            }
-            runs = {"good": (shown, None)}
-            for kind, maker in bad_of.items():
+            shown = _shown(model, some, method, _default_target(method), held)
+            runs: dict[str, tuple[Attribution, BadMaker | None]] = {"good": (shown, None)}
+            for kind, maker in _bad_makers(some, method, blank).items():
                 maps = torch.cat([maker(model, held[r : r + 1], r) for r in range(n)])
                 runs[kind] = (replace(shown, maps=maps), maker)
-            for kind, (given, maker) in runs.items():
-                for check, values in _checked(model, some, method, held, given, maker).items():
+            for kind, (given, bad) in runs.items():
+                for check, values in _checked(model, some, method, held, given, bad).items():
                     found += [
                         Figure(model_name, method, kind, check, position, value)
                         for position, value in enumerate(values)

@@ -84,6 +84,7 @@ __all__ = [
     "QuickChecks",
     "cascade_layers",
     "family_of",
+    "finish_copies",
     "quick_checks",
     "randomised_copy",
     "verdict_of",
@@ -141,6 +142,7 @@ _copy_rate: list[float] = []
 """Measured bytes of parameters per second of making a randomised copy."""
 _copies: weakref.WeakKeyDictionary[nn.Module, dict[str, nn.Module]] = weakref.WeakKeyDictionary()
 _building: set[tuple[int, str]] = set()
+_threads: list[threading.Thread] = []
 _copies_lock = threading.Lock()
 
 
@@ -346,7 +348,15 @@ def _copy_in_background(model: nn.Module, example: torch.Tensor, layer: str | No
             with _copies_lock:
                 _building.discard(key)
 
-    threading.Thread(target=build, name="gradpick-randomised-copy", daemon=True).start()
+    thread = threading.Thread(target=build, name="gradpick-randomised-copy", daemon=True)
+    _threads.append(thread)
+    thread.start()
+
+
+def finish_copies() -> None:
+    """Wait for the randomised copies being made in the background (a benchmark's end)."""
+    while _threads:
+        _threads.pop().join()
 
 
 def _copy_cost_s(model: nn.Module, layer: str | None) -> float:
@@ -569,7 +579,9 @@ def quick_checks(
     road_cost = _road_guess_s(tuple(images.shape[1:])) * len(indices)
     own = shown.maps if shown is not None else map_of(served, held)
     own_saliency = saliency(own)
-    layer = settings.layer_of(method)
+    # The map's layer by name (the automatic one resolved), so every method at one layer
+    # shares one randomised copy.
+    layer = _map_layer(served, picked[:1], settings.layer_of(method))
 
     def fits(cost: float) -> bool:
         return time.perf_counter() - started + cost <= budget_s
@@ -598,11 +610,10 @@ def quick_checks(
         if fits(map_cost + copy_cost):
             before = time.perf_counter()
             trial = randomised_copy(model, picked[:1], layer)
-            down_to = _map_layer(served, picked[:1], layer) or ""
             rhos = _rho(own_saliency, map_of(trial, held))
             ran(
                 "randomised",
-                [_spearman_badge("randomised", rho, method, down_to) for rho in rhos],
+                [_spearman_badge("randomised", rho, method, layer or "") for rho in rhos],
                 before,
             )
         else:
