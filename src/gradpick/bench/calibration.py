@@ -11,8 +11,8 @@ the check recomputes a map), so a check that recomputes a model-independent map 
 randomised model gets the same map back.
 
 The images alternate between two halves: the calibration half chooses each family's
-thresholds (``choose_thresholds``: weak from the 90th and fails from the 97.5th percentile of
-the good maps' figures, two decimals, rounded up), the other half is reported with the shipped
+thresholds (``choose_thresholds``: weak from the 90th percentile of the good maps' figures,
+fails from just above the largest), the other half is reported with the shipped
 thresholds (``quick.THRESHOLDS``): per model, method and check, the share of good maps that fail
 and of bad maps that do not (a weak verdict is a miss), and for the badge as a whole (a map
 fails when any of its checks fails).
@@ -62,7 +62,9 @@ CHECKS = ("class", "randomised", "completeness")
 """ROAD is left out: it imputes pixels by a linear solve, too slow at 224 px for this run."""
 COSTLY = ("smoothgrad", "integrated_gradients", "scorecam")
 """Methods of tens to hundreds of passes a map, run on ``costly_images`` images only."""
-WEAK_QUANTILE, FAIL_QUANTILE = 0.9, 0.975
+WEAK_QUANTILE = 0.9
+MOST = 0.995
+"""The highest Spearman threshold: a known-bad map is the same as its check's map (1.0)."""
 
 
 @dataclass(frozen=True)
@@ -277,12 +279,14 @@ def _quantile_up(values: Sequence[float], share: float, most: float) -> float:
 
 
 def choose_thresholds(figures: Sequence[Figure]) -> dict[str, dict[str, tuple[float, float]]]:
-    """(weak from, fails from) per family and check, from the calibration half's good maps:
-    the 90th and 97.5th percentiles, rounded up to two decimals (a Spearman figure at most
-    0.995, so a map the same as its check's stays failed)."""
+    """(weak from, fails from) per family and Spearman check, from the calibration half's good
+    maps: weak from their 90th percentile, fails from above their largest (both rounded up to
+    two decimals, the second 0.01 more), at most 0.995, so a map the same as its check's map
+    still fails. Completeness is not chosen here: at the default 32 steps most good IG maps of
+    the loss are off by more than 25 %, so it is a weak-only check (``quick.THRESHOLDS``)."""
     chosen: dict[str, dict[str, tuple[float, float]]] = {}
     for family, members in quick.FAMILIES.items():
-        for check in CHECKS:
+        for check in ("class", "randomised"):
             values = [
                 f.value
                 for f in figures
@@ -290,9 +294,8 @@ def choose_thresholds(figures: Sequence[Figure]) -> dict[str, dict[str, tuple[fl
                 and f.position % 2 == 0
             ]  # fmt: skip
             if values:
-                most = math.inf if check == "completeness" else 0.995
-                weak = _quantile_up(values, WEAK_QUANTILE, most)
-                fails = max(weak, _quantile_up(values, FAIL_QUANTILE, most))
+                weak = _quantile_up(values, WEAK_QUANTILE, MOST)
+                fails = round(min(max(weak, _quantile_up(values, 1.0, MOST) + 0.01), MOST), 3)
                 chosen.setdefault(family, {})[check] = (weak, fails)
     return chosen
 
