@@ -143,3 +143,32 @@ def test_rates_count_a_weak_bad_map_as_missed_and_a_map_failing_any_check_as_fai
     assert calibration._rates(found, "class") == (2, 50.0, 1, 100.0)
     assert calibration._rates(found, "randomised") == (2, 0.0, 1, 0.0)
     assert calibration._rates(found, None) == (2, 50.0, 1, 0.0)
+
+
+def test_the_command_makes_the_table_from_written_figures(capsys, tmp_path) -> None:
+    from gradpick.cli import main
+
+    weak, fails = quick.THRESHOLDS["input gradient"]["class"]
+    found = [
+        Figure("m", "gradient", "good", "class", 1, weak / 2),
+        Figure("m", "gradient", "good", "class", 3, fails),
+        Figure("m", "gradient", "good", "randomised", 1, math.nan),
+        Figure("m", "gradient", "edges", "class", 1, 1.0),
+    ]
+    path = tmp_path / "figures.json"
+    calibration.write_figures(path, found)
+    assert '"value": null' in path.read_text()
+    back = calibration.read_figures([path])
+    assert [f.value for f in back[:2]] == [weak / 2, fails] and math.isnan(back[2].value)
+    assert main(["bench-badges", "--read", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "| m | gradient | class | 2 | 50.0 | 1 | 0.0 |" in printed
+    assert "| m | gradient | **badge** | 2 | 50.0 | 1 | 0.0 |" in printed
+
+
+def test_the_command_refuses_options_that_do_not_match_the_models(capsys) -> None:
+    from gradpick.cli import main
+
+    status = main(["bench-badges", "--models", "resnet20", "tutorial", "--weights", "none"])
+    assert status == 2
+    assert "once per model" in capsys.readouterr().err
