@@ -243,8 +243,8 @@ def test_checks_that_do_not_fit_the_budget_point_to_the_trust_tab(
 @pytest.mark.parametrize(
     ("method", "family"),
     [("gradient", "input gradient"), ("smoothgrad", "input gradient"),
-     ("gradient_x_input", "gradient × input"), ("gradcam", "layer"), ("layercam", "positive-gradient layer"),
-     ("scorecam", "Score-CAM")],
+     ("gradient_x_input", "gradient × input"), ("gradcam", "layer"),
+     ("layercam", "positive-gradient layer"), ("scorecam", "Score-CAM")],
 )  # fmt: skip
 def test_thresholds_per_family_at_their_edges(method: str, family: str) -> None:
     """Below 'weak from' passes, from it weak, from 'fails from' fails, per the family's own."""
