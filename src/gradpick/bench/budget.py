@@ -6,9 +6,8 @@ and method, it clicks one CIFAR-10 test image after another (``$GRADPICK_CIFAR10
 explorer does without a browser: the maps (``heatmaps.compute``, the tiles and the strips), then
 the badges (``heatmaps.quick_checks``) with the page's budget, ``BUDGET_SHARE`` of the click's
 server time so far. The first click of a model pays its first-use costs (the layer probe, the
-randomised copy); a check that does not fit is not run (and a copy not ready is made in the
-background, for the next click). Printed per click: the maps' time, the budget, the badges'
-time, which checks ran, and whether the badges kept to the budget.
+randomised copy); a check that does not fit is not run. Printed per click: the maps' time, the
+budget, the badges' time, which checks ran, and whether the badges kept to the budget.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from gradpick.data.folders import image_folder
 from gradpick.errors import DataError
 from gradpick.infer import infer
 from gradpick.layers import user_model
-from gradpick.trust.quick import BUDGET_SHARE, finish_copies
+from gradpick.trust.quick import BUDGET_SHARE
 from gradpick.zoo import load_model
 
 __all__ = ["METHODS", "MODELS", "BudgetRow", "budget_rows", "redraw_zero_head", "report_text"]
@@ -110,7 +109,6 @@ def budget_rows(
                 )  # fmt: skip
                 if progress is not None:
                     progress(f"bench-badges --budget: {name} {method} click {click}")
-        finish_copies()  # a copy still being made would slow the next model's clicks
     return rows
 
 

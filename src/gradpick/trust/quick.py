@@ -27,8 +27,9 @@ order: its Spearman is NaN and its verdict weak.
 
 Every check but completeness (free) runs only when its expected cost fits in the time budget
 left (``budget_s``); one that does not is named in a "not run" badge instead, and the page
-offers to run it (``budget_s=math.inf``). A randomised copy that is not ready and does not fit
-is built in the background, for the next click.
+offers to run it (``budget_s=math.inf``). Making the randomised copy counts in the randomised
+check's cost until it is made (a copy made on a thread of its own would slow the next click's
+maps instead).
 
 Example::
 
@@ -84,7 +85,6 @@ __all__ = [
     "QuickChecks",
     "cascade_layers",
     "family_of",
-    "finish_copies",
     "quick_checks",
     "randomised_copy",
     "verdict_of",
@@ -150,8 +150,6 @@ _road_cost: dict[tuple[int, ...], float] = {}
 _copy_rate: list[float] = []
 """Measured bytes of parameters per second of making a randomised copy."""
 _copies: weakref.WeakKeyDictionary[nn.Module, dict[str, nn.Module]] = weakref.WeakKeyDictionary()
-_building: set[tuple[int, str]] = set()
-_threads: list[threading.Thread] = []
 _copies_lock = threading.Lock()
 
 
@@ -342,32 +340,6 @@ def randomised_copy(model: nn.Module, example: torch.Tensor, layer: str | None =
     return _keep(model, layer, _make_copy(model, example, layer))
 
 
-def _copy_in_background(model: nn.Module, example: torch.Tensor, layer: str | None) -> None:
-    """Start making the copy on a thread of its own (once), so a later click finds it."""
-    key = (id(model), _copy_key(layer))
-    with _copies_lock:
-        if key in _building:
-            return
-        _building.add(key)
-
-    def build() -> None:
-        try:
-            randomised_copy(model, example, layer)
-        finally:
-            with _copies_lock:
-                _building.discard(key)
-
-    thread = threading.Thread(target=build, name="gradpick-randomised-copy", daemon=True)
-    _threads.append(thread)
-    thread.start()
-
-
-def finish_copies() -> None:
-    """Wait for the randomised copies being made in the background (a benchmark's end)."""
-    while _threads:
-        _threads.pop().join()
-
-
 def _copy_cost_s(model: nn.Module, layer: str | None) -> float:
     """Seconds a randomised copy still costs: none when made, else its bytes at the rate."""
     if _cached_copy(model, layer) is not None:
@@ -547,15 +519,14 @@ def _road_guess_s(shape: tuple[int, ...]) -> float:
     return measured if measured is not None else ROAD_GUESS_S * shape[-1] * shape[-2] / 1024
 
 
-def _skipped_badge(skipped: Sequence[str], budget_s: float, preparing: bool) -> Badge:
+def _skipped_badge(skipped: Sequence[str], budget_s: float) -> Badge:
     names = ", ".join(SKIPPED_NAMES[check] for check in skipped)
-    ready = " (its randomised model is being made for the next click)" if preparing else ""
     return Badge(
         "skipped",
         NOT_RUN,
         None,
         f"{names}: not run",
-        f"{names} did not fit in this click's time budget ({budget_s * 1000:,.0f} ms){ready}: "
+        f"{names} did not fit in this click's time budget ({budget_s * 1000:,.0f} ms): "
         "run them with the button below the badges, or see the full checks in the Trust tab",
     )
 
@@ -615,7 +586,6 @@ def quick_checks(
     columns: list[list[Badge]] = []
     skipped: list[str] = []
     timed: list[tuple[str, float]] = []
-    preparing = False
 
     def ran(check: str, badges: list[Badge], since: float) -> None:
         columns.append(badges)
@@ -650,9 +620,6 @@ def quick_checks(
             )
         else:
             skipped.append("randomised")
-            if copy_cost > 0:
-                _copy_in_background(model, picked[:1].detach().clone(), layer)
-                preparing = True
     if "completeness" in checks and method == "integrated_gradients" and shown is not None:
         before = time.perf_counter()
         errors = _completeness(served, shown, target, held)
@@ -663,7 +630,7 @@ def quick_checks(
     elif "road" in checks:
         skipped.append("road")
     if skipped:
-        columns.append([_skipped_badge(skipped, budget_s, preparing)] * len(indices))
+        columns.append([_skipped_badge(skipped, budget_s)] * len(indices))
     picks = tuple(
         PickBadges(index, tuple(column[position] for column in columns))
         for position, index in enumerate(indices)
