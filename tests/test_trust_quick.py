@@ -609,3 +609,21 @@ def test_the_shown_maps_and_logits_are_used_as_given(
         logits=logits, budget_s=UNLIMITED,
     )  # fmt: skip
     assert figures(same, "class") == pytest.approx([1.0, 1.0], abs=1e-12)
+
+
+def test_making_the_randomised_copy_counts_in_the_budget(
+    float64_images: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy not made yet costs its parameters' bytes at the measured rate: at 1 byte a second
+    it does not fit 1,000 s, so the randomised check is not run (the class check is); once the
+    copy is made, the same budget runs it."""
+    model = freeze(copy.deepcopy(nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 10)).double()))
+    monkeypatch.setattr(quick, "_copy_rate", [1.0])
+    monkeypatch.setitem(quick._road_cost, (3, 32, 32), 1e9)  # ROAD never fits here
+    held = torch.tensor([2])
+    first = quick_checks(model, float64_images, [0], "gradient", "logit", held, budget_s=1000.0)
+    assert first.skipped == ("randomised", "road")
+    assert [check for check, _ in first.check_ms] == ["class"]
+    quick.randomised_copy(model, float64_images[:1], None)
+    second = quick_checks(model, float64_images, [0], "gradient", "logit", held, budget_s=1000.0)
+    assert second.skipped == ("road",)
