@@ -627,3 +627,29 @@ def test_making_the_randomised_copy_counts_in_the_budget(
     quick.randomised_copy(model, float64_images[:1], None)
     second = quick_checks(model, float64_images, [0], "gradient", "logit", held, budget_s=1000.0)
     assert second.skipped == ("road",)
+
+
+def test_methods_at_the_automatic_layer_share_one_copy(
+    tiny_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    example = float64_images[:1].float()
+    automatic = quick.randomised_copy(tiny_cnn, example, None)
+    assert quick.randomised_copy(tiny_cnn, example, "4") is automatic  # '4': its automatic layer
+    assert quick.randomised_copy(tiny_cnn, example, "3") is not automatic
+
+
+def test_checks_that_do_not_run_cost_no_layer_probe(
+    tiny_cnn: nn.Module, float64_images: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big model's first click: finding the automatic layer is a forward of its own, so it
+    happens only when the randomised check runs."""
+
+    def refused(*_: object) -> None:
+        raise AssertionError("the layer was probed")
+
+    monkeypatch.setattr(quick, "_map_layer", refused)
+    found = quick_checks(
+        tiny_cnn, float64_images.float(), [1], "gradient", "logit", torch.tensor([3]),
+        budget_s=-1.0,
+    )  # fmt: skip
+    assert found.skipped == ("class", "randomised", "road")

@@ -140,7 +140,8 @@ COPY_GUESS_BYTES_PER_S = 2e8
 """How fast a randomised copy is made (deep copy and redraw), per byte of parameters, until
 one has been made and timed."""
 COPIES_PER_MODEL = 2
-"""Randomised copies kept per served model (one per layer asked about, the latest ones)."""
+"""Randomised copies kept per served model (one per layer asked about, the latest ones); a
+copy for the automatic layer is kept under its name too, so every method shares it."""
 
 MapOf = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 """(model, classes [k]) -> the picks' maps [k, C, H, W]: how a check recomputes the map."""
@@ -318,11 +319,14 @@ def _cached_copy(model: nn.Module, layer: str | None) -> nn.Module | None:
         return _copies.get(model, {}).get(_copy_key(layer))
 
 
-def _keep(model: nn.Module, layer: str | None, trial: nn.Module) -> nn.Module:
+def _keep(model: nn.Module, names: Sequence[str | None], trial: nn.Module) -> nn.Module:
+    """Keep ``trial`` under each of ``names`` (the layer asked for and the one it resolved to)."""
     with _copies_lock:
         kept = _copies.setdefault(model, {})
-        found = kept.setdefault(_copy_key(layer), trial)
-        while len(kept) > COPIES_PER_MODEL:
+        found = kept.setdefault(_copy_key(names[0]), trial)
+        for name in names[1:]:
+            kept[_copy_key(name)] = found
+        while len(set(map(id, kept.values()))) > COPIES_PER_MODEL:
             del kept[next(iter(kept))]
         return found
 
@@ -337,7 +341,11 @@ def randomised_copy(model: nn.Module, example: torch.Tensor, layer: str | None =
     found = _cached_copy(model, layer)
     if found is not None:
         return found
-    return _keep(model, layer, _make_copy(model, example, layer))
+    name = _map_layer(model, example, layer)  # the automatic layer, by its name
+    found = _cached_copy(model, name)
+    if found is None:
+        found = _make_copy(model, example, name)
+    return _keep(model, [name, layer], found)
 
 
 def _copy_cost_s(model: nn.Module, layer: str | None) -> float:
@@ -576,9 +584,7 @@ def quick_checks(
     road_cost = _road_guess_s(tuple(images.shape[1:])) * len(indices)
     own = shown.maps if shown is not None else map_of(served, held)
     own_saliency = saliency(own)
-    # The map's layer by name (the automatic one resolved), so every method at one layer
-    # shares one randomised copy.
-    layer = _map_layer(served, picked[:1], settings.layer_of(method))
+    layer = settings.layer_of(method)  # None: the automatic one, found only when needed
 
     def fits(cost: float) -> bool:
         return time.perf_counter() - started + cost <= budget_s
@@ -609,11 +615,12 @@ def quick_checks(
         if fits(map_cost + copy_cost):
             before = time.perf_counter()
             trial = randomised_copy(model, picked[:1], layer)
+            down_to = _map_layer(served, picked[:1], layer)  # probed by the copy already
             rhos = _rho(own_saliency, map_of(trial, held))
             ran(
                 "randomised",
                 [
-                    _spearman_badge("randomised", rho, method, layer or "", blank)
+                    _spearman_badge("randomised", rho, method, down_to or "", blank)
                     for rho, blank in rhos
                 ],
                 before,
