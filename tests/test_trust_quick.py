@@ -634,8 +634,8 @@ def test_methods_at_the_automatic_layer_share_one_copy(
 ) -> None:
     example = float64_images[:1].float()
     automatic = quick.randomised_copy(tiny_cnn, example, None)
-    assert quick.randomised_copy(tiny_cnn, example, "4") is automatic  # '4': its automatic layer
-    assert quick.randomised_copy(tiny_cnn, example, "3") is not automatic
+    assert quick.randomised_copy(tiny_cnn, example, "3") is automatic  # '3': its automatic layer
+    assert quick.randomised_copy(tiny_cnn, example, "2") is not automatic
 
 
 def test_checks_that_do_not_run_cost_no_layer_probe(
