@@ -225,9 +225,12 @@ def _bad_makers(images: torch.Tensor, method: str, blank: nn.Module) -> dict[str
 
 
 def calibrate(
-    config: CalibrationConfig, progress: Callable[[str], None] | None = None
+    config: CalibrationConfig,
+    progress: Callable[[str], None] | None = None,
+    save: Callable[[list[Figure]], None] | None = None,
 ) -> list[Figure]:
-    """Every check's figure for every good and bad map of every model and method."""
+    """Every check's figure for every good and bad map of every model and method; ``save``
+    gets the figures so far after each method (a long run keeps what it measured)."""
     found: list[Figure] = []
     for model_name, weights, count, costly in zip(
         config.models, config.weights, config.images, config.costly_images, strict=True
@@ -251,6 +254,8 @@ def calibrate(
                     ]
             if progress is not None:
                 progress(f"bench-badges: {model_name} {method} ({n} images)")
+            if save is not None:
+                save(found)
     return found
 
 

@@ -50,9 +50,12 @@ def _cmd_bench_badges(args: argparse.Namespace) -> int:
             costly_images=costly,
             methods=tuple(args.methods or attribution.METHOD_NAMES),
         )
-        figures = calibration.calibrate(config, progress=_progress)
-        if args.json:
-            calibration.write_figures(Path(args.json), figures)
+        out = Path(args.json) if args.json else None
+        figures = calibration.calibrate(
+            config,
+            progress=_progress,
+            save=None if out is None else lambda found: calibration.write_figures(out, found),
+        )
     print(calibration.report_text(figures))
     return 0
 
