@@ -122,8 +122,12 @@ def test_thresholds_are_the_calibration_halfs_percentiles_rounded_up() -> None:
         values += [step / 100 - 0.001, 0.99]
     chosen = choose_thresholds(figures(values))
     assert chosen["input gradient"]["class"] == (0.36, 0.41)
-    # A Spearman threshold stays below 1, so a map identical to its check's map still fails.
-    assert choose_thresholds(figures([1.0, 1.0]))["input gradient"]["class"] == (0.995, 0.995)
+    # Good maps above 0.98 leave no room below a bad map's 1.0: the check is weak-only.
+    assert choose_thresholds(figures([0.5, 0.0, 0.986]))["input gradient"]["class"] == (
+        0.99,
+        math.inf,
+    )
+    assert choose_thresholds(figures([0.5, 0.0, 0.974]))["input gradient"]["class"] == (0.98, 0.99)
 
 
 def test_rates_count_a_weak_bad_map_as_missed_and_a_map_failing_any_check_as_failed() -> None:

@@ -286,9 +286,10 @@ def _quantile_up(values: Sequence[float], share: float, most: float) -> float:
 def choose_thresholds(figures: Sequence[Figure]) -> dict[str, dict[str, tuple[float, float]]]:
     """(weak from, fails from) per family and Spearman check, from the calibration half's good
     maps: weak from their 90th percentile, fails from above their largest (both rounded up to
-    two decimals, the second 0.01 more), at most 0.995, so a map the same as its check's map
-    still fails. Completeness is not chosen here: at the default 32 steps most good IG maps of
-    the loss are off by more than 25 %, so it is a weak-only check (``quick.THRESHOLDS``)."""
+    two decimals, the second 0.01 more). When that is above 0.995, good maps come as close to
+    their check's map as bad ones (1.0), so the check cannot fail a map: it is weak-only
+    (fails from infinity). Completeness is not chosen here: at the default 32 steps most good
+    IG maps of the loss are off by more than 25 %, so it is weak-only (``quick.THRESHOLDS``)."""
     chosen: dict[str, dict[str, tuple[float, float]]] = {}
     for family, members in quick.FAMILIES.items():
         for check in ("class", "randomised"):
@@ -300,7 +301,8 @@ def choose_thresholds(figures: Sequence[Figure]) -> dict[str, dict[str, tuple[fl
             ]  # fmt: skip
             if values:
                 weak = _quantile_up(values, WEAK_QUANTILE, MOST)
-                fails = round(min(max(weak, _quantile_up(values, 1.0, MOST) + 0.01), MOST), 3)
+                top = round(max(weak, _quantile_up(values, 1.0, 1.0) + 0.01), 3)
+                fails = top if top <= MOST else math.inf  # good maps reach 1: weak-only
                 chosen.setdefault(family, {})[check] = (weak, fails)
     return chosen
 
