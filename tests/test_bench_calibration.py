@@ -120,44 +120,49 @@ def test_thresholds_are_the_calibration_halfs_percentiles_rounded_up() -> None:
     values = []
     for step in range(1, 41):
         values += [step / 100 - 0.001, 0.99]
-    chosen = choose_thresholds(figures(values))
-    assert chosen["input gradient"]["class"] == (0.36, 0.41)
+    chosen = choose_thresholds(figures(values, check="randomised"))
+    assert chosen["input gradient"]["randomised"] == (0.36, 0.41)
+    assert choose_thresholds(figures(values))["input gradient"]["class"] == (0.36, math.inf)
     # Good maps above 0.98 leave no room below a bad map's 1.0: the check is weak-only.
-    assert choose_thresholds(figures([0.5, 0.0, 0.986]))["input gradient"]["class"] == (
+    assert choose_thresholds(figures([0.5, 0.0, 0.986], check="randomised"))["input gradient"][
+        "randomised"
+    ] == (
         0.99,
         math.inf,
     )
-    assert choose_thresholds(figures([0.5, 0.0, 0.974]))["input gradient"]["class"] == (0.98, 0.99)
+    assert choose_thresholds(figures([0.5, 0.0, 0.974], check="randomised"))["input gradient"][
+        "randomised"
+    ] == (0.98, 0.99)
 
 
 def test_rates_count_a_weak_bad_map_as_missed_and_a_map_failing_any_check_as_failed() -> None:
-    weak, fails = quick.THRESHOLDS["input gradient"]["class"]
-    low = weak / 2
+    weak, fails = quick.THRESHOLDS["input gradient"]["randomised"]
+    class_weak, _ = quick.THRESHOLDS["input gradient"]["class"]
     found = [
-        # reported (odd) positions only: good 1 fails class, good 3 passes both
-        Figure("m", "gradient", "good", "class", 1, fails),
-        Figure("m", "gradient", "good", "randomised", 1, 0.0),
-        Figure("m", "gradient", "good", "class", 3, low),
-        Figure("m", "gradient", "good", "randomised", 3, 0.0),
+        # reported (odd) positions only: good 1 fails the randomised check, good 3 passes both
+        Figure("m", "gradient", "good", "class", 1, 0.0),
+        Figure("m", "gradient", "good", "randomised", 1, fails),
+        Figure("m", "gradient", "good", "class", 3, 0.0),
+        Figure("m", "gradient", "good", "randomised", 3, weak / 2),
         # bad 1 is only weak in the class check: missed there; its randomised check fails
-        Figure("m", "gradient", "edges", "class", 1, weak),
+        Figure("m", "gradient", "edges", "class", 1, class_weak),
         Figure("m", "gradient", "edges", "randomised", 1, 1.0),
-        Figure("m", "gradient", "good", "class", 0, 1.0),  # calibration half: not counted
+        Figure("m", "gradient", "good", "randomised", 0, 1.0),  # calibration half: not counted
     ]
-    assert calibration._rates(found, "class") == (2, 50.0, 1, 100.0)
-    assert calibration._rates(found, "randomised") == (2, 0.0, 1, 0.0)
+    assert calibration._rates(found, "class") == (2, 0.0, 1, 100.0)
+    assert calibration._rates(found, "randomised") == (2, 50.0, 1, 0.0)
     assert calibration._rates(found, None) == (2, 50.0, 1, 0.0)
 
 
 def test_the_command_makes_the_table_from_written_figures(capsys, tmp_path) -> None:
     from gradpick.cli import main
 
-    weak, fails = quick.THRESHOLDS["input gradient"]["class"]
+    weak, fails = quick.THRESHOLDS["input gradient"]["randomised"]
     found = [
-        Figure("m", "gradient", "good", "class", 1, weak / 2),
-        Figure("m", "gradient", "good", "class", 3, fails),
-        Figure("m", "gradient", "good", "randomised", 1, math.nan),
-        Figure("m", "gradient", "edges", "class", 1, 1.0),
+        Figure("m", "gradient", "good", "randomised", 1, weak / 2),
+        Figure("m", "gradient", "good", "randomised", 3, fails),
+        Figure("m", "gradient", "good", "class", 1, math.nan),
+        Figure("m", "gradient", "edges", "randomised", 1, 1.0),
     ]
     path = tmp_path / "figures.json"
     calibration.write_figures(path, found)
@@ -166,7 +171,7 @@ def test_the_command_makes_the_table_from_written_figures(capsys, tmp_path) -> N
     assert [f.value for f in back[:2]] == [weak / 2, fails] and math.isnan(back[2].value)
     assert main(["bench-badges", "--read", str(path)]) == 0
     printed = capsys.readouterr().out
-    assert "| m | gradient | class | 2 | 50.0 | 1 | 0.0 |" in printed
+    assert "| m | gradient | randomised | 2 | 50.0 | 1 | 0.0 |" in printed
     assert "| m | gradient | **badge** | 2 | 50.0 | 1 | 0.0 |" in printed
 
 

@@ -288,8 +288,12 @@ def choose_thresholds(figures: Sequence[Figure]) -> dict[str, dict[str, tuple[fl
     maps: weak from their 90th percentile, fails from above their largest (both rounded up to
     two decimals, the second 0.01 more). When that is above 0.995, good maps come as close to
     their check's map as bad ones (1.0), so the check cannot fail a map: it is weak-only
-    (fails from infinity). Completeness is not chosen here: at the default 32 steps most good
-    IG maps of the loss are off by more than 25 %, so it is weak-only (``quick.THRESHOLDS``)."""
+    (fails from infinity). The class check is weak-only in every family: its good maps came
+    within 0.2 of 1 in each, a few of the held-out half above the calibration half's largest
+    (a cat's map and a dog's both on the animal), and it missed a third or more of the bad maps,
+    which the randomised check fails anyway. Completeness is not chosen here: at the default
+    32 steps most good IG maps of the loss are off by more than 25 %, so it is weak-only
+    (``quick.THRESHOLDS``)."""
     chosen: dict[str, dict[str, tuple[float, float]]] = {}
     for family, members in quick.FAMILIES.items():
         for check in ("class", "randomised"):
@@ -302,7 +306,7 @@ def choose_thresholds(figures: Sequence[Figure]) -> dict[str, dict[str, tuple[fl
             if values:
                 weak = _quantile_up(values, WEAK_QUANTILE, MOST)
                 top = round(max(weak, _quantile_up(values, 1.0, 1.0) + 0.01), 3)
-                fails = top if top <= MOST else math.inf  # good maps reach 1: weak-only
+                fails = top if top <= MOST and check != "class" else math.inf
                 chosen.setdefault(family, {})[check] = (weak, fails)
     return chosen
 

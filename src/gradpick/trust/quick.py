@@ -110,21 +110,23 @@ that weigh the activation by its signed gradient, those that keep its positive p
 masked images, no gradient)."""
 THRESHOLDS: dict[str, dict[str, tuple[float, float]]] = {
     "input gradient": {
-        "class": (0.9, 0.97),
-        "randomised": (0.8, 0.9),
+        "class": (0.91, math.inf),
+        "randomised": (0.5, 0.75),
         "completeness": (0.05, math.inf),
     },
-    "gradient × input": {"class": (0.9, 0.97), "randomised": (0.9, 0.97)},
-    "layer": {"class": (0.9, 0.97), "randomised": (0.8, 0.9)},
-    "positive-gradient layer": {"class": (0.9, 0.97), "randomised": (0.8, 0.9)},
-    "Score-CAM": {"class": (0.9, 0.97), "randomised": (0.8, 0.9)},
+    "gradient × input": {"class": (0.98, math.inf), "randomised": (0.64, 0.8)},
+    "layer": {"class": (0.51, math.inf), "randomised": (0.58, 0.68)},
+    "positive-gradient layer": {"class": (0.93, math.inf), "randomised": (0.72, 0.87)},
+    "Score-CAM": {"class": (0.96, math.inf), "randomised": (0.85, 0.89)},
     "any": {"road": (0.1, 0.0)},
 }
-"""(weak from, fails from) per family and check, from ``gradpick bench-badges``: a Spearman
-figure below the first passes and from the second fails (lower is better). Completeness passes
-within ``gradpick check``'s 5 % tolerance and is otherwise weak, failing only when F(x) equals
-F(baseline) and the sum does not: the calibration found most good IG maps of the loss at the
-default 32 steps off by more than 25 %. ROAD's gap (higher is better; not calibrated, too slow
+"""(weak from, fails from) per family and check, from ``gradpick bench-badges`` (the shipped
+ResNet-20 and a 224-px ResNet-18): a Spearman figure below the first passes and from the second
+fails (lower is better). The class check is weak-only: good maps of two classes come close to
+one another (the gradient's to 0.99), so it warns and the randomised check fails the bad maps.
+Completeness passes within ``gradpick check``'s 5 % tolerance and is otherwise weak, failing
+only when F(x) equals F(baseline) and the sum does not: the calibration found most good IG maps
+of the loss at the default 32 steps off by more than 25 %. ROAD's gap (higher is better; not calibrated, too slow
 at 224 px) passes at the first or above and fails at the second or below."""
 QUICK_ROAD_SHARES = (0.1, 0.5, 0.9)
 DEFAULT_BUDGET_S = 0.1
