@@ -126,8 +126,8 @@ fails (lower is better). The class check is weak-only: good maps of two classes 
 one another (the gradient's to 0.99), so it warns and the randomised check fails the bad maps.
 Completeness passes within ``gradpick check``'s 5 % tolerance and is otherwise weak, failing
 only when F(x) equals F(baseline) and the sum does not: the calibration found most good IG maps
-of the loss at the default 32 steps off by more than 25 %. ROAD's gap (higher is better; not calibrated, too slow
-at 224 px) passes at the first or above and fails at the second or below."""
+of the loss at the default 32 steps off by more than 25 %. ROAD's gap (higher is better; not
+calibrated, too slow at 224 px) passes at the first or above and fails at the second or below."""
 QUICK_ROAD_SHARES = (0.1, 0.5, 0.9)
 DEFAULT_BUDGET_S = 0.1
 """Seconds all the checks of one call may take when the caller gives no budget."""
