@@ -7,6 +7,7 @@ the picks, and hands them to ``run`` as plain values.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,10 +17,12 @@ import torch
 from torch import nn
 
 from gradpick.data import ProgressCallback
+from gradpick.trust.engine import held_classes, served_view
 from gradpick.trust.faithfulness import RANDOM
+from gradpick.trust.quick import VERDICT_WORDS, quick_checks, verdict_rows
 from gradpick.trust.report import CheckOptions, TrustReport, report_dict, run_checks
 
-__all__ = ["run", "summary", "write_json"]
+__all__ = ["badge_rows", "run", "summary", "write_json"]
 
 
 def _mean(values: dict[str, Any]) -> str:
@@ -78,6 +81,39 @@ def summary(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def badge_rows(
+    model: nn.Module,
+    images: torch.Tensor,
+    indices: Sequence[int],
+    classes: int | None,
+    options: CheckOptions,
+) -> list[dict[str, Any]]:
+    """The explorer's trust badges of every pick and method (``quick.verdict_rows``), with no
+    time budget: each map explains the held class's logit, as every other check here does."""
+    held = held_classes(served_view(model), images, indices, classes)
+    rows: list[dict[str, Any]] = []
+    for method in options.methods:
+        found = quick_checks(
+            model, images, indices, method, "logit", held, options.settings, budget_s=math.inf
+        )
+        rows += verdict_rows(found)
+    return rows
+
+
+def _badge_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = ["trust badges (the explorer's verdicts; picks per verdict):"]
+    for method in dict.fromkeys(row["method"] for row in rows):
+        for check in dict.fromkeys(row["check"] for row in rows if row["method"] == method):
+            verdicts = [r["verdict"] for r in rows if (r["method"], r["check"]) == (method, check)]
+            counts = "  ".join(
+                f"{word} {verdicts.count(word)}"
+                for word in VERDICT_WORDS.values()
+                if verdicts.count(word)
+            )
+            lines.append(f"  {method:<22} {check:<13} {counts}")
+    return lines
+
+
 def write_json(path: Path, record: dict[str, Any]) -> None:
     """Write through a temporary file, so an interrupted run never leaves a partial report."""
     partial = path.with_name(f".{path.name}.partial")
@@ -108,8 +144,10 @@ def run(
         **context,
         **record,
         "class_names": [_name(class_names, index) for index in record["classes"]],
+        "badges": badge_rows(model, images, indices, classes, options),
     }
     print(summary(record))
+    print("\n".join(_badge_lines(record["badges"])))
     write_json(out, record)
     print(f"\nwrote {out}")
     return result

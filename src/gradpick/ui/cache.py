@@ -313,6 +313,7 @@ def quick_checks(
     device: str,
     indices: tuple[int, ...],
     request: heatmaps.HeatmapRequest,
+    unlimited: bool,
     _model: nn.Module,
     _batch: ImageBatch,
     _shown: Attribution,
@@ -320,8 +321,8 @@ def quick_checks(
     _logits: torch.Tensor,
 ) -> QuickChecks:
     """The trust badges of the shown maps, cached like the maps: a rerun without a change (or
-    a return to earlier picks) costs nothing. The budget is not part of the key: the first run
-    decides which checks fitted."""
+    a return to earlier picks) costs nothing. The budget is not part of the key, only whether
+    there is one (``unlimited``): the first run decides which checks fitted."""
     return heatmaps.quick_checks(_model, _batch, indices, request, _shown, _budget_s, _logits)
 
 

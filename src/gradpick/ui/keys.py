@@ -309,10 +309,14 @@ LAYER = "layer"
 """Prefix of the layer select box's key, one per model (``per_source(LAYER, identity)``)."""
 
 # The trust badges beside the maps.
-__all__ += ["TRUST_BADGES", "TRUST_BADGES_CONTAINER"]
+__all__ += ["TRUST_BADGES", "TRUST_BADGES_CONTAINER", "TRUST_BADGES_FULL", "TRUST_BADGES_RUN"]
 TRUST_BADGES = "trust_badges"
 """The switch that turns the badges (and their checks) on and off."""
 TRUST_BADGES_CONTAINER = "trust_badges_shown"
+TRUST_BADGES_RUN = "trust_badges_run"
+"""The button that runs the badges' checks that did not fit in a click's budget."""
+TRUST_BADGES_FULL = "trust_badges_full"
+"""Session state: the (picks, request) whose badges were asked to run in full."""
 
 # Deep links and named selections.
 __all__ += [
