@@ -45,6 +45,11 @@ def test_report_check_checks_the_shown_grad_cam_at_its_layer(
     assert "ROAD (remove and debias)" in text and "Class sensitivity" in text
     row = checks["class_sensitivity"][0]
     assert f"{CIFAR10_CLASSES[row['class']]} {CIFAR10_CLASSES[row['other_class']]}" in text
+    assert "checks: trust badges" in steps
+    badges = checks["badges"]  # the explorer's verdicts, one row per pick and check
+    assert {(row["index"], row["method"]) for row in badges} == {(1, "gradcam"), (4, "gradcam")}
+    assert {row["verdict"] for row in badges} <= {"pass", "weak", "fail", "not_run"}
+    assert "Trust badges" in text and badges[0]["reason"] in text
     assert str(tmp_path) not in document and str(generated_folder) not in document
     assert "/tmp/" not in document
 

@@ -42,6 +42,7 @@ from gradpick.show.html import (
     memory_rows,
 )
 from gradpick.show.trust_tables import trust_summary
+from gradpick.trust.command import badge_rows
 from gradpick.trust.report import CheckOptions, TrustReport, report_dict, run_checks
 
 __all__ = [
@@ -283,6 +284,7 @@ def build_report(
     title: str | None = None,
     shared_scale: bool = False,
     model_note: str | None = None,
+    badges: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The report of ``content``'s picks as one HTML document (a str), needing no network.
 
@@ -292,7 +294,9 @@ def build_report(
     card (``LoadedModel.card``) and ``trust`` the checks of the same picks, when they ran. The
     numbers are the export schema's (``export.metadata``), which the page also carries whole,
     as JSON (``gradpick.share.record``), with no absolute local path. ``model_note`` is said above
-    the maps (``attribution.notes.model_note``); a map that shows nothing says why.
+    the maps (``attribution.notes.model_note``); a map that shows nothing says why. ``badges``
+    are the explorer's verdicts of the same maps (``gradpick.trust.command.badge_rows``), shown
+    and kept with the checks.
     """
     record = shareable(export.metadata(content))
     card = shareable(card) if card else card
@@ -314,11 +318,11 @@ def build_report(
         for row in range(k)
     )
     warning = "" if model_note is None else f'<p class="note">{escape(model_note)}</p>'
-    checked = None if trust is None else report_dict(trust)
+    checked = None if trust is None else {**report_dict(trust), "badges": list(badges)}
     scale = "one scale shared by all picks" if shared_scale else "each pick its own scale"
     checks = ""
     if trust is not None:
-        summary = trust_summary(report_dict(trust), content.class_names)
+        summary = trust_summary(checked or {}, content.class_names)
         checks = f'<h2>Trust checks</h2><div class="box">{summary}</div>'
 
     full = json.dumps(record, indent=2, default=str)
@@ -428,6 +432,10 @@ def of_batch(
             class_names=batch.class_names,
         )
     )
+    badges = []
+    if checks is not None:
+        say("checks: trust badges")
+        badges = badge_rows(loaded.module, request.images, picks, classes, checks)
     outputs = infer.infer(loaded.module, batch.images[picks])
     return build_report(
         content,
@@ -436,4 +444,5 @@ def of_batch(
         trust,
         shared_scale=shared_scale,
         model_note=model_note(outputs.logits, loaded.name),
+        badges=badges,
     )

@@ -14,9 +14,11 @@ from typing import Any
 from gradpick.show.html import class_name, data_table, escape
 
 __all__ = [
+    "BADGES_LEAD",
     "ROAD_LEAD",
     "SENSITIVITY_LEAD",
     "Table",
+    "badges_table",
     "road_table",
     "sensitivity_table",
     "trust_summary",
@@ -68,6 +70,28 @@ def sensitivity_table(record: Mapping[str, Any], class_names: Sequence[str]) -> 
     ]
     header = ("index", "method", "other", "class", "other class", "verdict", "Spearman")
     return header, rows, 1
+
+
+BADGES_LEAD = (
+    "The explorer's verdict per map (the same code, with no time budget; each map explaining "
+    "the held class's logit): pass, weak, fail, or not run, with what was measured."
+)
+
+
+def badges_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """One row per pick, method and check: the figure, the verdict and its reason."""
+    cells: list[tuple[object, ...]] = [
+        (
+            row["index"],
+            row["method"],
+            row["check"],
+            row["verdict"].replace("_", " "),
+            row["reason"],
+            "n/a" if row["value"] is None else f"{row['value']:.3f}",
+        )
+        for row in rows
+    ]
+    return ("index", "method", "check", "verdict", "what it means", "figure"), cells, 1
 
 
 def _number(value: float | None, digits: int = 3) -> str:
@@ -190,6 +214,10 @@ def trust_summary(record: Mapping[str, Any], class_names: Sequence[str] = ()) ->
             ),
         )
     )
+    if record.get("badges"):
+        header, cells, numeric = badges_table(record["badges"])
+        parts.append(f'<h3>Trust badges</h3><p class="lead">{escape(BADGES_LEAD)}</p>')
+        parts.append(data_table(header, cells, numeric=numeric))
     times = ", ".join(f"{name} {ms:,.0f} ms" for name, ms in record["milliseconds"].items())
     parts.append(f'<p class="lead">Time per check: {escape(times)}.</p>')
     return "".join(parts)
