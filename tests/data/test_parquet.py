@@ -200,3 +200,51 @@ def test_a_row_without_bytes_is_a_data_error(tmp_path: Path) -> None:
     assert source.read([0]).shape == (1, 3, 32, 32)
     with pytest.raises(DataError, match="no image bytes"):
         source.read([1])
+
+
+def _saved(root: Path, rows: dict[str, list[tuple[bytes, str, int]]]) -> Path:
+    """``datasets``' own ``save_to_disk`` of the rows: a DatasetDict of both splits, written
+    by the library, with the JPEG bytes kept as they are."""
+    datasets = pytest.importorskip("datasets", reason="datasets writes the save_to_disk folder")
+    features = datasets.Features(
+        {"img": datasets.Image(), "label": datasets.ClassLabel(names=NAMES)}
+    )
+    splits = {
+        split: datasets.Dataset.from_dict(
+            {
+                "img": [{"bytes": content, "path": name} for content, name, _ in chosen],
+                "label": [label for _, _, label in chosen],
+            },
+            features=features,
+        )
+        for split, chosen in rows.items()
+    }
+    datasets.DatasetDict(splits).save_to_disk(str(root))
+    return root
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_a_save_to_disk_folder_reads_as_the_dataset_it_holds(
+    tmp_path: Path, hub_rows: dict[str, list[tuple[bytes, str, int]]], split: str
+) -> None:
+    root = _saved(tmp_path / "saved", hub_rows)
+    spec = InputSpec(size=(40, 40))
+    source = data.open_source(root, split, spec)
+    rows = hub_rows[split]
+    assert source.class_names == NAMES and source.split == split and len(source) == len(rows)
+    assert source.labels() is not None
+    assert source.labels().tolist() == [label for _, _, label in rows]
+    expected = torch.stack([decode(content, "x", spec).pixels for content, _, _ in rows])
+    assert torch.equal(source.read(range(len(source))), expected)
+    assert source.names([0]) == [f"{split}/data-00000-of-00001.arrow#0"]
+    # One split's own folder (a Dataset's save_to_disk) is read whole, whatever split is asked.
+    alone = data.open_source(root / split, "test", spec)
+    assert len(alone) == len(rows) and torch.equal(alone.read([1]), expected[1:2])
+
+
+def test_a_save_to_disk_folder_without_the_split_names_the_ones_it_has(
+    tmp_path: Path, hub_rows: dict[str, list[tuple[bytes, str, int]]]
+) -> None:
+    root = _saved(tmp_path / "saved", {"train": hub_rows["train"]})
+    with pytest.raises(DataError, match="no 'test' split; its splits: train"):
+        data.open_source(root, "test")

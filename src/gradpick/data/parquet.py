@@ -1,4 +1,4 @@
-"""Hugging Face datasets as the Hub stores them: a folder of Parquet shards, read lazily.
+"""Hugging Face datasets on disk, read lazily: the Hub's Parquet shards and ``save_to_disk``.
 
 A Hub dataset (or ``datasets``' ``to_parquet``) keeps its images in shards such as
 ``data/train-00000-of-00002.parquet``, the image column a struct ``{bytes, path}`` and the
@@ -6,6 +6,12 @@ label a ``ClassLabel`` integer whose names are in the dataset card (``README.md`
 ``dataset_info`` YAML) and in each shard's ``huggingface`` schema metadata. Opening the folder
 reads the shards' footers and the label column only; an image's bytes are read, with its row
 group (a few kept per process), when it is read, so a dataset larger than memory streams.
+
+``datasets``' ``save_to_disk`` writes the same columns as Arrow stream files
+(``data-00000-of-00001.arrow``) listed in the folder's ``state.json``, with the features in
+``dataset_info.json``; a ``DatasetDict`` holds one such folder per split beside
+``dataset_dict.json``. They are read the same way, memory-mapped, a record batch standing for a
+row group; ``datasets`` itself is not needed to read them.
 
 Example::
 
@@ -43,11 +49,19 @@ _SHARD = re.compile(r"(?:^|[/_-])(train|test|validation|valid|val|dev)(?:[-_./]|
 """The split a shard belongs to, from its path as the Hub names them."""
 
 
+SAVED_STATE = "state.json"
+SAVED_SPLITS = "dataset_dict.json"
+"""The files ``save_to_disk`` writes beside its Arrow files: a dataset's, a DatasetDict's."""
+
+
 def is_parquet_dataset(path: Path) -> bool:
-    """A .parquet file, or a folder with Parquet shards where the Hub puts them (the folder
-    itself, ``data/``, or any depth beside a dataset card); an image folder is never scanned."""
+    """A .parquet file, a folder with Parquet shards where the Hub puts them (the folder
+    itself, ``data/``, or any depth beside a dataset card), or a ``save_to_disk`` folder; an
+    image folder is never scanned."""
     if path.is_file():
         return path.suffix == ".parquet"
+    if (path / SAVED_STATE).is_file() or (path / SAVED_SPLITS).is_file():
+        return True
     if any(path.glob("*.parquet")) or any(path.glob("data/*.parquet")):
         return True
     return (path / "README.md").is_file() and any(path.rglob("*.parquet"))
@@ -94,6 +108,16 @@ def _card_names(features: list[dict[str, Any]], column: str) -> tuple[str, ...]:
     return ()
 
 
+def _saved_features(folder: Path) -> dict[str, Any]:
+    """The features ``save_to_disk`` wrote in ``dataset_info.json``, or none."""
+    info = folder / "dataset_info.json"
+    try:
+        features = json.loads(info.read_text()).get("features", {}) if info.is_file() else {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return features if isinstance(features, dict) else {}
+
+
 def _schema_features(schema: pa.Schema) -> dict[str, Any]:
     """The ``datasets`` features a shard carries in its schema metadata, or none."""
     raw = (schema.metadata or {}).get(b"huggingface")
@@ -131,10 +155,58 @@ def _label_column(schema: pa.Schema, features: dict[str, Any]) -> str | None:
     )
 
 
+def _stream(path: str | Path) -> pa.Table:
+    """An Arrow stream file (``save_to_disk``'s), memory-mapped: nothing is read until used."""
+    return pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+
+
 @functools.lru_cache(maxsize=4)
 def _row_group(path: str, stamp: int, group: int, column: str) -> pa.ChunkedArray:
-    """One row group's image column (``stamp``: the file's mtime, so a rewrite is re-read)."""
+    """One row group's image column (``stamp``: the file's mtime, so a rewrite is re-read); of
+    an Arrow stream file, one record batch's."""
+    if path.endswith(".arrow"):
+        batch = _stream(path).to_batches()[group]
+        return pa.chunked_array([batch.column(batch.schema.get_field_index(column))])
     return pq.ParquetFile(path).read_row_group(group, columns=[column]).column(0)
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """One file's schema, row-group lengths and label column, whichever format holds it."""
+
+    schema: pa.Schema
+    group_rows: list[int]
+    read_column: Any
+
+
+def _open_shard(path: Path) -> _Shard:
+    if path.suffix == ".arrow":
+        table = _stream(path)
+        return _Shard(
+            table.schema,
+            [batch.num_rows for batch in table.to_batches()],
+            lambda name: table.column(name),
+        )
+    opened = pq.ParquetFile(path)
+    rows = [opened.metadata.row_group(g).num_rows for g in range(opened.num_row_groups)]
+    return _Shard(opened.schema_arrow, rows, lambda name: opened.read(columns=[name]).column(0))
+
+
+def _saved_files(root: Path, split: str | None) -> tuple[list[Path], str | None, Path]:
+    """A ``save_to_disk`` folder's Arrow files of ``split``, the split read and the folder
+    holding its ``dataset_info.json``."""
+    folder, chosen = root, None
+    if (root / SAVED_SPLITS).is_file():
+        splits = json.loads((root / SAVED_SPLITS).read_text()).get("splits", [])
+        wanted = str(split) if split is not None else (splits[0] if splits else "")
+        if wanted not in splits:
+            raise DataError(f"{root}: no '{split}' split; its splits: {', '.join(splits)}.")
+        folder, chosen = root / wanted, wanted
+    state = json.loads((folder / SAVED_STATE).read_text())
+    files = [folder / entry["filename"] for entry in state.get("_data_files", [])]
+    if not files:
+        raise DataError(f"{folder}: its {SAVED_STATE} lists no data files.")
+    return files, chosen, folder
 
 
 @dataclass(frozen=True)
@@ -219,37 +291,42 @@ def parquet_folder(
     """The Parquet shards of ``location`` (a folder as the Hub lays a dataset out, or one
     file) of ``split``; a folder whose shards name no split is read whole (split None)."""
     root = Path(location).expanduser()
-    every = _shards(root)
+    saved = root.is_dir() and ((root / SAVED_STATE).is_file() or (root / SAVED_SPLITS).is_file())
+    info_folder = root
+    if saved:
+        every, chosen_split, info_folder = _saved_files(root, split)
+    else:
+        every = _shards(root)
+        chosen_split = None
     if not every:
         raise DataError(f"{root}: no .parquet files found.")
     relative = [str(p.relative_to(root)) if root.is_dir() else p.name for p in every]
     splits = {_split_of(name) for name in relative}
-    chosen_split = None
-    if root.is_dir() and splits != {None}:
+    if not saved and root.is_dir() and splits != {None}:
         wanted = {"test": ("test",), "train": ("train",)}.get(str(split), (str(split),))
         kept = [i for i, name in enumerate(relative) if _split_of(name) in wanted]
         if not kept:
             known = ", ".join(sorted(s for s in splits if s))
             raise DataError(f"{root}: no '{split}' shards; its splits: {known}.")
         every, relative, chosen_split = [every[i] for i in kept], [relative[i] for i in kept], split
-    files = [pq.ParquetFile(path) for path in every]
-    schema = files[0].schema_arrow
-    features = _schema_features(schema)
+    files = [_open_shard(path) for path in every]
+    schema = files[0].schema
+    features = _schema_features(schema) or _saved_features(info_folder)
     image_column = _image_column(schema, features)
     label_column = _label_column(schema, features)
     starts: list[tuple[int, ...]] = []
     position = 0
     labels: list[np.ndarray] = []
     for path, opened in zip(every, files, strict=True):
-        if image_column not in opened.schema_arrow.names:
+        if image_column not in opened.schema.names:
             raise DataError(f"{path}: no column '{image_column}' as in the first shard.")
         bounds = [position]
-        for group in range(opened.num_row_groups):
-            position += opened.metadata.row_group(group).num_rows
+        for rows in opened.group_rows:
+            position += rows
             bounds.append(position)
         starts.append(tuple(bounds))
         if label_column is not None:
-            column = opened.read(columns=[label_column]).column(0)
+            column = opened.read_column(label_column)
             labels.append(column.to_numpy(zero_copy_only=False).astype(np.int64))
     label_tensor = torch.from_numpy(np.concatenate(labels)) if labels else None
     if label_tensor is not None and bool((label_tensor < 0).any()):
@@ -261,6 +338,7 @@ def parquet_folder(
     if not names and label_tensor is not None and len(label_tensor):
         names = tuple(str(index) for index in range(int(label_tensor.max()) + 1))
     which = f" {chosen_split}" if chosen_split else ""
+    kind = "Hugging Face dataset (save_to_disk)" if saved else "Parquet dataset"
     return ParquetSource(
         root=root,
         shards=tuple(relative),
@@ -268,7 +346,7 @@ def parquet_folder(
         image_column=image_column,
         label_tensor=label_tensor,
         class_names=names,
-        description=f"Parquet dataset{which} {root}",
+        description=f"{kind}{which} {root}",
         spec=spec,
         split=chosen_split,
     )
