@@ -4,18 +4,24 @@ bad settings are refused with a message."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
+import test_cli
 import torch
 import torch.nn.functional as F
 from captum.attr import Occlusion as CaptumOcclusion
 from torch import nn
 
-from gradpick import attribution
+from gradpick import attribution, data, models
 from gradpick.attribution import Occlusion, Rise
 from gradpick.attribution.perturbation import window_starts
+from gradpick.cli import main
 from gradpick.errors import InputError
 from gradpick.request import GradientRequest
 from gradpick.trust.baselines import blurred
+from gradpick.trust.engine import METHODS
 from gradpick.trust.road import impute
 
 PICKED = [4, 1, 5]
@@ -232,3 +238,53 @@ def test_the_served_model_is_not_changed(tiny_bn_cnn, random_batch):
     assert not tiny_bn_cnn.training
     for name, value in tiny_bn_cnn.state_dict().items():
         assert torch.equal(value, before[name]), name
+
+
+# The front ends: the command line's grads (cost first, then the export) and check.
+
+folder, fitting, weights = test_cli.folder, test_cli.fitting, test_cli.weights
+
+
+def test_grads_says_the_cost_then_exports_the_occlusion_maps(capsys, fitting, weights, tmp_path):
+    out = tmp_path / "occluded.npz"
+    status, printed, err = test_cli.run(
+        capsys, "grads", *test_cli.model_arguments(fitting, weights), "--indices", "2, 5",
+        "--method", "occlusion", "--setting", "window=8", "--setting", "stride=4",
+        "--target", "logit", "--out", str(out),
+    )  # fmt: skip
+    assert status == 0, err
+    assert "cost: Occlusion runs 100 forwards (50 per pick)" in printed  # 7 x 7 places + 1
+    assert printed.index("cost:") < printed.index("wrote")
+    saved = dict(np.load(out, allow_pickle=False))
+    batch = data.load_batch(data.image_folder(fitting))
+    model = models.load("tutorial", weights)
+    picks = batch.float_images()[[2, 5]]
+    expected = _captum(model, picks, "logit", None, 8, 4, 0.5)
+    np.testing.assert_allclose(saved["channel_maps"], expected.numpy(), rtol=1e-4, atol=1e-6)
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["method"]["name"] == "occlusion"
+    assert sidecar["method"]["settings"]["window"] == 8
+
+
+def test_grads_refuses_a_bad_rise_setting_in_one_line(capsys, fitting, weights):
+    status, _, err = test_cli.run(
+        capsys, "grads", *test_cli.model_arguments(fitting, weights), "--indices", "0",
+        "--method", "rise", "--setting", "keep=2",
+    )  # fmt: skip
+    assert status == 2 and "keep must be in (0, 1]" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_check_runs_the_perturbation_methods_when_asked(capsys, folder, weights, tmp_path):
+    out = tmp_path / "checks.json"
+    arguments = ["--data", str(folder), "--model", "tutorial", "--weights", str(weights)]
+    status = main(
+        ["check", *arguments, "--indices", "1, 4", "--methods", "occlusion", "rise",
+         "--layers", "1", "--json", str(out)]
+    )  # fmt: skip
+    printed = capsys.readouterr()
+    assert status == 0, printed.err
+    record = json.loads(out.read_text())
+    assert set(record["randomisation"]) == {"occlusion", "rise"}
+    assert set(record["road"]["methods"]) == {"occlusion", "rise"}
+    assert "occlusion" not in METHODS and "gradient" in METHODS  # not run unless asked
