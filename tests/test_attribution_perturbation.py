@@ -288,3 +288,16 @@ def test_check_runs_the_perturbation_methods_when_asked(capsys, folder, weights,
     assert set(record["randomisation"]) == {"occlusion", "rise"}
     assert set(record["road"]["methods"]) == {"occlusion", "rise"}
     assert "occlusion" not in METHODS and "gradient" in METHODS  # not run unless asked
+
+
+def test_the_report_draws_occlusion_maps(capsys, fitting, weights, tmp_path):
+    out = tmp_path / "picks.html"
+    status, printed, err = test_cli.run(
+        capsys, "report", *test_cli.model_arguments(fitting, weights), "--indices", "1, 4",
+        "--method", "occlusion", "--setting", "window=8", "--setting", "stride=8",
+        "--out", str(out),
+    )  # fmt: skip
+    assert status == 0, err
+    page = out.read_text()
+    assert "Occlusion (occlusion)" in page and "window = 8" in page
+    assert "drop of the loss when hidden" in page
