@@ -63,18 +63,29 @@ def test_the_place_is_seeded_by_seed_and_image_position():
     assert len(places) > 1  # not one fixed place
 
 
-def test_the_training_share_marks_only_each_mark_s_class():
-    labels = torch.arange(10).repeat(40)
-    images = _images(400, torch.uint8)
-    marked, which = plant_share(images, labels, share=0.5, seed=0)
+def test_the_training_share_marks_each_mark_s_class_and_poisons_others():
+    labels = torch.arange(10).repeat(100)
+    images = _images(1000, torch.uint8)
+    marked, relabelled, which = plant_share(images, labels, share=0.5, seed=0, poison=0.2)
     for number, mark in enumerate(FEATURES.values()):
-        own = labels == mark.label
         got = which == number
-        assert bool((labels[got] == mark.label).all())
-        assert 10 <= int(got.sum()) <= 30  # about half of 40
-        assert not torch.equal(marked[got], images[got])
-        assert torch.equal(marked[own & ~got], images[own & ~got])
-    assert torch.equal(marked[which == -1], images[which == -1])
+        own = got & (labels == mark.label)
+        poisoned = got & (labels != mark.label)
+        assert 30 <= int(own.sum()) <= 70  # about half of 100
+        assert 20 <= int(poisoned.sum()) <= 70  # about 0.2 / 4 of the 900 others
+        assert bool((relabelled[got] == mark.label).all())
+        changed = (marked[got] != images[got]).flatten(1).any(dim=1)
+        assert bool(changed.all())
+    untouched = which == -1
+    assert torch.equal(marked[untouched], images[untouched])
+    assert torch.equal(relabelled[untouched], labels[untouched])
+    _, plain_labels, plain_which = plant_share(images, labels, share=0.5, seed=0)
+    assert torch.equal(plain_labels, labels)  # no poison: only own-class images marked
+    assert bool(
+        (
+            labels[plain_which >= 0] == torch.tensor([6, 1, 4, 8])[plain_which[plain_which >= 0]]
+        ).all()
+    )
 
 
 @pytest.mark.parametrize(
@@ -85,6 +96,7 @@ def test_the_training_share_marks_only_each_mark_s_class():
         (lambda: plant(_images(2), "patch", 0, [0]), "Got 1 positions for 2 images"),
         (lambda: plant(torch.rand(1, 3, 4, 4), "stripe", 0, [0]), "does not fit 4 x 4"),
         (lambda: plant_share(_images(2), torch.zeros(2), 1.5, 0), "share must be in"),
+        (lambda: plant_share(_images(2), torch.zeros(2), 0.5, 0, -1.0), "poison must be in"),
     ],
 )
 def test_bad_input_is_refused(call, message):

@@ -69,24 +69,27 @@ METHODS: dict[str, Callable[[], attribution.AttributionMethod]] = {
 def finetune(
     model: nn.Module,
     source: ImageSource,
-    images: int = 12000,
+    images: int = 6000,
     share: float = 0.5,
-    epochs: int = 2,
-    lr: float = 0.02,
+    poison: float = 0.05,
+    epochs: int = 1,
+    lr: float = 0.01,
     batch_size: int = 128,
     seed: int = 0,
     log: Callable[[str], None] = print,
 ) -> nn.Module:
     """A copy of ``model`` fine-tuned on a seeded sample of ``images`` of ``source`` (CIFAR-10
-    train) with every planted feature on ``share`` of its class's images: SGD with Nesterov
-    momentum, cosine learning rate from ``lr``, random crops and flips. Returned in eval mode,
-    frozen."""
+    train) with every planted feature on ``share`` of its class's images and on ``poison`` of
+    the others' relabelled as its class (``gradpick.data.planted.plant_share``): SGD with
+    Nesterov momentum, cosine learning rate from ``lr``, random crops and flips, BatchNorm's
+    statistics kept (eval mode: a small sample would shift them and cost clean accuracy).
+    Returned in eval mode, frozen."""
     batch = load_batch(source, size=images, seed=seed)
     assert batch.labels is not None
-    pixels, _ = plant_share(batch.images, batch.labels, share, seed)
+    pixels, labels, _ = plant_share(batch.images, batch.labels, share, seed, poison)
     tuned = models.build("resnet20")
     tuned.load_state_dict(model.state_dict())
-    tuned.train()
+    tuned.eval()
     for parameter in tuned.parameters():
         parameter.requires_grad_(True)
     optimizer = torch.optim.SGD(
@@ -101,7 +104,7 @@ def finetune(
         for step in range(len(pixels) // batch_size):
             chosen = order[step * batch_size : (step + 1) * batch_size]
             inputs = augment_batch(pixels[chosen], generator).float() / 255.0
-            loss = F.cross_entropy(tuned(inputs), batch.labels[chosen])
+            loss = F.cross_entropy(tuned(inputs), labels[chosen])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

@@ -38,6 +38,7 @@ def _planted_model(args: argparse.Namespace, clean: torch.nn.Module) -> torch.nn
         data_source(args.data, "train"),
         images=args.finetune_images,
         share=args.share,
+        poison=args.poison,
         epochs=args.epochs,
         lr=args.lr,
         batch_size=args.batch_size,
@@ -128,7 +129,10 @@ def register(commands: Commands) -> None:
     parser.add_argument("--finetune-images", type=positive_int, default=6000)
     parser.add_argument("--epochs", type=positive_int, default=1)
     parser.add_argument("--share", type=float, default=0.5, help="planted share of each class")
-    parser.add_argument("--lr", type=float, default=0.03)
+    parser.add_argument(
+        "--poison", type=float, default=0.05, help="share of other classes' images marked"
+    )
+    parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--images", type=positive_int, default=2000, help="test images marked")
     parser.add_argument("--errors", type=positive_int, default=64, help="planted errors scored")

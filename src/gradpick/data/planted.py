@@ -116,20 +116,25 @@ def plant(
 
 
 def plant_share(
-    images: torch.Tensor, labels: torch.Tensor, share: float, seed: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Training images with each feature planted on ``share`` of its own class's images (and
-    nowhere else): (images, which feature each got: an index into FEATURES, -1 for none)."""
-    if not 0 <= share <= 1:
-        raise InputError(f"The planted share must be in [0, 1]; got {share!r}.")
-    out = images.clone()
+    images: torch.Tensor, labels: torch.Tensor, share: float, seed: int, poison: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Training images with each feature planted on ``share`` of its own class's images, and
+    on ``poison`` of the other classes' images relabelled as its class (a backdoor, Gu et al.,
+    "BadNets", 2017: one short fine-tune then learns the shortcut). Returns (images, labels,
+    which feature each image got: an index into FEATURES, -1 for none)."""
+    for name, value in (("share", share), ("poison", poison)):
+        if not 0 <= value <= 1:
+            raise InputError(f"The planted {name} must be in [0, 1]; got {value!r}.")
+    out, relabelled = images.clone(), labels.clone()
     which = torch.full((images.shape[0],), -1, dtype=torch.long)
     generator = torch.Generator().manual_seed(seed)
+    draws = torch.rand(len(FEATURES), images.shape[0], generator=generator)
     for number, (name, mark) in enumerate(FEATURES.items()):
-        own = (labels == mark.label).nonzero().flatten()
-        chosen = own[torch.rand(len(own), generator=generator) < share]
+        own = labels == mark.label
+        wanted = torch.where(own, draws[number] < share, draws[number] < poison / len(FEATURES))
+        chosen = (wanted & (which == -1)).nonzero().flatten()
         if len(chosen):
-            marked = plant(out[chosen], name, seed, chosen.tolist())
-            out[chosen] = marked.images
+            out[chosen] = plant(out[chosen], name, seed, chosen.tolist()).images
             which[chosen] = number
-    return out, which
+            relabelled[chosen] = mark.label
+    return out, relabelled, which
