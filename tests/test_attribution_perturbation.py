@@ -301,3 +301,15 @@ def test_the_report_draws_occlusion_maps(capsys, fitting, weights, tmp_path):
     page = out.read_text()
     assert "Occlusion (occlusion)" in page and "window = 8" in page
     assert "drop of the loss when hidden" in page
+
+
+def test_progress_hears_every_batch_up_to_all_forwards(tiny_cnn, random_batch):
+    request = GradientRequest.build(tiny_cnn, random_batch.images, [0, 1], target="logit")
+    heard: list[tuple[int, int]] = []
+    Occlusion(window=8, stride=8, batch_size=10, progress=lambda *a: heard.append(a)).attribute(
+        request
+    )
+    assert heard == [(min(10 * i, 34), 34) for i in range(1, 5)]  # 2 x (16 + 1) forwards
+    heard.clear()
+    Rise(masks=5, batch_size=4, progress=lambda *a: heard.append(a)).attribute(request)
+    assert heard == [(4, 10), (8, 10), (10, 10)]

@@ -30,7 +30,7 @@ from gradpick.infer import call_model
 from gradpick.measure import Stopwatch
 from gradpick.request import GradientRequest
 
-__all__ = ["Fill", "Occlusion", "PerturbationMethod", "Rise", "window_starts"]
+__all__ = ["Fill", "Occlusion", "PerturbationMethod", "Progress", "Rise", "window_starts"]
 
 Fill = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """What replaces hidden pixels: (images [n, C, H, W], hidden [n, H, W] bool) -> images. E.g.
@@ -51,8 +51,23 @@ def window_starts(size: int, window: int, stride: int) -> list[int]:
     return [i * stride for i in range(1 + math.ceil((size - window) / stride))]
 
 
+Progress = Callable[[int, int], None]
+"""Called after each batch of forwards with (forwards done, forwards in all)."""
+
+
 class PerturbationMethod(AttributionMethod):
-    """A method made of forwards of altered copies of the picks, scored for the held class."""
+    """A method made of forwards of altered copies of the picks, scored for the held class.
+
+    ``progress`` (optional) hears after each batch how many of the forwards are done.
+    """
+
+    def __init__(self, progress: Progress | None = None, **settings: object) -> None:
+        super().__init__(**settings)
+        self.progress = progress
+
+    def _advance(self, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(done, total)
 
     @abstractmethod
     def forwards(self, request: GradientRequest) -> int:
@@ -127,8 +142,10 @@ class Occlusion(PerturbationMethod):
         BATCH,
     )
 
-    def __init__(self, fill: Fill | None = None, **settings: object) -> None:
-        super().__init__(**settings)
+    def __init__(
+        self, fill: Fill | None = None, progress: Progress | None = None, **settings: object
+    ) -> None:
+        super().__init__(progress, **settings)
         self.fill = fill
 
     def _starts(self, request: GradientRequest) -> tuple[list[int], list[int]]:
@@ -172,6 +189,7 @@ class Occlusion(PerturbationMethod):
             else:
                 altered = self.fill(images, hidden)
             targets.append(score(altered, chunk.cpu()))
+            self._advance(int(chunk[-1]) + 1, total)
         values = torch.cat(targets).reshape(k, places + 1).to(picked.dtype)
         drops = (values[:, :1] - values[:, 1:]).reshape(k, 1, len(rows), len(columns))
         # Each drop spreads over its window: a transposed convolution with a square of ones,
@@ -208,8 +226,8 @@ class Rise(PerturbationMethod):
         BATCH,
     )
 
-    def __init__(self, **settings: object) -> None:
-        super().__init__(**settings)
+    def __init__(self, progress: Progress | None = None, **settings: object) -> None:
+        super().__init__(progress, **settings)
         if not 0 < float(self.settings["keep"]) <= 1:
             raise InputError(f"keep must be in (0, 1]; got {self.settings['keep']!r}.")
 
@@ -261,4 +279,5 @@ class Rise(PerturbationMethod):
             owners = (chunk // count).to(picked.device)
             targets = score(picked[owners] * masks.unsqueeze(1), chunk).to(picked.dtype)
             saliency.index_add_(0, owners, targets[:, None, None] * masks)
+            self._advance(int(chunk[-1]) + 1, k * count)
         return saliency / (count * float(self.settings["keep"]))

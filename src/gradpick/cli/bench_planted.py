@@ -54,11 +54,22 @@ def _occlusion_seconds(model: torch.nn.Module, size: int, picks: int, window: in
     """Wall seconds of occlusion (stride window // 2) of ``picks`` random images."""
     images = torch.rand(picks, 3, size, size, generator=torch.Generator().manual_seed(0))
     request = GradientRequest.build(model, images, list(range(picks)), target="logit")
-    method = attribution.Occlusion(window=window, stride=max(1, window // 2), batch_size=64)
+
+    def progress(done: int, total: int) -> None:
+        if size > 64:  # a large image's forwards take seconds: say how far they are
+            print(f"\r  {done:,}/{total:,} forwards", end="", file=sys.stderr, flush=True)
+
+    method = attribution.Occlusion(
+        window=window, stride=max(1, window // 2), batch_size=64 if size <= 64 else 8,
+        progress=progress,
+    )  # fmt: skip
     _log(f"occlusion at {size} px: {method.forwards(request):,} forwards for {picks} picks")
     started = time.perf_counter()
     method.attribute(request)
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    if size > 64:
+        print(file=sys.stderr)
+    return seconds
 
 
 def _cmd_bench_planted(args: argparse.Namespace) -> int:
