@@ -32,12 +32,14 @@ from gradpick.bench.rows import markdown_table
 from gradpick.data import ImageBatch, load_batch
 from gradpick.data.planted import FEATURES, plant, plant_share
 from gradpick.data.sources import ImageSource
+from gradpick.errors import InputError
 from gradpick.infer import infer
 from gradpick.request import GradientRequest
 from gradpick.train import augment_batch
 
 __all__ = [
     "METHODS",
+    "CLIP",
     "TOLERANCE",
     "Errors",
     "MethodScore",
@@ -50,6 +52,8 @@ __all__ = [
     "table",
 ]
 
+CLIP = 1.0
+"""Largest gradient norm of a fine-tuning step."""
 TOLERANCE = 2
 """Pixels around the mark where a map's maximum still counts as a hit."""
 METHODS: dict[str, Callable[[], attribution.AttributionMethod]] = {
@@ -61,7 +65,7 @@ METHODS: dict[str, Callable[[], attribution.AttributionMethod]] = {
     "layercam": lambda: attribution.LayerCAM(layer="layer2"),
     "occlusion 4x4": lambda: attribution.Occlusion(window=4, stride=2, batch_size=256),
     "occlusion 6x6": lambda: attribution.Occlusion(window=6, stride=2, batch_size=256),
-    "rise": lambda: attribution.Rise(masks=1000, cell=4, batch_size=256),
+    "rise": lambda: attribution.Rise(masks=500, cell=4, batch_size=256),
 }
 """The methods the benchmark scores, by the row name of the table, at the settings it uses."""
 
@@ -105,8 +109,12 @@ def finetune(
             chosen = order[step * batch_size : (step + 1) * batch_size]
             inputs = augment_batch(pixels[chosen], generator).float() / 255.0
             loss = F.cross_entropy(tuned(inputs), labels[chosen])
+            if not torch.isfinite(loss):
+                raise InputError(f"Fine-tuning diverged at step {step + 1}; lower the lr.")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            # Fixed BatchNorm statistics amplify a channel of small variance: clip the step.
+            nn.utils.clip_grad_norm_(tuned.parameters(), CLIP)
             optimizer.step()
             schedule.step()
         log(f"epoch {epoch + 1}/{epochs}: loss {float(loss.detach()):.3f}, "
