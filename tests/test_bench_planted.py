@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gradpick.bench.planted import Errors, mass, pointing, score_methods, table
+from gradpick.bench.planted import Errors, mass, planted_errors, pointing, score_methods, table
+from gradpick.cli import main
+from gradpick.data import CIFAR10_CLASSES, ImageBatch
 from gradpick.data.planted import plant
 
 
@@ -73,3 +75,49 @@ def test_methods_find_the_mark_a_model_reads_and_not_one_it_ignores():
     lines = table(scores, errors)
     assert lines[0].startswith("| method | pointing (planted) | pointing (clean)")
     assert len(lines) == 2 + len(names)
+
+
+def test_planted_errors_are_the_marked_images_the_model_calls_the_mark_s_class():
+    pixels = 0.3 + 0.4 * torch.rand(12, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    labels = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 6])
+    batch = ImageBatch(
+        images=(pixels * 255).round().to(torch.uint8),
+        labels=labels,
+        class_names=CIFAR10_CLASSES,
+        names=tuple(f"{i}.png" for i in range(12)),
+        positions=tuple(range(100, 112)),
+        source="generated",
+    )
+    # The reader calls class 6 only for magenta pixels: of the four marks, the patch alone.
+    errors = planted_errors(_Reader(False), batch, most=64, seed=0)
+    assert errors.features == ("patch",) * 10  # the ten images not of class 6
+    assert errors.called.tolist() == [6] * 10
+    assert errors.rates["patch"] == (1.0, 0.0) and errors.rates["stripe"] == (0.0, 0.0)
+    expected = plant(
+        batch.float_images()[labels != 6],
+        "patch",
+        0,
+        [100 + i for i in range(12) if labels[i] != 6],
+    )
+    assert torch.equal(errors.masks, expected.masks)
+    torch.testing.assert_close(errors.images, expected.images)
+    assert len(planted_errors(_Reader(False), batch, most=4, seed=0).images) == 4
+
+
+def test_the_command_names_the_known_methods(capsys):
+    status = main(["bench-planted", "--methods", "lime"])
+    err = capsys.readouterr().err
+    assert status == 2 and "Unknown method 'lime'; use one of gradient" in err
+
+
+def test_no_planted_errors_is_an_empty_set():
+    batch = ImageBatch(
+        images=torch.full((3, 3, 32, 32), 100, dtype=torch.uint8),
+        labels=torch.tensor([0, 1, 2]),
+        class_names=CIFAR10_CLASSES,
+        names=("a", "b", "c"),
+        positions=(0, 1, 2),
+        source="generated",
+    )
+    errors = planted_errors(_Reader(True), batch)  # reads only a corner: no mark flips it
+    assert errors.images.shape == (0, 3, 32, 32) and errors.features == ()

@@ -17,7 +17,6 @@ method that "finds" the mark there is drawn to it whatever the model does.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -157,15 +156,30 @@ def planted_errors(
             float((plain[others] == mark.label).float().mean()),
         )
         kept[name] = (marked.images[hit], marked.masks[hit])
-    share = math.ceil(most / len(FEATURES))
-    images, masks, features = [], [], []
-    for name, (found, where) in kept.items():
-        images.append(found[:share])
-        masks.append(where[:share])
-        features += [name] * len(found[:share])
-    all_images, all_masks = torch.cat(images)[:most], torch.cat(masks)[:most]
-    labels = torch.tensor([FEATURES[name].label for name in features[:most]])
-    return Errors(all_images, all_masks, tuple(features[:most]), labels, rates)
+    # Round robin over the features, so each gives as many as it has up to an even share.
+    order = sorted(
+        (
+            (rank, number)
+            for number, (found, _) in enumerate(kept.values())
+            for rank in range(len(found))
+        ),
+    )[:most]
+    names = list(kept)
+    chosen = sorted(order, key=lambda pair: (pair[1], pair[0]))
+    if not chosen:
+        empty = pixels[:0]
+        return Errors(
+            empty,
+            torch.zeros(0, *pixels.shape[-2:], dtype=torch.bool),
+            (),
+            torch.zeros(0, dtype=torch.long),
+            rates,
+        )
+    all_images = torch.stack([kept[names[number]][0][rank] for rank, number in chosen])
+    all_masks = torch.stack([kept[names[number]][1][rank] for rank, number in chosen])
+    features = [names[number] for _, number in chosen]
+    labels = torch.tensor([FEATURES[name].label for name in features])
+    return Errors(all_images, all_masks, tuple(features), labels, rates)
 
 
 def pointing(maps: torch.Tensor, masks: torch.Tensor, tolerance: int = TOLERANCE) -> torch.Tensor:
