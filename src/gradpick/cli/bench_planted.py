@@ -141,9 +141,9 @@ def register(commands: Commands) -> None:
     parser.add_argument("--epochs", type=positive_int, default=1)
     parser.add_argument("--share", type=float, default=0.5, help="planted share of each class")
     parser.add_argument(
-        "--poison", type=float, default=0.05, help="share of other classes' images marked"
+        "--poison", type=float, default=0.2, help="share of other classes' images marked"
     )
-    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--images", type=positive_int, default=2000, help="test images marked")
     parser.add_argument("--errors", type=positive_int, default=64, help="planted errors scored")
