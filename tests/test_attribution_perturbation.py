@@ -313,3 +313,21 @@ def test_progress_hears_every_batch_up_to_all_forwards(tiny_cnn, random_batch):
     heard.clear()
     Rise(masks=5, batch_size=4, progress=lambda *a: heard.append(a)).attribute(request)
     assert heard == [(4, 10), (8, 10), (10, 10)]
+
+
+# The explorer: the method box offers both, their sliders come from the registry, a pick maps.
+
+
+@pytest.mark.parametrize("method", ["occlusion", "rise"])
+def test_the_explorer_maps_picks_with_a_perturbation_method(generated, method):
+    from test_app import TUTORIAL, captioned_indices, no_errors, open_app, select
+
+    from gradpick.ui import keys
+
+    app = select(open_app(**TUTORIAL, method=method), keys.SCATTER_CHART, [5, 3])
+    no_errors(app)
+    assert captioned_indices(app) == [5, 3]
+    assert app.sidebar.selectbox(key=keys.METHOD).value == method
+    sliders = {slider.key for slider in app.sidebar.slider}
+    for parameter in attribution.get(method).parameters:
+        assert (keys.setting_key(parameter.name) in sliders) == (parameter.shown is not None)
