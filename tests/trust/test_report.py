@@ -110,7 +110,7 @@ def test_bad_method_settings_are_refused(settings: dict, message: str) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"methods": ("gradient", "occlusion")}, "Unknown attribution method 'occlusion'"),
+        ({"methods": ("gradient", "lime")}, "Unknown attribution method 'lime'"),
         ({"methods": ()}, "at least one attribution method"),
         ({"layers": 0}, "layers to randomise must be a whole number of at least 1"),
         ({"baselines": ()}, "at least one baseline"),
@@ -265,7 +265,7 @@ def test_methods_are_named_once_in_the_order_given() -> None:
     assert str(refused.value) == (
         "Unknown attribution method 'lime'; use one of gradient, gradient_x_input, smoothgrad, "
         "integrated_gradients, gradcam, gradcam_plus_plus, hirescam, xgradcam, layercam, "
-        "scorecam."
+        "scorecam, occlusion, rise."
     )
 
 

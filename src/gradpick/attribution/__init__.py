@@ -3,8 +3,9 @@
 Input-gradient methods (``gradpick.attribution.gradient``: the gradient, gradient x input,
 SmoothGrad, Integrated Gradients) give signed maps per pixel and channel; layer methods
 (``gradpick.attribution.cam``: Grad-CAM, Grad-CAM++, HiResCAM, XGrad-CAM, LayerCAM, Score-CAM)
-give class activation maps at one layer, upsampled to the input size. Maps are computed per
-picked image and never depend on which other images were picked.
+give class activation maps at one layer, upsampled to the input size; perturbation methods
+(``gradpick.attribution.perturbation``: occlusion, RISE) score altered copies of the image.
+Maps are computed per picked image and never depend on which other images were picked.
 
 A method declares its label, its parameters (default, lower bound, the explorer's range, help)
 and the unit of its maps; ``METHODS`` lists them by name, and the explorer builds its controls
@@ -40,6 +41,7 @@ from gradpick.attribution.gradient import (
     IntegratedGradients,
     SmoothGrad,
 )
+from gradpick.attribution.perturbation import Occlusion, PerturbationMethod, Rise
 from gradpick.errors import InputError
 from gradpick.gradients.request import GradientRequest
 
@@ -58,7 +60,10 @@ __all__ = [
     "IntegratedGradients",
     "LayerCAM",
     "LayerMethod",
+    "Occlusion",
     "Parameter",
+    "PerturbationMethod",
+    "Rise",
     "ScoreCAM",
     "SmoothGrad",
     "XGradCAM",
@@ -81,6 +86,8 @@ METHODS: dict[str, type[AttributionMethod]] = {
         XGradCAM,
         LayerCAM,
         ScoreCAM,
+        Occlusion,
+        Rise,
     )
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
@@ -165,6 +172,9 @@ def attribute(
     * ``gradcam``, ``gradcam_plus_plus``, ``hirescam``, ``xgradcam``, ``layercam``: class
       activation maps at ``layer`` (None: chosen automatically) from its activation and
       d target / d activation; ``scorecam`` from masked forwards, ``batch_size`` at a time.
+    * ``occlusion``, ``rise``: the target's drop when a square is hidden (grey), and the
+      target under seeded random masks (``seed``), ``batch_size`` altered images at a time;
+      their own settings (window, stride, masks, cell) through ``get(method)(...)``.
 
     Arguments shared with ``input_gradients`` mean the same there; ``strategy`` and
     ``measure_memory`` apply to both engine calls. The settings a method does not take are

@@ -11,7 +11,19 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gradpick.cli import badges, bench, check, compare, eval, grads, infer, layers, report, train
+from gradpick.cli import (
+    badges,
+    bench,
+    bench_planted,
+    check,
+    compare,
+    eval,
+    grads,
+    infer,
+    layers,
+    report,
+    train,
+)
 from gradpick.cli import triage as triage_command
 from gradpick.cli.arguments import Commands, Handler
 from gradpick.errors import GradpickError
@@ -28,6 +40,7 @@ SUBCOMMANDS: list[Callable[[Commands], None]] = [
     report.register,
     bench.register,
     badges.register,
+    bench_planted.register,
     compare.register,
     triage_command.register,
 ]

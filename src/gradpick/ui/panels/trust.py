@@ -116,6 +116,13 @@ def render(loaded: Loaded, settings: Settings) -> None:
         f"{explained} (a loss has no class to hold fixed). SmoothGrad and Integrated "
         "Gradients use the sidebar's samples, noise and steps."
     )
+    st.caption(
+        "These checks ask whether a map depends on the model; whether it finds what the model "
+        "used is measured on planted causes (`gradpick bench-planted`, the guide's Attribution "
+        "methods page): occlusion points at a planted mark far more often than the plain "
+        "gradient, and stays off it through a clean model. Choose *Occlusion* in the sidebar "
+        "when looking for a shortcut."
+    )
     options = _options(loaded, settings)
     key = (loaded.key, loaded.option.identity, str(loaded.device), tuple(checked), classes, options)
     session = st.session_state
