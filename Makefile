@@ -70,7 +70,7 @@ docs: $(BIN)/.installed
 # Two pytest workers, a test file each at a time (--dist loadfile): a file's module-scoped server
 # or Ray instance starts once, and the browser tests' waits overlap the other worker's compute.
 PYTEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15
 
 test: $(BIN)/.installed $(CPU_VENV)/.installed browser lint
 	$(PYTEST)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
 
@@ -113,9 +114,12 @@ def test_the_launcher_reads_the_batch_the_page_opens_on(generated: Path) -> None
 def test_opens_on_the_default_batch_with_outputs_and_no_selection(
     generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A cache of its own: an earlier test of this worker may have kept this batch's outputs,
-    # and the page would then open them ("Device: stored") instead of inferring.
+    # Caches of its own: an earlier test of this worker may have kept this batch's outputs, on
+    # disk or in Streamlit's caches, and the page would then open them ("Device: stored")
+    # instead of inferring.
     monkeypatch.setenv("GRADPICK_CACHE_DIR", str(tmp_path / "cache"))
+    st.cache_data.clear()
+    st.cache_resource.clear()
     app = open_app()
     no_errors(app)
     shown = metrics(app)
