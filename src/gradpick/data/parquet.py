@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from gradpick.data.decoding import DEFAULT_SPEC, DecodedImage, decode
@@ -167,6 +166,8 @@ def _row_group(path: str, stamp: int, group: int, column: str) -> pa.ChunkedArra
     if path.endswith(".arrow"):
         batch = _stream(path).to_batches()[group]
         return pa.chunked_array([batch.column(batch.schema.get_field_index(column))])
+    import pyarrow.parquet as pq  # only once a Parquet dataset is read: 7 MB of the page's start
+
     return pq.ParquetFile(path).read_row_group(group, columns=[column]).column(0)
 
 
@@ -187,6 +188,8 @@ def _open_shard(path: Path) -> _Shard:
             [batch.num_rows for batch in table.to_batches()],
             lambda name: table.column(name),
         )
+    import pyarrow.parquet as pq
+
     opened = pq.ParquetFile(path)
     rows = [opened.metadata.row_group(g).num_rows for g in range(opened.num_row_groups)]
     return _Shard(opened.schema_arrow, rows, lambda name: opened.read(columns=[name]).column(0))
