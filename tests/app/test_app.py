@@ -14,6 +14,7 @@ import shutil
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,18 @@ def table(app: AppTest) -> Any:
     return app.dataframe[0].value
 
 
+@pytest.fixture(scope="module", autouse=True)
+def caches_of_its_own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A cache folder and empty Streamlit caches for this file: a file run before it in the same
+    process may have kept the default batch's outputs, and the page would then open them
+    ("Device: stored") where these tests expect it to infer."""
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADPICK_CACHE_DIR", str(tmp_path_factory.mktemp("app-cache")))
+        yield
+
+
 def no_errors(app: AppTest) -> None:
     assert not app.exception, [e.value for e in app.exception]
     assert not app.error, [e.value for e in app.error]
@@ -111,15 +124,7 @@ def test_the_launcher_reads_the_batch_the_page_opens_on(generated: Path) -> None
     assert app.session_state[keys.PICKED_BATCH] == default.batch_key
 
 
-def test_opens_on_the_default_batch_with_outputs_and_no_selection(
-    generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Caches of its own: an earlier test of this worker may have kept this batch's outputs, on
-    # disk or in Streamlit's caches, and the page would then open them ("Device: stored")
-    # instead of inferring.
-    monkeypatch.setenv("GRADPICK_CACHE_DIR", str(tmp_path / "cache"))
-    st.cache_data.clear()
-    st.cache_resource.clear()
+def test_opens_on_the_default_batch_with_outputs_and_no_selection(generated: Path) -> None:
     app = open_app()
     no_errors(app)
     shown = metrics(app)
