@@ -238,7 +238,7 @@ def test_checks_that_do_not_fit_the_budget_point_to_the_trust_tab(
     none = quick_checks(tiny_cnn, images, [1], "gradient", "logit", held, budget_s=-1.0)
     assert none.skipped == ("class", "randomised", "road")
     (badge,) = none.picks[0].badges
-    assert badge.verdict == NOT_RUN and badge.label == "class, randomisation, ROAD: not run"
+    assert badge.verdict == NOT_RUN and badge.label == "class, randomisation, ROAD"
     assert none.check_ms == ()  # what did not run costs nothing
     every = quick_checks(tiny_cnn, images, [1], "gradient", "logit", held, budget_s=UNLIMITED)
     assert every.skipped == () and figures(every, "road")[0] is not None
@@ -588,7 +588,7 @@ def test_the_map_checks_run_only_when_the_shown_maps_time_fits(
     none = checked(30_000.0)
     assert none.skipped == ("class", "randomised", "road")
     (note,) = none.picks[1].badges
-    assert (note.check, note.label) == ("skipped", "class, randomisation, ROAD: not run")
+    assert (note.check, note.label) == ("skipped", "class, randomisation, ROAD")
 
 
 def test_the_shown_maps_and_logits_are_used_as_given(

@@ -536,7 +536,7 @@ def _skipped_badge(skipped: Sequence[str], budget_s: float) -> Badge:
         "skipped",
         NOT_RUN,
         None,
-        f"{names}: not run",
+        names,
         f"{names} did not fit in this click's time budget ({budget_s * 1000:,.0f} ms): "
         "run them with the button below the badges, or see the full checks in the Trust tab",
     )
