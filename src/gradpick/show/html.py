@@ -42,9 +42,10 @@ DISPLAY_SIDE = 128
 """Panels are drawn this many pixels high (``render.fit``: whole-pixel enlargement, no blur)."""
 
 
-def class_name(class_names: Sequence[str], index: int) -> str:
-    """The source's name for a model class, or the number when the source has fewer classes."""
-    return class_names[index] if 0 <= index < len(class_names) else str(index)
+def class_name(class_names: Sequence[str], index: int, unnamed: str = "{}") -> str:
+    """The source's name for a model class, or ``unnamed`` with the number filled in when the
+    source has fewer classes."""
+    return class_names[index] if 0 <= index < len(class_names) else unnamed.format(index)
 
 
 def escape(value: object) -> str:

@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gradpick import units
-from gradpick.show.html import data_table, escape, figures, img_tag, key_values, memory_rows
+from gradpick.show.html import (
+    class_name,
+    data_table,
+    escape,
+    figures,
+    img_tag,
+    key_values,
+    memory_rows,
+)
 from gradpick.show.trust_tables import trust_summary
 
 if TYPE_CHECKING:
@@ -134,17 +142,16 @@ def trust_html(trust: TrustReport, record: Mapping[str, Any], layer: str | None)
     names = trust.class_names
     rows: list[tuple[str, object]] = [
         ("picks", f"{len(trust.indices)} at indices {list(trust.indices)}"),
-        ("explained classes", ", ".join(_named(names, int(c)) for c in trust.classes.tolist())),
+        (
+            "explained classes",
+            ", ".join(class_name(names, int(c), "class {}") for c in trust.classes.tolist()),
+        ),
         ("methods", ", ".join(trust.options.methods)),
     ]
     if layer is not None:
         rows.append(("layer", layer))
     body = "".join(sections) + trust_summary(record, names)
     return _block("Trust checks", rows, body)
-
-
-def _named(class_names: Sequence[str], index: int) -> str:
-    return class_names[index] if 0 <= index < len(class_names) else f"class {index}"
 
 
 def triage_html(found: Triage) -> str:
@@ -219,7 +226,7 @@ def map_comparison_html(compared: MapComparison, layer_method: bool) -> str:
     ``layer_method``, the layer each model's maps come from."""
     first, second = (compared.names + ("first", "second"))[:2]
     captions = [
-        f"#{row} · {_named(compared.class_names, klass)} · {model}"
+        f"#{row} · {class_name(compared.class_names, klass, 'class {}')} · {model}"
         for model in (first, second)
         for row, klass in zip(compared.rows, compared.classes, strict=True)
     ]

@@ -20,6 +20,7 @@ from gradpick.attribution import LAYER_METHODS, IntegratedGradients
 from gradpick.errors import InputError
 from gradpick.runtime.devices import device_for
 from gradpick.runtime.measure import Stopwatch
+from gradpick.show.html import class_name
 from gradpick.show.notebook import trust_html
 from gradpick.trust.baselines import BASELINES, BLUR_SIGMA
 from gradpick.trust.completeness import (
@@ -148,7 +149,9 @@ class TrustReport:
         """One line, not the tensors: a notebook cell ending in a report stays short."""
         layer = self.options.settings.layer or "automatic"
         at = f" (layer methods at {layer})" if _any_layer_method(self.options.methods) else ""
-        classes = ", ".join(_class_name(self.class_names, int(c)) for c in self.classes[:5])
+        classes = ", ".join(
+            class_name(self.class_names, int(c), "class {}") for c in self.classes[:5]
+        )
         more = ", ..." if len(self.indices) > 5 else ""
         return (
             f"TrustReport({len(self.indices)} picks explained as {classes}{more}; methods "
@@ -276,10 +279,6 @@ def run_checks(
 
 def _any_layer_method(methods: Sequence[str]) -> bool:
     return any(method in LAYER_METHODS for method in methods)
-
-
-def _class_name(class_names: Sequence[str], index: int) -> str:
-    return class_names[index] if 0 <= index < len(class_names) else f"class {index}"
 
 
 def _number(value: float) -> float | None:

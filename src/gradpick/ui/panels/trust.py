@@ -17,6 +17,7 @@ import streamlit as st
 import torch
 
 from gradpick import attribution
+from gradpick.show.html import class_name
 from gradpick.trust.baselines import BASELINES
 from gradpick.trust.chunks import CHUNK, run_checks_in_chunks
 from gradpick.trust.engine import CHECKABLE, METHODS, MethodSettings
@@ -107,7 +108,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
     request = settings.request
     classes = request.target_class if request.target_mode == "class" else None
     explained = (
-        f"the logit of {_class_name(loaded.batch.class_names, classes)}"
+        f"the logit of {class_name(loaded.batch.class_names, classes)}"
         if classes is not None
         else "each image's predicted logit"
     )
@@ -222,10 +223,6 @@ def _randomisation(loaded: Loaded, report: TrustReport, titles: list[str]) -> No
     st.image(pictures, caption=labels, width=96)
 
 
-def _class_name(class_names: tuple[str, ...], index: int) -> str:
-    return class_names[index] if 0 <= index < len(class_names) else str(index)
-
-
 def _completeness(report: TrustReport, class_names: tuple[str, ...]) -> None:
     st.markdown("**Integrated Gradients completeness** (sum of attributions = F(x) − F(baseline))")
     rows = report.completeness
@@ -236,7 +233,7 @@ def _completeness(report: TrustReport, class_names: tuple[str, ...]) -> None:
         pd.DataFrame(
             {
                 "image": [f"#{row.index}" for row in rows],
-                "class": [_class_name(class_names, row.target_class) for row in rows],
+                "class": [class_name(class_names, row.target_class) for row in rows],
                 "baseline": [row.baseline for row in rows],
                 "steps": [row.steps for row in rows],
                 "Σ attributions": [row.attribution_sum for row in rows],
@@ -305,12 +302,12 @@ def _class_maps(loaded: Loaded, report: TrustReport, titles: list[str]) -> None:
         a, b = maps.contrast[position].tolist()
         captions = [title]
         captions += [
-            f"{_class_name(names, c)} ({p:.0%})"
+            f"{class_name(names, c)} ({p:.0%})"
             for c, p in zip(
                 maps.top_classes[position].tolist(),
                 maps.top_probabilities[position].tolist(),
                 strict=True,
             )
         ]
-        captions.append(f"{_class_name(names, a)} − {_class_name(names, b)}")
+        captions.append(f"{class_name(names, a)} − {class_name(names, b)}")
         st.image(pictures, caption=captions, width=96)
