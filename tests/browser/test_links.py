@@ -20,23 +20,21 @@ import pytest
 
 from gradpick import data
 from gradpick.ui import config, keys
-from tests.browser.test_explore import SCREENSHOTS, UPDATE_SCREENSHOTS
 from tests.serving import (
     APP_IDLE,
     ARTIFACTS,
     CHROMIUM_ARGS,
-    REPO,
     chromium_executable,
     cifar10_images,
     free_port,
     open_explorer,
     pick_by_text,
+    save_screenshot,
     streamlit_server,
     wait_for_heatmaps,
     wait_healthy,
 )
 
-SCREENSHOT = REPO / "assets" / "screenshots" / "links.png"
 URL_HAS = "(text) => decodeURIComponent(location.search).includes(text)"
 
 
@@ -91,8 +89,9 @@ def test_a_link_reopens_the_same_picks_and_maps_in_a_fresh_browser(
         link = page.url
         code = page.locator('[data-testid="stCode"]').filter(has_text="picks=")
         assert "picks=2%2C7" in code.first.inner_text()
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOT), clip={"x": 0, "y": 0, "width": 1500, "height": 900})
+        save_screenshot(
+            page, "links", docs=True, clip={"x": 0, "y": 0, "width": 1500, "height": 900}
+        )
 
         fresh = open_explorer(browser, link)  # a new context: no cookies, no session
         wait_for_heatmaps(fresh, [2, 7], ordered=True)
@@ -149,11 +148,7 @@ def test_a_link_made_at_a_layer_on_the_compare_tab_reopens_both(
         flips = fresh.locator(FLIPS).bounding_box()
         clip = {"x": flips["x"] - 8, "y": flips["y"] - 40, "width": flips["width"] + 16}
         clip["height"] = flips["height"] + 48
-        ARTIFACTS.mkdir(exist_ok=True)
-        fresh.screenshot(path=str(ARTIFACTS / "e2e-flips.png"), clip=clip)
-        if UPDATE_SCREENSHOTS:
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            fresh.screenshot(path=str(SCREENSHOTS / "flips.png"), clip=clip)
+        save_screenshot(fresh, "flips", docs=True, clip=clip)
         fresh.get_by_role("tab", name="Explore").click()
         wait_for_heatmaps(fresh, [2, 7], ordered=True)
         fresh.get_by_text("at layer layer2 (").wait_for()

@@ -17,12 +17,12 @@ from gradpick import data
 from gradpick.triage.verdicts import VerdictBook
 from tests.serving import (
     CHROMIUM_ARGS,
-    REPO,
     chromium_executable,
     cifar10_images,
     open_explorer,
     page_errors,
     pick_by_text,
+    save_screenshot,
     streamlit_server,
     wait_for_heatmaps,
 )
@@ -100,9 +100,7 @@ def test_verdicts_survive_a_reload(server: str, cache: Path) -> None:
         assert [v.verdict for v in history] == ["fine", "model_wrong", "label_wrong"]
         page.set_viewport_size({"width": 1400, "height": 1500})
         page.wait_for_timeout(800)  # let the images and the table finish drawing
-        shots = REPO / "assets" / "screenshots"
-        shots.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(shots / "triage.png"), full_page=True)
+        save_screenshot(page, "triage", docs=True, full_page=True)
         browser.close()
 
 

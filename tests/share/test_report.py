@@ -2,7 +2,7 @@
 
 The page is parsed with the standard library's HTML parser; the browser test opens it in
 Debian's chromium with every request but the file itself refused, and writes a screenshot
-(``artifacts/report.png``; with ``GRADPICK_UPDATE_SCREENSHOTS=1`` also the docs' copy).
+(``artifacts/e2e-report.png``; with ``GRADPICK_UPDATE_SCREENSHOTS=1`` also the docs' copy).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from gradpick.models import zoo
 from gradpick.outputs import inference as infer
 from gradpick.share import export, report
 from gradpick.trust import CheckOptions, report_dict, run_checks
+from tests.serving import save_screenshot
 
 __all__: list[str] = []
 
@@ -348,13 +349,7 @@ def test_chromium_opens_the_report_offline(
         drawn = page.evaluate(
             "() => [...document.images].map(i => i.complete && i.naturalWidth > 0)"
         )
-        artifacts = REPO / "artifacts"
-        artifacts.mkdir(exist_ok=True)
-        page.screenshot(path=str(artifacts / "report.png"), full_page=True)
-        if os.environ.get("GRADPICK_UPDATE_SCREENSHOTS") == "1":
-            page.screenshot(
-                path=str(REPO / "assets" / "screenshots" / "report.png"), full_page=True
-            )
+        save_screenshot(page, "report", docs=True, full_page=True)
         page.emulate_media(media="print")
         printed = page.evaluate("() => getComputedStyle(document.querySelector('details')).display")
         browser.close()
