@@ -44,7 +44,12 @@ def _cmd_infer(args: argparse.Namespace) -> int:
     if out is not None:
         return _infer_to_store(args, out, loaded, source, positions)
     inferred = infer_source(
-        loaded.module, source, positions, args.batch_size, progress=reading_progress
+        loaded.module,
+        source,
+        positions,
+        args.batch_size,
+        progress=reading_progress,
+        output=loaded.output,
     )
     result = inferred.result
     print(f"model: {loaded.describe()}")

@@ -193,9 +193,10 @@ def infer_batch(
     device: torch.device,
     threads: ThreadPoolExecutor | None = None,
     embeddings: bool = False,
+    output: str = "softmax",
 ) -> Any:
     """Store rows (``output_table``) for one pyarrow batch of (position, name, label) rows;
-    an image that cannot be read has no row.
+    an image that cannot be read has no row. ``output``: the model's output kind.
 
     The same function runs in every Ray worker and in the single-process baseline, so the two
     differ only in who schedules the batches.
@@ -205,7 +206,7 @@ def infer_batch(
     pixels = list(threads.map(prepare, names) if threads is not None else map(prepare, names))
     kept = [row for row, image in enumerate(pixels) if image is not None]
     if not kept:
-        return output_schema(embeddings=embeddings).empty_table()
+        return output_schema(embeddings=embeddings, output=output).empty_table()
     rows = rows.take(kept)
     names = [names[row] for row in kept]
     label_values = rows.column("label")
@@ -216,10 +217,10 @@ def infer_batch(
     positions = rows.column("position").to_pylist()
     if not embeddings:
         result = infer(model, images, labels, batch_size=len(names), device=device)
-        return output_table(positions, names, labels, result.logits)
+        return output_table(positions, names, labels, result.logits, output=output)
     with torch.inference_mode():
         logits, features = logits_and_embeddings(model, as_model_input(images.to(device)))
-    return output_table(positions, names, labels, logits, features)
+    return output_table(positions, names, labels, logits, features, output=output)
 
 
 class BatchInference:
@@ -236,6 +237,7 @@ class BatchInference:
         use_gpu: bool,
         cpus: float,
         embeddings: bool = False,
+        output: str = "softmax",
     ) -> None:
         self.reader = ImageReader(root)
         self.spec = spec
@@ -243,10 +245,18 @@ class BatchInference:
         self.model = models.freeze(recipe()).to(self.device)
         self.threads = ThreadPoolExecutor(int(cpus)) if cpus >= 2 else None
         self.embeddings = embeddings
+        self.output = output
 
     def __call__(self, rows: Any) -> Any:
         return infer_batch(
-            self.model, self.spec, self.reader, rows, self.device, self.threads, self.embeddings
+            self.model,
+            self.spec,
+            self.reader,
+            rows,
+            self.device,
+            self.threads,
+            self.embeddings,
+            self.output,
         )
 
 
@@ -596,6 +606,7 @@ def _run_pipeline(
                         "use_gpu": options.gpus_per_worker > 0,
                         "cpus": options.cpus_per_worker,
                         "embeddings": embeddings,
+                        "output": writer.output,
                     },
                     compute=ActorPoolStrategy(size=options.workers),
                     batch_size=options.batch_size,
