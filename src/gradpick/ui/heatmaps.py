@@ -93,11 +93,15 @@ class HeatmapRequest:
     """The method's settings that differ from its defaults, as (name, value) pairs."""
     layer: str | None = None
     """A layer method's layer by its dotted name (None: the automatic one)."""
+    output: str = "softmax"
+    """The model's output kind: a sigmoid model's loss is its true label's binary
+    cross-entropy, and a chosen class is a label."""
 
     def engine_target(self) -> tuple[str, int | None]:
-        """(target, classes) as ``input_gradients`` takes them."""
+        """(target, classes) as ``input_gradients`` takes them; a sigmoid model's loss is
+        ``bce`` (its classes, each pick's true label, come from the batch)."""
         if self.target_mode == "loss":
-            return "loss", None
+            return ("bce" if self.output == "sigmoid" else "loss"), None
         if self.target_mode == "predicted":
             return "logit", None
         if self.target_mode == "class":
@@ -166,13 +170,16 @@ def gradient_request(
         target, classes, versus = "logit", contrast[0], contrast[1]
     whole = strategies.get(request.strategy).whole_batch or _seeded(request.method)
     images, positions, labels = engine_images(batch, indices, whole)
+    per_pick: int | list[int] | None = classes
+    if target == "bce" and labels is not None:  # each pick's own true label, present
+        per_pick = [int(labels[position]) for position in positions]
     return GradientRequest.build(
         model,
         images,
         positions,
         labels=labels,
         target=target,
-        classes=classes,
+        classes=per_pick,
         strategy=request.strategy,
         measure_memory=measure_memory,
         versus=versus,
