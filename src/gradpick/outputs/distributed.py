@@ -31,6 +31,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -44,6 +45,7 @@ import torch
 from torch import nn
 
 from gradpick import data
+from gradpick.data.parquet import ShardRows, row_of_name
 from gradpick.errors import ClusterError, DataError, GradpickError, InputError
 from gradpick.models import shipped as models
 from gradpick.models import zoo
@@ -111,17 +113,24 @@ def source_rows(
     source: data.ImageSource, positions: Sequence[int], classes: int
 ) -> tuple[Path, list[Row]]:
     """The source's root and its (position, relative name, label) rows, which Ray workers read
-    by themselves; only a folder of image files has them. Labels as in-process inference keeps
-    them (``source_labels``: none unless the folder's classes are the model's ``classes``)."""
-    root = getattr(source, "root", None)
-    if root is None:
+    by themselves: a folder of image files, or of Parquet shards (Hub layout), has them. Labels
+    as in-process inference keeps them (``source_labels``: none unless the folder's classes are
+    the model's ``classes``)."""
+    found = getattr(source, "root", None)
+    names = source.names(positions)
+    # a save_to_disk folder's rows are named after its Arrow files, which workers do not read
+    if found is None or any(".arrow#" in name for name in names[:1]):
         raise InputError(
-            f"Ray workers read image files; {source.description} is not a folder of images. "
-            "Give --data an ImageFolder tree (root/<class>/<image>)."
+            f"Ray workers read image files and Parquet shards; {source.description} is "
+            "neither. Give --data an ImageFolder tree (root/<class>/<image>) or a Hugging Face "
+            "dataset's Parquet shards (datasets' to_parquet, or the Hub's folder)."
         )
+    root = Path(found)
+    if root.is_file():  # one Parquet file: its rows are named under its folder
+        root = root.parent
     labels = source_labels(source, positions, classes)
     label_list = [None] * len(positions) if labels is None else labels.tolist()
-    return Path(root), list(zip(positions, source.names(positions), label_list, strict=True))
+    return root, list(zip(positions, names, label_list, strict=True))
 
 
 def local_object_store_bytes(total_memory: int | None = None) -> int:
@@ -140,7 +149,9 @@ class ImageReader:
 
     A URI (``s3://bucket/images``, ``gs://...``, ``hdfs://...``) is opened with
     ``pyarrow.fs.FileSystem.from_uri``, so workers on other machines read the same files the
-    driver listed; a plain path must be readable on every worker (a shared file system).
+    driver listed; a plain path must be readable on every worker (a shared file system). A
+    Parquet source's names (``shard.parquet#row``, Hub layout) are rows of its shards, each
+    shard opened once per reader (``gradpick.data.parquet.ShardRows``).
     """
 
     def __init__(self, root: str) -> None:
@@ -163,8 +174,25 @@ class ImageReader:
                 "read the source at the same path: a shared file system, or a file system URI "
                 "such as s3://bucket/images."
             )
+        self._shards: dict[str, ShardRows] = {}
+        self._opening = threading.Lock()
+
+    def _shard(self, shard: str) -> ShardRows:
+        with self._opening:
+            if shard not in self._shards:
+                try:
+                    handle = self.filesystem.open_input_file(f"{self.base}/{shard}")
+                except OSError as error:
+                    raise DataError(
+                        f"{shard}: cannot read it under {self.root} ({error})."
+                    ) from None
+                self._shards[shard] = ShardRows(handle, shard)
+            return self._shards[shard]
 
     def read(self, name: str) -> bytes:
+        row = row_of_name(name)
+        if row is not None:
+            return self._shard(row[0]).image_bytes(row[1], name)
         try:
             with self.filesystem.open_input_file(f"{self.base}/{name}") as handle:
                 return bytes(handle.readall())

@@ -37,6 +37,7 @@ __all__ = [
     "capture_embeddings",
     "check_images",
     "check_logits",
+    "check_output",
     "embedding_layer",
     "fit_classes",
     "infer",
@@ -46,6 +47,7 @@ __all__ = [
     "labels_fit",
     "logits_and_embeddings",
     "output_names",
+    "probabilities_of",
     "OutputChunk",
     "ProgressCallback",
     "result_from_logits",
@@ -177,7 +179,7 @@ def infer(
     pass (``capture_embeddings``); a model without an ``nn.Linear`` then has none. ``output``
     (``OUTPUT_KINDS``) says how the logits become probabilities.
     """
-    _check_output(output)
+    check_output(output)
     check_images(images, check_values=False)
     if labels is not None and labels.shape != (images.shape[0],):
         raise InputError(f"Expected {images.shape[0]} labels, got shape {tuple(labels.shape)}.")
@@ -236,9 +238,17 @@ def _check_labels(labels: torch.Tensor | None, classes: int) -> None:
         )
 
 
-def _check_output(output: str) -> None:
+def check_output(output: str) -> None:
+    """Refuse an output kind that is not one of ``OUTPUT_KINDS``."""
     if output not in OUTPUT_KINDS:
         raise InputError(f"Unknown output '{output}'; use one of {', '.join(OUTPUT_KINDS)}.")
+
+
+def probabilities_of(logits: torch.Tensor, output: str = "softmax") -> torch.Tensor:
+    """Scores of [N, classes] logits by the model's output kind: a softmax over exclusive
+    classes, or each label's own sigmoid (``sigmoid``: independent labels)."""
+    check_output(output)
+    return torch.sigmoid(logits) if output == "sigmoid" else logits.softmax(dim=1)
 
 
 def result_from_logits(
@@ -255,8 +265,7 @@ def result_from_logits(
     loss the mean over labels of the binary cross-entropy of a one-hot target (the label
     present, every other absent), as ``BCEWithLogitsLoss`` averages it.
     """
-    _check_output(output)
-    probabilities = torch.sigmoid(logits) if output == "sigmoid" else logits.softmax(dim=1)
+    probabilities = probabilities_of(logits, output)
     confidences, predictions = probabilities.max(dim=1)
     losses = None
     if labels is not None:
@@ -430,7 +439,7 @@ def infer_source(
 
     Labels come from the source (dropped when its classes are not the model's outputs).
     """
-    _check_output(output)
+    check_output(output)
     run_device = device_for(model, device)
     report = ReadReport(source.spec)
     total = len(source) if positions is None else len(positions)

@@ -279,6 +279,7 @@ def quick_checks(
             budget_s,
             None if logits is None else logits.index_select(0, rows),
             list(indices),
+            output=request.output,
         )
     picks = (replace(pick, index=int(i)) for i, pick in zip(indices, checks.picks, strict=True))
     return replace(checks, picks=tuple(picks))
