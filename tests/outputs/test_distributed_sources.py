@@ -57,7 +57,7 @@ def _on_ray(loaded: zoo.LoadedModel, source: Any, out: Path) -> None:
         loaded.spec,
         store.store_metadata(loaded.identity(), loaded.spec, source),
         out,
-        distributed.ClusterOptions(workers=2, batch_size=8),
+        distributed.ClusterOptions(workers=1, batch_size=16),  # two batches, one worker
     )
 
 
