@@ -8,11 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from gradpick.data import CIFAR10_CLASSES
+from gradpick.models import shipped as models
+from gradpick.models import zoo
 from gradpick.picking import rules as selection
 from gradpick.ui import config, keys
 from tests.app.test_app import index_box, no_errors, open_app, open_tab, select, table
@@ -115,3 +118,33 @@ def test_the_target_selector_picks_a_label_and_its_maps_are_drawn(served: Path) 
     no_errors(app)
     legends = [image.captions[0] for image in app.image if image.captions]
     assert any("bce[true label]" in legend for legend in legends)
+
+
+def test_output_sigmoid_reads_any_model_as_multi_label(
+    generated: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``-- --model tutorial --weights W --output sigmoid`` (through its environment fallback)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        state = models.build("tutorial").state_dict()
+    weights = tmp_path / "tutorial.pt"
+    torch.save(state, weights)
+    monkeypatch.setenv(config.MODEL_ENV, "tutorial")
+    monkeypatch.setenv(config.WEIGHTS_ENV, str(weights))
+    monkeypatch.setenv(config.OUTPUT_ENV, "sigmoid")
+    app = open_app()
+    no_errors(app)
+    rows = table(app)
+    loaded = zoo.load_model("tutorial", weights)
+    pixels = [  # the 32 x 32 files as they are: the model's input size
+        torch.from_numpy(np.asarray(Image.open(generated / "test" / name).convert("RGB")))
+        for name in rows["name"]
+    ]
+    with torch.no_grad():
+        logits = loaded.module(torch.stack(pixels).permute(0, 3, 1, 2).float() / 255)
+    own = 1 / (1 + torch.exp(-logits.double()))
+    shown = torch.tensor(rows["confidence"].tolist(), dtype=torch.float64)
+    torch.testing.assert_close(shown, own.max(dim=1).values, atol=1e-4, rtol=0)
+    assert app.sidebar.radio(key=keys.TARGET_MODE).format_func("class") == (
+        "Logit of a chosen label"
+    )

@@ -443,7 +443,8 @@ def open_store(path: str | Path) -> OpenedStore:
             f"{metadata.get('gradpick_version', '?')}; this gradpick reads format {STORE_FORMAT}. "
             "Infer again to rewrite it."
         )
-    model_output = (metadata.get("model") or {}).get("output", "softmax")
+    model = metadata.get("model")
+    model_output = model.get("output", "softmax") if isinstance(model, dict) else "softmax"
     if "output" not in metadata and model_output != "softmax":
         raise DataError(
             f"{path}: written by gradpick {metadata.get('gradpick_version', '?')} for a "
