@@ -439,7 +439,7 @@ def of_batch(
     if checks is not None:
         say("checks: trust badges")
         badges = badge_rows(loaded.module, request.images, picks, classes, checks)
-    outputs = infer.infer(loaded.module, batch.images[picks])
+    outputs = infer.infer(loaded.module, batch.images[picks], output=loaded.output)
     return build_report(
         content,
         outputs.probabilities,
