@@ -182,7 +182,8 @@ def register(commands: Commands) -> None:
         "--out",
         metavar="DIR",
         help="store the outputs: one Parquet row per image (position, name, label, prediction, "
-        "confidence, loss, logits) in DIR, written whole or not at all",
+        "confidence, loss, logits; a sigmoid model's also each label's probability) in DIR, "
+        "written whole or not at all",
     )
     parser.add_argument(
         "--embeddings",
