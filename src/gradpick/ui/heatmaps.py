@@ -99,7 +99,7 @@ class HeatmapRequest:
 
     def engine_target(self) -> tuple[str, int | None]:
         """(target, classes) as ``input_gradients`` takes them; a sigmoid model's loss is
-        ``bce`` (its classes, each pick's true label, come from the batch)."""
+        ``bce`` (of each pick's true label, present, as the engine takes it without classes)."""
         if self.target_mode == "loss":
             return ("bce" if self.output == "sigmoid" else "loss"), None
         if self.target_mode == "predicted":
@@ -170,16 +170,13 @@ def gradient_request(
         target, classes, versus = "logit", contrast[0], contrast[1]
     whole = strategies.get(request.strategy).whole_batch or _seeded(request.method)
     images, positions, labels = engine_images(batch, indices, whole)
-    per_pick: int | list[int] | None = classes
-    if target == "bce" and labels is not None:  # each pick's own true label, present
-        per_pick = [int(labels[position]) for position in positions]
     return GradientRequest.build(
         model,
         images,
         positions,
         labels=labels,
         target=target,
-        classes=per_pick,
+        classes=classes,
         strategy=request.strategy,
         measure_memory=measure_memory,
         versus=versus,
