@@ -80,6 +80,12 @@ def test_confidence_is_the_top_labels_own_sigmoid(served: Path, multi_label_vit:
     app = open_tab(app, "Triage")
     no_errors(app)
     assert any("independent labels (sigmoid, multi-label)" in info.value for info in app.info)
+    # nor does the comparison of two models' exclusive classes: it says why
+    app.session_state[keys.COMPARE_WITH] = "tutorial:random-seed0"
+    app = open_tab(app, "Compare")
+    assert not app.exception
+    said = " ".join(error.value for error in app.error)
+    assert "Compare compares exclusive classes by their softmax; the first model" in said
 
 
 def test_the_label_and_threshold_rule_picks_what_the_models_forward_says(
