@@ -246,6 +246,6 @@ def generated(generated_folder: Path, tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(generated_folder))
     monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path / "no-assets"))
     monkeypatch.setenv(config.HOSTED_ENV, "0")
-    for name in (config.MODEL_ENV, config.WEIGHTS_ENV, config.CLASSES_ENV):
+    for name in (config.MODEL_ENV, config.WEIGHTS_ENV, config.CLASSES_ENV, config.OUTPUT_ENV):
         monkeypatch.delenv(name, raising=False)
     return generated_folder

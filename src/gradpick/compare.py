@@ -35,8 +35,9 @@ from gradpick.data import ImageSource
 from gradpick.errors import InputError
 from gradpick.gradients.request import GradientRequest
 from gradpick.models.zoo import LoadedModel
+from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs.inference import as_model_input, infer_chunks, labels_fit, output_names
-from gradpick.outputs.store_format import OpenedStore
+from gradpick.outputs.store_format import OpenedStore, store_output
 from gradpick.show.notebook import map_comparison_html, pairing_html
 from gradpick.trust.engine import saliency
 from gradpick.trust.metrics import spearman, ssim
@@ -114,7 +115,11 @@ def _store_side(opened: OpenedStore) -> Side:
 
 
 def sides_of_stores(first: OpenedStore, second: OpenedStore) -> tuple[Side, Side]:
-    """Both stores' outputs, refused unless they were written from the same images."""
+    """Both stores' outputs, refused unless they were written from the same images by softmax
+    models (a sigmoid model's labels are not exclusive classes)."""
+    for opened in (first, second):
+        whose = f"the store {opened.path} holds a sigmoid model's outputs: it"
+        refuse_sigmoid(store_output(opened.metadata), "Compare", whose)
     a, b = _store_side(first), _store_side(second)
     fingerprints = (a.source.get("fingerprint"), b.source.get("fingerprint"))
     if None in fingerprints or fingerprints[0] != fingerprints[1]:

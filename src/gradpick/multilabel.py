@@ -147,11 +147,12 @@ def per_label_lines(
     return "\n".join(lines)
 
 
-def refuse_sigmoid(output: str, what: str) -> None:
-    """Refuse a softmax-only analysis of a sigmoid model, saying why."""
+def refuse_sigmoid(output: str, what: str, whose: str = "this model") -> None:
+    """Refuse a softmax-only analysis of a sigmoid model (or of ``whose`` outputs: a store's),
+    saying why."""
     if output == "sigmoid":
         raise InputError(
-            f"{what} compares exclusive classes by their softmax; this model scores independent "
+            f"{what} compares exclusive classes by their softmax; {whose} scores independent "
             "labels (sigmoid, multi-label), where one image may have several or none. Use "
             "grads/check/report with --target logit or bce and a --class per label."
         )

@@ -369,3 +369,18 @@ def test_of_batch_reports_a_batch_with_its_checks(generated_folder: Path) -> Non
     text = " ".join(page.text)
     assert "logit[cat] of class cat" in text and "Trust checks" in text
     assert f"{len(batch)} images" in text and batch.names[8] in text
+
+
+def test_a_sigmoid_models_report_shows_each_labels_own_probability(
+    generated_folder: Path,
+) -> None:
+    loaded = zoo.load_model("tutorial", device="cpu", output="sigmoid")
+    batch = data.load_batch(data.open_source(str(generated_folder), "test", loaded.spec), size=8)
+    document = report.of_batch(loaded, batch, [2], target="logit", classes=3)
+    table = document.split('data-role="probabilities">')[1].split("</table>")[0]
+    shown = re.findall(r'<td class="num">([0-9.]+%)</td>', table)
+    with torch.no_grad():
+        logits = loaded.module(batch.images[2:3].float() / 255)[0].double()
+    own = (1 / (1 + torch.exp(-logits))).sort(descending=True).values[: len(shown)]
+    assert shown == [f"{value:.1%}" for value in own.tolist()]
+    assert sum(float(text.rstrip("%")) for text in shown) != pytest.approx(100, abs=1)

@@ -76,6 +76,7 @@ NOT_A_VIEW: dict[str, str] = {
     keys.RULE_K: "a picking rule's input; the picks it made are linked",
     keys.RULE_CLASS: "a picking rule's input; the picks it made are linked",
     keys.RULE_SEED: "a picking rule's input; the picks it made are linked",
+    keys.RULE_THRESHOLD: "a picking rule's input; the picks it made are linked",
     keys.RULE_VERDICT: "a picking rule's input; the picks it made are linked",
     keys.RULE_ANCHOR: "a picking rule's input; the picks it made are linked",
     keys.TRIAGE_PICK_VERDICT: "a picking rule's input; the picks it made are linked",

@@ -44,7 +44,12 @@ def _cmd_infer(args: argparse.Namespace) -> int:
     if out is not None:
         return _infer_to_store(args, out, loaded, source, positions)
     inferred = infer_source(
-        loaded.module, source, positions, args.batch_size, progress=reading_progress
+        loaded.module,
+        source,
+        positions,
+        args.batch_size,
+        progress=reading_progress,
+        output=loaded.output,
     )
     result = inferred.result
     print(f"model: {loaded.describe()}")
@@ -177,7 +182,8 @@ def register(commands: Commands) -> None:
         "--out",
         metavar="DIR",
         help="store the outputs: one Parquet row per image (position, name, label, prediction, "
-        "confidence, loss, logits) in DIR, written whole or not at all",
+        "confidence, loss, logits; a sigmoid model's also each label's probability) in DIR, "
+        "written whole or not at all",
     )
     parser.add_argument(
         "--embeddings",

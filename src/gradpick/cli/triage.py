@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from gradpick.cli.arguments import Commands, positive_int
-from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs import store_format as store
 from gradpick.triage.ranking import NEIGHBOURS, sample_warning, triage_store
 from gradpick.triage.verdicts import VerdictBook, accept_suggestions, split_stale, write_relabelling
@@ -76,7 +75,6 @@ def _export(opened: store.OpenedStore, frame: Any, out: str) -> str:
 
 def _cmd_triage(args: argparse.Namespace) -> int:
     opened = store.open_store(args.outputs)
-    refuse_sigmoid((opened.metadata.get("model") or {}).get("output", "softmax"), "Label triage")
     found, frame = triage_store(opened, k=args.k)
     info = summary(opened, found, frame, args.k)
     for note in (info["sample_warning"], info["neighbours_note"]):

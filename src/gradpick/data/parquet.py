@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,12 +41,14 @@ from gradpick.data.sources import _Reads
 from gradpick.errors import DataError
 from gradpick.models.spec import InputSpec
 
-__all__ = ["ParquetSource", "is_parquet_dataset", "parquet_folder"]
+__all__ = ["ParquetSource", "ShardRows", "is_parquet_dataset", "parquet_folder", "row_of_name"]
 
 LABEL_NAMES = ("label", "labels", "fine_label", "coarse_label")
 """Integer columns taken as the label when no feature says ClassLabel."""
 _SHARD = re.compile(r"(?:^|[/_-])(train|test|validation|valid|val|dev)(?:[-_./]|$)")
 """The split a shard belongs to, from its path as the Hub names them."""
+_ROW_NAME = re.compile(r"^(.+\.parquet)#([0-9]+)$")
+"""An image's name in a Parquet source: its shard (relative to the root) and row in it."""
 
 
 SAVED_STATE = "state.json"
@@ -171,6 +174,54 @@ def _row_group(path: str, stamp: int, group: int, column: str) -> pa.ChunkedArra
     return pq.ParquetFile(path).read_row_group(group, columns=[column]).column(0)
 
 
+def _image_bytes(value: Any, name: str) -> bytes:
+    """The encoded image of one row's image struct ``{bytes, path}``."""
+    content = value.get("bytes") if isinstance(value, dict) else None
+    if not content:
+        raise DataError(f"{name}: the row holds no image bytes.")
+    return bytes(content)
+
+
+def row_of_name(name: str) -> tuple[str, int] | None:
+    """(shard, row in it) of a Parquet source's image name (``ParquetSource.names``), or None
+    for any other name (an image file's)."""
+    match = _ROW_NAME.match(name)
+    return None if match is None else (match[1], int(match[2]))
+
+
+class ShardRows:
+    """The images of one Parquet shard opened from any file handle (a local file, or a pyarrow
+    file system's on a Ray worker), one row group kept at a time: a batch of consecutive rows
+    costs one read. Safe to share between threads."""
+
+    def __init__(self, handle: Any, shard: str) -> None:
+        import pyarrow.parquet as pq
+
+        try:
+            self.file = pq.ParquetFile(handle)
+        except (OSError, pa.ArrowException) as error:
+            raise DataError(f"{shard}: cannot be read as Parquet ({error}).") from None
+        schema = self.file.schema_arrow
+        self.column = _image_column(schema, _schema_features(schema))
+        rows = [self.file.metadata.row_group(g).num_rows for g in range(self.file.num_row_groups)]
+        self.starts = np.cumsum([0, *rows])
+        self._kept: tuple[int, pa.ChunkedArray] | None = None
+        self._lock = threading.Lock()
+
+    def image_bytes(self, row: int, name: str) -> bytes:
+        """The encoded image of ``row`` (``name`` says which in a message)."""
+        total = int(self.starts[-1])
+        if not 0 <= row < total:
+            raise DataError(f"{name}: the shard has {total} rows.")
+        group = int(np.searchsorted(self.starts, row, side="right")) - 1
+        with self._lock:
+            if self._kept is None or self._kept[0] != group:
+                column = self.file.read_row_group(group, columns=[self.column]).column(0)
+                self._kept = (group, column)
+            value = self._kept[1][row - int(self.starts[group])].as_py()
+        return _image_bytes(value, name)
+
+
 @dataclass(frozen=True)
 class _Shard:
     """One file's schema, row-group lengths and label column, whichever format holds it."""
@@ -261,11 +312,7 @@ class ParquetSource(_Reads):
             column = _row_group(str(path), path.stat().st_mtime_ns, group, self.image_column)
         except (OSError, pa.ArrowException) as error:
             raise DataError(f"{name}: cannot be read ({error}).") from None
-        value = column[row].as_py()
-        content = value.get("bytes") if isinstance(value, dict) else None
-        if not content:
-            raise DataError(f"{name}: the row holds no image bytes.")
-        return decode(content, name, self.spec)
+        return decode(_image_bytes(column[row].as_py(), name), name, self.spec)
 
     def at_spec(self, spec: InputSpec) -> ParquetSource:
         return replace(self, spec=spec)

@@ -154,7 +154,12 @@ class GradientRequest:
 
         ``versus`` (with target 'logit' and ``classes``) makes each target the difference of
         two logits, z[class] - z[versus]: a contrast such as "suggested label over given"."""
-        strategies.get(strategy)
+        chosen = strategies.get(strategy)
+        if target in TARGETS and target not in chosen.targets:
+            raise InputError(
+                f"Strategy '{strategy}' takes targets {' and '.join(chosen.targets)}; use "
+                f"recompute for {target}."
+            )
         check_images(images, check_values=False)
         if not images.is_floating_point():
             raise InputError(

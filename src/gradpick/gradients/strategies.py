@@ -61,8 +61,6 @@ def _vmap(request: GradientRequest, order: slice) -> StepOutput:
     """``vmap(grad(f))``: each picked image runs through the model as a batch of one."""
     from torch.func import grad, vmap
 
-    if request.target == "bce":
-        raise InputError("Strategy 'vmap' takes targets loss and logit; use recompute for bce.")
     picked = request.images[request.indices[order]].to(request.device)
     given = request.given_classes(order)
     if given is not None:
@@ -178,6 +176,8 @@ class Strategy:
     alone, which never needs a budget."""
     counts_saved: bool = True
     """Whether autograd's saved-tensor hooks see its saved tensors (torch.func's do not)."""
+    targets: tuple[str, ...] = ("loss", "logit", "bce")
+    """The targets it computes (``GradientRequest.build`` refuses the others)."""
 
     @property
     def whole_batch(self) -> bool:
@@ -217,6 +217,7 @@ REGISTRY: dict[str, Strategy] = {
             chunks=True,
             help="torch.func.vmap(grad(...)), one image per call",
             counts_saved=False,
+            targets=("loss", "logit"),
         ),
     )
 }

@@ -175,13 +175,15 @@ class LoadedModel:
         """What decides whether stored outputs are this model's: name, weights, input spec.
 
         Random weights are seeded, so they are named by their seed; a factory's own weights
-        by its name alone.
+        by its name alone. A sigmoid model's identity says so: its stored probabilities are
+        not the same model's softmax ones.
         """
         weights = self.weights_sha256 or (
             "own-weights" if self.kind == "factory" else f"random-seed{RANDOM_WEIGHTS_SEED}"
         )
         spec = json.dumps(self.spec.to_json(), sort_keys=True).encode()
-        return f"{self.name}:{weights}:{hashlib.sha256(spec).hexdigest()[:12]}"
+        output = "" if self.output == "softmax" else f":{self.output}"
+        return f"{self.name}:{weights}:{hashlib.sha256(spec).hexdigest()[:12]}{output}"
 
     def identity(self) -> dict[str, Any]:
         """Plain JSON naming the exact model: sidecars and stored outputs carry it."""

@@ -107,7 +107,8 @@ def stored_result(opened: OpenedStore, batch: ImageBatch) -> InferenceResult:
     features = _rows_of(table["embedding"], rows) if "embedding" in table.column_names else None
     seconds = float(opened.metadata.get("inference_seconds") or 0.0)
     milliseconds = seconds * 1000 * len(batch) / max(len(opened), 1)
-    return result_from_logits(logits, batch.labels, "stored", milliseconds, features)
+    output = store.store_output(opened.metadata)
+    return result_from_logits(logits, batch.labels, "stored", milliseconds, features, output)
 
 
 def _rows_of(column: Any, rows: np.ndarray) -> torch.Tensor:
@@ -165,6 +166,7 @@ def infer_and_keep(
         batch_size=INFERENCE_BATCH_SIZE,
         progress=progress,
         features=True,
+        output=served.output,
     )
     if path is not None:
         with contextlib.suppress(OSError, DataError):
@@ -247,7 +249,14 @@ def infer_to_store(
             labels = source_labels(source, chunk.positions, int(chunk.logits.shape[1]))
             names = source.names(chunk.positions)
             writer.write(
-                store.output_table(chunk.positions, names, labels, chunk.logits, chunk.embeddings)
+                store.output_table(
+                    chunk.positions,
+                    names,
+                    labels,
+                    chunk.logits,
+                    chunk.embeddings,
+                    output=loaded.output,
+                )
             )
         if writer.rows == 0:
             raise InputError("None of the images could be read:\n" + "\n".join(report.skipped))

@@ -182,9 +182,12 @@ def of_picks(
 
 
 def quantity(target: str, chosen: int | None, class_names: Sequence[str]) -> str:
-    """The differentiated quantity in words: 'loss', 'logit[predicted]' or e.g. 'logit[cat]'."""
+    """The differentiated quantity in words: 'loss', 'logit[predicted]', e.g. 'logit[cat]', or
+    a label's binary cross-entropy, 'bce[true label]' or e.g. 'bce[cat]'."""
     if target == "loss":
         return "loss"
+    if target == "bce":
+        return f"bce[{'true label' if chosen is None else class_name(class_names, chosen)}]"
     return f"logit[{'predicted' if chosen is None else class_name(class_names, chosen)}]"
 
 

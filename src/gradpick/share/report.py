@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -388,6 +389,8 @@ def of_batch(
     picks = [int(index) for index in indices]
     loaded.check_images(batch.images)
     method = method or attribution.Gradient()
+    if checks is not None:  # a sigmoid model's labels are read by their own sigmoid
+        checks = replace(checks, output=loaded.output)
     if target is None:
         target = attribution.default_target(
             method.name, batch.labels is not None, classes is not None
@@ -436,7 +439,7 @@ def of_batch(
     if checks is not None:
         say("checks: trust badges")
         badges = badge_rows(loaded.module, request.images, picks, classes, checks)
-    outputs = infer.infer(loaded.module, batch.images[picks])
+    outputs = infer.infer(loaded.module, batch.images[picks], output=loaded.output)
     return build_report(
         content,
         outputs.probabilities,

@@ -45,6 +45,8 @@ import numpy as np
 import torch
 
 from gradpick.errors import InputError
+from gradpick.multilabel import refuse_sigmoid
+from gradpick.outputs.store_format import store_output
 from gradpick.runtime.devices import cpu_threads
 from gradpick.show.notebook import triage_html
 
@@ -371,7 +373,10 @@ def triage_store(opened: Any, k: int = NEIGHBOURS) -> tuple[Triage, Any]:
     """Triage a store's rows (``gradpick.outputs.store_format.open_store``): the result and the
     DataFrame of
     its rows, most suspect first, with class names from the store. Rows without a label are
-    left out, since there is no given label to doubt."""
+    left out, since there is no given label to doubt. A sigmoid model's store is refused: its
+    labels are not exclusive classes, so no softmax says which label an image should have."""
+    whose = f"the store {opened.path} holds a sigmoid model's outputs: it"
+    refuse_sigmoid(store_output(opened.metadata), "Label triage", whose)
     table = opened.table
     labels_column = table.column("label")
     if labels_column.null_count == len(table):

@@ -94,7 +94,15 @@ def badge_rows(
     rows: list[dict[str, Any]] = []
     for method in options.methods:
         found = quick_checks(
-            model, images, indices, method, "logit", held, options.settings, budget_s=math.inf
+            model,
+            images,
+            indices,
+            method,
+            "logit",
+            held,
+            options.settings,
+            budget_s=math.inf,
+            output=options.output,
         )
         rows += verdict_rows(found)
     return rows

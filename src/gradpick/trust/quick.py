@@ -460,6 +460,8 @@ def _completeness(
         held = classes.to(logits.device)
         if target == "loss":
             at_baseline = F.cross_entropy(logits, held, reduction="none")
+        elif target == "bce":  # each pick's label, present (as ``_attribution`` asks for it)
+            at_baseline = F.softplus(-logits.gather(1, held.unsqueeze(1)).squeeze(1))
         else:
             at_baseline = logits.gather(1, held.unsqueeze(1)).squeeze(1)
     difference = plain.target_values.double() - at_baseline.cpu().double()
@@ -497,11 +499,15 @@ def _road_badges(
     maps: torch.Tensor,
     classes: torch.Tensor,
     seeds: Sequence[int] | None,
+    output: str = "softmax",
 ) -> list[Badge]:
-    """ROAD's mean gap LeRF - MoRF at ``QUICK_ROAD_SHARES``, per pick."""
+    """ROAD's mean gap LeRF - MoRF at ``QUICK_ROAD_SHARES``, per pick (a sigmoid model's label
+    read by its own sigmoid, ``output``)."""
     started = time.perf_counter()
     orders = {"map": attribution_order(maps)}
-    curves = road(model, images, indices, orders, classes, QUICK_ROAD_SHARES, seeds=seeds)["map"]
+    curves = road(
+        model, images, indices, orders, classes, QUICK_ROAD_SHARES, seeds=seeds, output=output
+    )["map"]
     _road_cost[tuple(images.shape[1:])] = (time.perf_counter() - started) / len(indices)
     badges = []
     for gap in (curves.lerf - curves.morf).mean(dim=1).tolist():
@@ -556,6 +562,7 @@ def quick_checks(
     seeds: Sequence[int] | None = None,
     map_of: MapOf | None = None,
     checks: Sequence[str] = CHECKS,
+    output: str = "softmax",
 ) -> QuickChecks:
     """The badges of ``method``'s maps of ``images[indices]``.
 
@@ -568,6 +575,8 @@ def quick_checks(
     ``images`` holds the picks alone (ROAD's noise is seeded by it; default: ``indices``).
     ``map_of``: how the maps are made, in place of ``method`` (whose thresholds and layer
     still apply): the calibration's known-bad maps. ``checks``: those of ``CHECKS`` to run.
+    ``output``: the model's output kind (``'loss'`` is then ``'bce'`` for a sigmoid model, and
+    ROAD reads each label's own sigmoid).
     """
     started = time.perf_counter()
     settings = settings or MethodSettings()
@@ -636,7 +645,7 @@ def quick_checks(
         ran("completeness", [_completeness_badge(error) for error in errors], before)
     if "road" in checks and fits(road_cost):
         before = time.perf_counter()
-        ran("road", _road_badges(served, images, indices, own, held, seeds), before)
+        ran("road", _road_badges(served, images, indices, own, held, seeds, output), before)
     elif "road" in checks:
         skipped.append("road")
     if skipped:

@@ -18,6 +18,7 @@ from torch import nn
 
 from gradpick.attribution import LAYER_METHODS, IntegratedGradients
 from gradpick.errors import InputError
+from gradpick.outputs.inference import check_output
 from gradpick.runtime.devices import device_for
 from gradpick.runtime.measure import Stopwatch
 from gradpick.show.html import class_name
@@ -106,6 +107,9 @@ class CheckOptions:
     road_noise: float = ROAD_NOISE
     """Standard deviation of the noise ROAD adds to the filled pixels (images' units)."""
     seed: int = 0
+    output: str = "softmax"
+    """The model's output kind: a sigmoid (multi-label) model's held label is read by its own
+    sigmoid in the deletion, insertion and ROAD curves and the top labels, not by a softmax."""
 
     def __post_init__(self) -> None:
         """Refuse bad options before any check runs, with the checks' own messages."""
@@ -122,6 +126,7 @@ class CheckOptions:
         check_count("The number of top classes", self.top, None)
         object.__setattr__(self, "road_shares", check_shares(self.road_shares))
         object.__setattr__(self, "road_noise", check_noise(self.road_noise))
+        check_output(self.output)
 
 
 @dataclass(frozen=True)
@@ -228,7 +233,14 @@ def run_checks(
     with Stopwatch(device) as watch:
         orders = {method: attribution_order(curve.original) for method, curve in curves.items()}
         faithful = faithfulness(
-            served, images, indices, orders, held, options.deletion_steps, options.seed
+            served,
+            images,
+            indices,
+            orders,
+            held,
+            options.deletion_steps,
+            options.seed,
+            output=options.output,
         )
     times["faithfulness"] = watch.milliseconds
     announce("ROAD")
@@ -242,11 +254,12 @@ def run_checks(
             options.road_shares,
             options.road_noise,
             options.seed,
+            output=options.output,
         )
     times["road"] = watch.milliseconds
     announce("class maps")
     with Stopwatch(device) as watch:
-        maps = class_maps(served, images, indices, options.top)
+        maps = class_maps(served, images, indices, options.top, output=options.output)
     times["class_maps"] = watch.milliseconds
     announce("class sensitivity")
     with Stopwatch(device) as watch:

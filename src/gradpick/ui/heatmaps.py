@@ -93,11 +93,15 @@ class HeatmapRequest:
     """The method's settings that differ from its defaults, as (name, value) pairs."""
     layer: str | None = None
     """A layer method's layer by its dotted name (None: the automatic one)."""
+    output: str = "softmax"
+    """The model's output kind: a sigmoid model's loss is its true label's binary
+    cross-entropy, and a chosen class is a label."""
 
     def engine_target(self) -> tuple[str, int | None]:
-        """(target, classes) as ``input_gradients`` takes them."""
+        """(target, classes) as ``input_gradients`` takes them; a sigmoid model's loss is
+        ``bce`` (of each pick's true label, present, as the engine takes it without classes)."""
         if self.target_mode == "loss":
-            return "loss", None
+            return ("bce" if self.output == "sigmoid" else "loss"), None
         if self.target_mode == "predicted":
             return "logit", None
         if self.target_mode == "class":
@@ -272,6 +276,7 @@ def quick_checks(
             budget_s,
             None if logits is None else logits.index_select(0, rows),
             list(indices),
+            output=request.output,
         )
     picks = (replace(pick, index=int(i)) for i, pick in zip(indices, checks.picks, strict=True))
     return replace(checks, picks=tuple(picks))

@@ -57,6 +57,7 @@ __all__ = [
     "RULE_CLASS",
     "RULE_K",
     "RULE_SEED",
+    "RULE_THRESHOLD",
     "RULE_VERDICT",
     "RUN_COMPARISON",
     "RUN_STARTED",
@@ -212,6 +213,7 @@ RULE = "rule"
 RULE_K = "rule_k"
 RULE_CLASS = "rule_class"
 RULE_SEED = "rule_seed"
+RULE_THRESHOLD = "rule_threshold"
 RULE_VERDICT = "rule_verdict"
 HEATMAPS_CONTAINER = "heatmaps"
 DETAIL_OPEN = "detail_open"
@@ -377,6 +379,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         RULE_K,
         RULE_CLASS,
         RULE_SEED,
+        RULE_THRESHOLD,
         RULE_ANCHOR,
         RULE_VERDICT,
         TEXT,

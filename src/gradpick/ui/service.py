@@ -295,10 +295,19 @@ class ModelOption:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     """The user's input spec settings; unset ones come from the model's own metadata."""
+    output: str | None = None
+    """The user's ``--output`` (``sigmoid``: independent labels); None: the model's own."""
 
     @property
     def spec_overrides(self) -> SpecOverrides:
-        return given_overrides(self.input_size, self.resize, self.mean, self.std, self.class_names)
+        return given_overrides(
+            self.input_size,
+            self.resize,
+            self.mean,
+            self.std,
+            self.class_names,
+            output=self.output,
+        )
 
     @property
     def accuracy(self) -> float | None:
@@ -310,6 +319,8 @@ class ModelOption:
         """Names the exact weights, so caches never mix two trainings of one architecture."""
         if self.factory:
             identity = f"user:{self.factory}:{self.weights_path}@{self.weights_stamp}"
+            if self.output is not None:
+                identity += f"|output={self.output}"
             spec = (self.input_size, self.resize, self.mean, self.std)
             return identity if spec == ("", None, None, None) else f"{identity}|spec={spec}"
         if self.upload is not None:
@@ -368,6 +379,7 @@ def user_model_option(args: UserModelArgs) -> ModelOption:
         resize=args.resize,
         mean=args.mean,
         std=args.std,
+        output=args.output,
     )
 
 

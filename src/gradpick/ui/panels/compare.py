@@ -24,6 +24,7 @@ from gradpick import compare as versus
 from gradpick.data import ImageBatch
 from gradpick.errors import DataError
 from gradpick.models.zoo import LoadedModel
+from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs import stores as stored
 from gradpick.outputs.inference import InferenceResult
 from gradpick.show import render as pictures
@@ -79,6 +80,7 @@ def _second(loaded: Loaded, settings: Settings) -> Second | None:
     source = settings.source
     if chosen is None or source is None:
         return None
+    refuse_sigmoid(loaded.result.output, "Compare", "the first model")
     if isinstance(chosen, str):
         stamp = Path(chosen).expanduser().stat().st_mtime if Path(chosen).exists() else 0.0
         opened = cache.stored_outputs(chosen, stamp)
@@ -90,6 +92,9 @@ def _second(loaded: Loaded, settings: Settings) -> Second | None:
         identity = dict(opened.metadata.get("model") or {})
         name = str(identity.get("identity", chosen))
         result = cache.stored_result(loaded.key, stamp, name, opened, loaded.batch)
+        refuse_sigmoid(
+            result.output, "Compare", f"the store {opened.path} holds a sigmoid model's outputs: it"
+        )
         return Second(identity, name, loaded.batch, result, None)
     device = str(loaded.device)
     served = cache.served(chosen.identity, device, chosen)
@@ -98,6 +103,7 @@ def _second(loaded: Loaded, settings: Settings) -> Second | None:
     batch, _ = service.fit_classes(pixels, served.classes, chosen.class_names)
     keep = not app_config().hosted
     result = cache.inference(loaded.key, chosen.identity, device, served, batch, at_spec, keep)
+    refuse_sigmoid(result.output, "Compare", "the second model")
     return Second(served.identity(), chosen.identity, batch, result, served)
 
 

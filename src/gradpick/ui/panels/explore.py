@@ -253,7 +253,13 @@ def _detail(
             st.iframe(script, height=1)
     probabilities = loaded.result.probabilities[index].numpy()
     labels = loaded.result.labels
-    st.caption("Class probabilities: click a bar to explain that class (target: chosen class).")
+    if loaded.result.output == "sigmoid":
+        st.caption(
+            "Label probabilities, each label's own sigmoid (independent labels: they need not "
+            "sum to 1): click a bar to explain that label (target: chosen label)."
+        )
+    else:
+        st.caption("Class probabilities: click a bar to explain that class (target: chosen class).")
     st.plotly_chart(
         figures.probability_bars(
             probabilities,

@@ -53,6 +53,7 @@ RULE_LABELS = {
     "random": "Seeded random k",
     "nearest_neighbours": "Nearest neighbours (features)",
     "judged": "By verdict (Triage)",
+    "label_threshold": "By label and threshold (sigmoid)",
 }
 ANY_VERDICT = "any"
 """The verdict rule's choice for every judged image."""
@@ -365,6 +366,7 @@ def _pick(result: InferenceResult, judged: Mapping[int, str]) -> None:
             anchor=int(session.get(keys.RULE_ANCHOR, 0)),
             judged=judged,
             verdict=None if verdict == ANY_VERDICT else verdict,
+            threshold=float(session.get(keys.RULE_THRESHOLD, 0.5)),
         )
     except SelectionError as error:
         session[keys.NOTICE] = str(error)
@@ -388,18 +390,32 @@ def _selection_tools(loaded: Loaded, judged: Mapping[int, str]) -> None:
     )
     with st.form(keys.PICKERS, border=True):
         rule_column, k_column = st.columns([2, 1])
-        rule_column.selectbox(
-            "Rule", selection.RULES, format_func=RULE_LABELS.__getitem__, key=keys.RULE
-        )
+        sigmoid = loaded.result.output == "sigmoid"
+        # the label rule needs a sigmoid model's own per-label probabilities
+        rules = [rule for rule in selection.RULES if sigmoid or rule != "label_threshold"]
+        rule_column.selectbox("Rule", rules, format_func=RULE_LABELS.__getitem__, key=keys.RULE)
         k_column.number_input("k", 1, len(loaded), min(16, len(loaded)), key=keys.RULE_K)
         class_column, seed_column = st.columns([2, 1])
         class_column.selectbox(
-            "Class (for the class rules)",
+            "Class or label (for the class and label rules)"
+            if sigmoid
+            else "Class (for the class rules)",
             range(len(loaded.batch.class_names)),
             format_func=loaded.batch.class_names.__getitem__,
             key=keys.RULE_CLASS,
         )
         seed_column.number_input("Seed", 0, None, 0, key=keys.RULE_SEED)
+        if sigmoid:
+            st.number_input(
+                "Threshold (for the label rule)",
+                0.0,
+                1.0,
+                0.5,
+                0.05,
+                key=keys.RULE_THRESHOLD,
+                help="Picks the images whose probability for the label (its own sigmoid) is "
+                "at least this.",
+            )
         st.number_input(
             "Image (for nearest neighbours)",
             0,

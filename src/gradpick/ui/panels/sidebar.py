@@ -49,7 +49,9 @@ def render(config: AppConfig) -> Settings:
         st.header("Gradients")
         labelled = source is None or _labels_reach_model(source, option, device)
         names = source.class_names if source is not None else ()
-        request, shared, measure = _gradients(labelled, names, measure_by_default=not config.hosted)
+        request, shared, measure = _gradients(
+            labelled, names, measure_by_default=not config.hosted, output=_output(option, device)
+        )
     return Settings(choice, source, option, device, request, shared, measure)
 
 
@@ -65,6 +67,14 @@ def _labels_reach_model(
     except Exception:  # the page says why the model cannot load
         return True
     return service.labels_fit(source.class_names, classes)
+
+
+def _output(option: service.ModelOption, device: torch.device) -> str:
+    """The model's output kind: 'sigmoid' for a multi-label model, else 'softmax'."""
+    try:
+        return cache.served(option.identity, str(device), option).output
+    except Exception:  # the page says why the model cannot load
+        return "softmax"
 
 
 def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
@@ -303,9 +313,20 @@ def _device() -> torch.device:
     return device
 
 
+SIGMOID_TARGET_LABELS = {
+    **TARGET_LABELS,
+    "loss": "Loss on the true label (its binary cross-entropy)",
+    "predicted": "Logit of the top label",
+    "class": "Logit of a chosen label",
+}
+"""The targets in a sigmoid (multi-label) model's words: one map per label."""
+
+
 def _gradients(
-    labelled: bool, class_names: tuple[str, ...], measure_by_default: bool
+    labelled: bool, class_names: tuple[str, ...], measure_by_default: bool, output: str
 ) -> tuple[HeatmapRequest, bool, bool]:
+    sigmoid = output == "sigmoid"
+    labels = SIGMOID_TARGET_LABELS if sigmoid else TARGET_LABELS
     strategy = st.selectbox(
         "Gradient strategy", strategies.NAMES, key=keys.STRATEGY, help=strategies.help_text()
     )
@@ -315,7 +336,7 @@ def _gradients(
     mode = st.radio(
         "Target",
         modes,
-        format_func=TARGET_LABELS.__getitem__,
+        format_func=labels.__getitem__,
         key=keys.TARGET_MODE,
         help="The method's default: the logit of the predicted class for the layer maps "
         "(Grad-CAM and kin, which keep only what raises their target), the loss on the true "
@@ -327,11 +348,17 @@ def _gradients(
             st.session_state[keys.TARGET_CLASS] = target_class = 0
         target_class = int(
             st.selectbox(
-                "Class",
+                "Label" if sigmoid else "Class",
                 range(len(class_names)),
                 format_func=class_names.__getitem__,
                 key=keys.TARGET_CLASS,
-                help="Or click a bar of the class probabilities below the heatmaps.",
+                help=(
+                    "The maps show what raises this label's own logit (independent labels: "
+                    "one image may have several). "
+                    if sigmoid
+                    else ""
+                )
+                + "Or click a bar of the probabilities below the heatmaps.",
             )
         )
     method = st.selectbox(
@@ -367,6 +394,7 @@ def _gradients(
         method=method,
         strategy=strategy,
         settings=tuple(settings.items()),
+        output=output,
     )
     return request, scale == "shared", measure
 

@@ -268,6 +268,14 @@ def _queue_position(size: int, waiting: list[int]) -> int:
 def render(loaded: Loaded, settings: Settings) -> None:
     """The tab: what cannot be triaged and why, else the next suspect and the verdicts."""
     result = loaded.result
+    if result.output == "sigmoid":
+        st.info(
+            "Label triage ranks images by how likely their given label is wrong among exclusive "
+            "classes (softmax); this model scores independent labels (sigmoid, multi-label), "
+            "where an image may have several or none, so it has no one label to doubt. Pick "
+            "by label and threshold in the Explore tab instead."
+        )
+        return
     if result.labels is None:
         st.info(
             "Triage needs labels: these images have none (uploaded images), so there is no "

@@ -95,6 +95,7 @@ def _options(loaded: Loaded, settings: Settings) -> CheckOptions:
         baselines=tuple(baselines),
         tolerance=float(tolerance),
         max_steps=int(max_steps),
+        output=loaded.served.output,
     )
 
 
