@@ -126,10 +126,9 @@ class Found:
                 "label": self.labels,
                 "prediction": self.predictions,
                 "error": self.labels != self.predictions,
-                "slice": pd.array(np.where(ranks > 0, ranks, 0), dtype="Int64"),
+                "slice": pd.array([int(r) if r > 0 else None for r in ranks], dtype="Int64"),
             }
         )
-        frame.loc[ranks == 0, "slice"] = pd.NA
         verified = {
             s.rank for s, e in zip(self.slices, self.effects, strict=True) if e and e.verified
         }
