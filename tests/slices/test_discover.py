@@ -72,7 +72,7 @@ def test_a_slice_is_described_against_the_rest_of_its_class() -> None:
     labels = np.array([0, 2, 1, 1, 1, 0])
     predictions = np.array([1, 1, 1, 1, 1, 0])
     words = describe(inside, table, labels, predictions, ("cat", "frog", "dog"))
-    assert words.startswith("2 error(s) called frog, labelled cat (1), dog (1)")
+    assert words.startswith("2 error(s) called frog (2), labelled cat (1), dog (1)")
     assert "more saturated evidence (0.93 vs 0.25)" in words
 
 

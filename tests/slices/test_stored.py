@@ -60,7 +60,7 @@ def test_the_planted_failure_is_one_verified_slice_among_the_first_three(
     # Both labels, one call: the patch made red and green images navy.
     assert {c["label_name"] for c in chosen["confusions"]} == {"crimson", "green"}
     assert {c["prediction_name"] for c in chosen["confusions"]} == {"navy"}
-    assert "called navy" in chosen["description"]
+    assert chosen["description"].startswith("24 error(s) called navy (24), labelled")
     assert "more concentrated evidence" in chosen["description"]
     # No other slice verifies: the natural errors have no place to remove.
     assert [row["verified"] for row in summary["slices"]].count(True) == 1

@@ -285,14 +285,19 @@ def describe(
     def name(index: int) -> str:
         return class_names[index] if 0 <= index < len(class_names) else f"class {index}"
 
+    def counted(values: np.ndarray) -> str:
+        counts = np.bincount(values)
+        top = [i for i in np.argsort(-counts, kind="stable") if counts[i]][:3]
+        return ", ".join(f"{name(int(i))} ({int(counts[i])})" for i in top)
+
     called = int(np.bincount(predictions[inside]).argmax())
     wrong = inside & (labels != predictions)
     parts = []
     if wrong.any():
-        given = np.bincount(labels[wrong])
-        top = [i for i in np.argsort(-given, kind="stable") if given[i]][:3]
-        labelled = ", ".join(f"{name(int(i))} ({int(given[i])})" for i in top)
-        parts.append(f"{int(wrong.sum())} error(s) called {name(called)}, labelled {labelled}")
+        parts.append(
+            f"{int(wrong.sum())} error(s) called {counted(predictions[wrong])}, labelled "
+            f"{counted(labels[wrong])}"
+        )
     else:
         parts.append(f"correctly called {name(called)}")
     rest = ~inside & (predictions == called)
