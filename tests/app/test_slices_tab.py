@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -112,3 +113,22 @@ def test_without_slices_the_tab_says_what_to_run_and_ignores_another_store_s(
     _slices(out, fingerprint="another folder")
     app = _open(out, monkeypatch)
     assert any("No slices of this store yet" in i.value for i in app.info)
+
+
+def test_triage_says_likely_the_model_for_an_error_of_a_verified_slice(
+    stored: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = store.open_store(stored)
+    logits = np.asarray(opened.table.column("logits").to_pylist())
+    labels = np.asarray(opened.table.column("label").to_pylist())
+    errors = np.flatnonzero(logits.argmax(axis=1) != labels)
+    assert len(errors)
+    path = _slices(stored)
+    kept = json.loads(path.read_text())
+    kept["slices"][0]["positions"] = [int(p) for p in errors]
+    path.write_text(json.dumps(kept))
+    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(stored)])
+    app = open_app("Triage", **TUTORIAL)
+    no_errors(app)
+    # The most suspect image is an error, and all errors are the verified slice's.
+    assert any("Likely the model (slice 1), not a label to fix" in w.value for w in app.warning)
