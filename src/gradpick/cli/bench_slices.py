@@ -89,6 +89,18 @@ def _triage_figures(opened: store.OpenedStore, truth: dict[str, np.ndarray]) -> 
     return markdown_table(columns, rows, right=columns[1:])
 
 
+def _accuracies(args: argparse.Namespace, weights: str) -> None:
+    """Both models' accuracy on clean test images (the fine-tuning must keep it near)."""
+    from gradpick.models.training import evaluate
+
+    test = data.load_batch(data_source(args.data, "test"), size=2000, seed=args.seed + 99)
+    clean = evaluate(models.load("resnet20"), test).accuracy
+    planted = evaluate(models.load("resnet20", weights), test).accuracy
+    print(
+        f"accuracy on {len(test):,} clean test images: shipped {clean:.2%}, planted {planted:.2%}"
+    )
+
+
 def _cmd_bench_slices(args: argparse.Namespace) -> int:
     from gradpick.bench import slices as bench
     from gradpick.slices.stored import find_slices
@@ -96,6 +108,7 @@ def _cmd_bench_slices(args: argparse.Namespace) -> int:
     root = Path(args.work) / f"seed{args.seed}"
     root.mkdir(parents=True, exist_ok=True)
     weights, names_of = _prepared(args, root)
+    _accuracies(args, weights)
     results: dict[str, Any] = {}
     for name, model_weights in (("planted", weights), ("clean", None)):
         opened = _store(root, name, model_weights, args.retrain)
