@@ -35,7 +35,14 @@ from gradpick.models.zoo import LoadedModel, load_model
 from gradpick.outputs import sidecar
 from gradpick.outputs.store_format import OpenedStore, check_store
 from gradpick.outputs.stores import stored_source
-from gradpick.slices.discover import CLUSTERS, Slice, cluster, clustering_space, summarise
+from gradpick.slices.discover import (
+    CLUSTERS,
+    Slice,
+    clustering_space,
+    kmeans,
+    merged,
+    summarise,
+)
 from gradpick.slices.features import CHUNK_ROWS, DESCRIPTORS, METHOD, descriptors, evidence_maps
 from gradpick.slices.verify import Effect, interventions, judged
 
@@ -272,11 +279,11 @@ def find_slices(
     classes = int(logits.shape[1])
     sub_labels, sub_predictions = labels[mapped], predictions[mapped]
     space = clustering_space(described, sub_labels, sub_predictions, classes)
-    assignment = cluster(described, sub_labels, sub_predictions, classes, clusters, seed)
+    assignment = merged(kmeans(space, clusters, seed), described, sub_labels, sub_predictions)
     slices = summarise(
         assignment,
         described,
-        maps.float(),
+        maps,
         sub_labels,
         sub_predictions,
         weights,
