@@ -383,11 +383,12 @@ def triage(
 
 def triage_store(opened: Any, k: int = NEIGHBOURS, slices: bool = True) -> tuple[Triage, Any]:
     """Triage a store's rows (``gradpick.outputs.store_format.open_store``): the result and the
-    DataFrame of its rows, most suspect first, with class names from the store. Rows without a label are
-    left out, since there is no given label to doubt. With ``slices`` (the default), the
-    verified slices kept beside the store explain their errors (``explained_by_slices``). A
-    sigmoid model's store is refused: its labels are not exclusive classes, so no softmax says
-    which label an image should have."""
+    DataFrame of its rows, most suspect first, with class names from the store.
+
+    Rows without a label are left out, since there is no given label to doubt. With ``slices``
+    (the default), the verified slices kept beside the store explain their errors
+    (``explained_by_slices``). A sigmoid model's store is refused: its labels are not exclusive
+    classes, so no softmax says which label an image should have."""
     whose = f"the store {opened.path} holds a sigmoid model's outputs: it"
     refuse_sigmoid(store_output(opened.metadata), "Label triage", whose)
     table = opened.table
