@@ -64,6 +64,7 @@ def test_the_script_names_its_charts_the_atlas_and_its_layout() -> None:
         "charts": [".st-key-scatter_chart"],
         "atlas": "http://host/media/a.jpg",
         "columns": 7,
+        "indices": None,
         "display": hover.DISPLAY_SIDE,
         "tip": hover.TIP_ID,
     }

@@ -195,8 +195,12 @@ def hover_lines(
 @st.cache_resource(max_entries=8, show_spinner=False)
 def hover_atlas(batch_key: str, _batch: ImageBatch) -> hover.Atlas:
     """The batch's hover thumbnails in one JPEG, made once per batch (10,000 images: a few
-    hundred milliseconds) and shared by every session that shows it."""
-    return hover.atlas(_batch.images.numpy())
+    hundred milliseconds) and shared by every session that shows it; of a larger batch, the
+    images its scatters draw (``figures.drawn_sample``)."""
+    drawn = figures.drawn_sample(len(_batch))
+    if drawn is None:
+        return hover.atlas(_batch.images.numpy())
+    return hover.atlas(_batch.images[torch.from_numpy(drawn)].numpy(), drawn.tolist())
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -234,6 +238,7 @@ def outputs_scatter(
         _names,
         _hover,
         selection_revision,
+        figures.drawn_sample(len(values)),
     )
 
 
@@ -253,7 +258,15 @@ def embedding_scatter(
     coloured by ``colour_by``, built once per batch, model, settings and selection revision and
     shared, as ``outputs_scatter``."""
     groups, names = embedding.colour_groups(_result, colour_by, _names)
-    return figures.embedding_scatter(_points, groups, names, _hover, method, selection_revision)
+    return figures.embedding_scatter(
+        _points,
+        groups,
+        names,
+        _hover,
+        method,
+        selection_revision,
+        figures.drawn_sample(len(_points)),
+    )
 
 
 @st.cache_data(max_entries=8, show_spinner="Projecting the features…")

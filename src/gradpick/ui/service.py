@@ -473,21 +473,26 @@ def device_options() -> list[DeviceOption]:
 # ----------------------------------------------------------------------------- outputs
 
 
-def batch_table(batch: ImageBatch, result: InferenceResult) -> pd.DataFrame:
-    """One row per image of the batch (row i is index i), for the table and the report."""
-    names = batch.class_names
+def batch_table(
+    batch: ImageBatch, result: InferenceResult, rows: range | None = None
+) -> pd.DataFrame:
+    """One row per image of the batch (row i is index i), for the table and the report;
+    ``rows``: only these images (a page of the table), their indices kept."""
+    rows = range(len(batch)) if rows is None else rows
+    part = slice(rows.start, rows.stop)
+    names = np.asarray(batch.class_names, dtype=object)
     table = pd.DataFrame(
         {
-            "index": range(len(batch)),
-            "name": batch.names,
-            "predicted": [names[int(p)] for p in result.predictions],
-            "confidence": result.confidences.numpy().round(4),
+            "index": rows,
+            "name": batch.names[part],
+            "predicted": names[result.predictions[part].numpy()],
+            "confidence": result.confidences[part].numpy().round(4),
         }
     )
     if result.labels is not None and result.losses is not None and result.correct is not None:
-        table.insert(2, "true", [names[int(label)] for label in result.labels])
-        table["loss"] = result.losses.numpy().round(4)
-        table["correct"] = result.correct.numpy()
+        table.insert(2, "true", names[result.labels[part].numpy()])
+        table["loss"] = result.losses[part].numpy().round(4)
+        table["correct"] = result.correct[part].numpy()
     return table
 
 
