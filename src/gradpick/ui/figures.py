@@ -326,10 +326,12 @@ def scatter_heights(values: np.ndarray) -> tuple[np.ndarray, bool]:
     return values, log_scale
 
 
-def drawn_sample(count: int, at_most: int = DRAWN_AT_MOST, seed: int = 0) -> np.ndarray | None:
+def drawn_sample(count: int, at_most: int | None = None, seed: int = 0) -> np.ndarray | None:
     """The batch indices a scatter of ``count`` points draws: None (every one) up to
-    ``at_most``, else a seeded sample of ``at_most`` of them, sorted, the same on every run and
-    in both scatters (so a point's image sits in the hover atlas of the sample)."""
+    ``at_most`` (default ``DRAWN_AT_MOST``), else a seeded sample of ``at_most`` of them,
+    sorted, the same on every run and in both scatters (so a point's image sits in the hover
+    atlas of the sample)."""
+    at_most = DRAWN_AT_MOST if at_most is None else at_most
     if count <= at_most:
         return None
     return np.sort(np.random.default_rng(seed).choice(count, size=at_most, replace=False))
