@@ -47,6 +47,7 @@ from gradpick.runtime.measure import Stopwatch
 
 __all__ = [
     "INFERENCE_BATCH_SIZE",
+    "OUTPUT_COLUMNS",
     "StoreRun",
     "infer_and_keep",
     "infer_to_store",
@@ -63,14 +64,19 @@ _WRITING = threading.Lock()
 otherwise clear each other's unfinished parts."""
 
 
-def open_stored(path: str) -> OpenedStore:
-    """The store at ``path``, or a DataError that says what a store is."""
+OUTPUT_COLUMNS = ("position", "logits", "embedding")
+"""The columns ``stored_result`` reads: a store opened for its outputs reads no others."""
+
+
+def open_stored(path: str, columns: Sequence[str] | None = None) -> OpenedStore:
+    """The store at ``path`` (only ``columns`` of it, when given), or a DataError that says
+    what a store is."""
     if not path.strip():
         raise DataError(
             "Type the folder of stored outputs, as written by gradpick infer --model MODEL "
             "--data FOLDER --out DIR."
         )
-    return store.open_store(path.strip())
+    return store.open_store(path.strip(), columns)
 
 
 def stored_source(opened: OpenedStore) -> ImageSource:

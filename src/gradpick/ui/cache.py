@@ -164,8 +164,8 @@ def inference(
 @st.cache_resource(max_entries=4, show_spinner="Opening the stored outputs…")
 def stored_outputs(path: str, stamp: float) -> OpenedStore:
     """A store the user opened; ``stamp`` (the folder's modification time) changes when a new
-    run replaces it."""
-    return stored.open_stored(path)
+    run replaces it. Only the columns the page's outputs need are read."""
+    return stored.open_stored(path, stored.OUTPUT_COLUMNS)
 
 
 @st.cache_data(max_entries=8, ttl=30, show_spinner="Checking the images against the store…")

@@ -169,7 +169,8 @@ def open_source(
     if choice.kind == "stored":
         from gradpick.outputs import stores as stored
 
-        return stored.stored_source(stored.open_stored(choice.outputs))
+        # the source needs the store's metadata only: one column read, not the outputs
+        return stored.stored_source(stored.open_stored(choice.outputs, ("position",)))
     raise InputError(f"Unknown data source '{choice.kind}'; use one of {', '.join(SOURCE_KINDS)}.")
 
 
