@@ -222,11 +222,21 @@ def check_batch_size(requested: int, total: int, cap: int | None = None) -> int:
 def read_batch(
     source: ImageSource, choice: DataChoice, progress: ProgressCallback | None = None
 ) -> ImageBatch:
-    """The batch a choice names, decoded chunk by chunk with progress."""
-    with _named_for_visitors(choice):
-        return data.load_batch(
-            source, start=choice.start, size=choice.size, seed=choice.seed, progress=progress
-        )
+    """The batch a choice names, decoded chunk by chunk with progress; a store's, kept beside
+    it once decoded (``stores.kept_pixels``)."""
+
+    def decode() -> ImageBatch:
+        with _named_for_visitors(choice):
+            return data.load_batch(
+                source, start=choice.start, size=choice.size, seed=choice.seed, progress=progress
+            )
+
+    if choice.kind != "stored":
+        return decode()
+    from gradpick.outputs import stores as stored
+
+    key = f"{source.fingerprint()}|{source.spec.describe()}|{choice.batch_key}"
+    return stored.kept_pixels(choice.outputs.strip(), key, decode)
 
 
 @contextmanager
