@@ -252,7 +252,7 @@ def test_unlabelled_mixed_size_photos_with_a_torchvision_model_equal_in_process(
         spec,
         {"model": "resnet18"},
         out,
-        distributed.ClusterOptions(workers=2, batch_size=4),
+        distributed.ClusterOptions(workers=1, batch_size=4),
     )
     logits, predictions = in_process_reference(
         seeded_resnet18(), spec, photo_folder, labelled=False

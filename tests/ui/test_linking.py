@@ -83,6 +83,7 @@ NOT_A_VIEW: dict[str, str] = {
     keys.RULE_ANCHOR: "a picking rule's input; the picks it made are linked",
     keys.TRIAGE_PICK_VERDICT: "a picking rule's input; the picks it made are linked",
     keys.TRIAGE_PICK: "a button",
+    keys.SLICE_PICK: "a button",
     keys.COMPARE_DRIFT: "a button; the picks it made are linked",
     keys.DETAIL_OPEN: "an expander, opened with one click; what it shows follows the picks",
     keys.DETAIL: "the detailed view's pick, inside that expander",

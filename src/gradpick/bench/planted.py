@@ -45,6 +45,7 @@ __all__ = [
     "Errors",
     "MethodScore",
     "finetune",
+    "finetune_on",
     "mass",
     "planted_errors",
     "pointing",
@@ -95,6 +96,22 @@ def finetune(
     batch = load_batch(source, size=images, seed=seed)
     assert batch.labels is not None
     pixels, labels, _ = plant_share(batch.images, batch.labels, share, seed, poison)
+    return finetune_on(model, pixels, labels, epochs, lr, batch_size, seed, log)
+
+
+def finetune_on(
+    model: nn.Module,
+    pixels: torch.Tensor,
+    labels: torch.Tensor,
+    epochs: int = 1,
+    lr: float = 0.05,
+    batch_size: int = 128,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+) -> nn.Module:
+    """A copy of the ResNet-20 ``model`` fine-tuned on uint8 ``pixels`` [n, 3, 32, 32] with
+    ``labels`` as ``finetune`` describes (any planting already done): returned in eval mode,
+    frozen."""
     tuned = models.build("resnet20")
     tuned.load_state_dict(model.state_dict())
     tuned.eval()

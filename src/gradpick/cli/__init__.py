@@ -15,6 +15,7 @@ from gradpick.cli import (
     badges,
     bench,
     bench_planted,
+    bench_slices,
     check,
     compare,
     eval,
@@ -22,6 +23,7 @@ from gradpick.cli import (
     infer,
     layers,
     report,
+    slices,
     train,
 )
 from gradpick.cli import triage as triage_command
@@ -41,8 +43,10 @@ SUBCOMMANDS: list[Callable[[Commands], None]] = [
     bench.register,
     badges.register,
     bench_planted.register,
+    bench_slices.register,
     compare.register,
     triage_command.register,
+    slices.register,
 ]
 
 

@@ -286,9 +286,9 @@ def add_method_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         choices=TARGETS,
-        help="what the maps explain: loss (cross-entropy with the label) or logit (default: the "
-        "method's, the logit of the predicted class for the layer methods, the loss for the "
-        "others; logit with --class)",
+        help="what the maps explain: loss (cross-entropy with the label), logit, or bce (a "
+        "sigmoid model's binary cross-entropy of the label; default: the method's, the logit of "
+        "the predicted class for the layer methods, the loss for the others; logit with --class)",
     )
     parser.add_argument(
         "--class",

@@ -44,6 +44,14 @@ def summary(opened: store.OpenedStore, found: Any, frame: Any, k: int) -> dict[s
         else "the store has no embeddings, so neighbour agreement was skipped; infer with "
         "--embeddings to use it",
         "sample_warning": sample_warning(opened.metadata),
+        "slices_file": found.slices_file,
+        "explained_by_slice": 0
+        if found.explained_by_slice is None
+        else int((found.explained_by_slice > 0).sum()),
+        "slices_note": None
+        if found.slices_file is None
+        else f"read the slices in {found.slices_file}: errors of a verified slice are likely "
+        "the model's, so they are marked explained_by_slice and not flagged",
     }
 
 
@@ -77,7 +85,7 @@ def _cmd_triage(args: argparse.Namespace) -> int:
     opened = store.open_store(args.outputs)
     found, frame = triage_store(opened, k=args.k)
     info = summary(opened, found, frame, args.k)
-    for note in (info["sample_warning"], info["neighbours_note"]):
+    for note in (info["sample_warning"], info["neighbours_note"], info["slices_note"]):
         if note:
             print(f"note: {note}", file=sys.stderr)
     print(

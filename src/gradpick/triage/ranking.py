@@ -63,6 +63,7 @@ __all__ = [
     "Neighbours",
     "Triage",
     "confident_learning",
+    "explained_by_slices",
     "kept_neighbours",
     "list_matrix",
     "nearest_neighbours",
@@ -322,6 +323,12 @@ class Triage:
     """None without embeddings: the score is then the self-confidence alone."""
     class_names: tuple[str, ...] = ()
     """The classes' names, for the displays (empty: classes by number)."""
+    explained_by_slice: np.ndarray | None = None
+    """[N] the rank of the verified slice (``gradpick.slices``) whose error the image is, 0 for
+    none; None when no slices were read. An explained image is never flagged: its error is
+    likely the model's, not its label's."""
+    slices_file: str | None = None
+    """The slices file this triage read, or None."""
 
     def name(self, index: int) -> str:
         """Class ``index`` by its name when known."""
@@ -369,6 +376,11 @@ class Triage:
         }
         if self.neighbours is not None:
             columns["neighbour_agreement"] = self.neighbours.agreement(self.given)
+        if self.explained_by_slice is not None:
+            explained = self.explained_by_slice
+            columns["explained_by_slice"] = pd.array(
+                [int(r) if r > 0 else None for r in explained], dtype="Int64"
+            )
         if class_names is not None:
             named = np.asarray(list(class_names), dtype=object)
             columns["given_class"] = named[self.given]
@@ -425,12 +437,13 @@ def triage(
     )
 
 
-def triage_store(opened: Any, k: int = NEIGHBOURS) -> tuple[Triage, Any]:
+def triage_store(opened: Any, k: int = NEIGHBOURS, slices: bool = True) -> tuple[Triage, Any]:
     """Triage a store's rows (``gradpick.outputs.store_format.open_store``): the result and the
-    DataFrame of
-    its rows, most suspect first, with class names from the store. Rows without a label are
-    left out, since there is no given label to doubt. A sigmoid model's store is refused: its
-    labels are not exclusive classes, so no softmax says which label an image should have."""
+    DataFrame of its rows, most suspect first, with class names from the store. Rows without a label are
+    left out, since there is no given label to doubt. With ``slices`` (the default), the
+    verified slices kept beside the store explain their errors (``explained_by_slices``). A
+    sigmoid model's store is refused: its labels are not exclusive classes, so no softmax says
+    which label an image should have."""
     whose = f"the store {opened.path} holds a sigmoid model's outputs: it"
     refuse_sigmoid(store_output(opened.metadata), "Label triage", whose)
     table = opened.table
@@ -452,12 +465,44 @@ def triage_store(opened: Any, k: int = NEIGHBOURS) -> tuple[Triage, Any]:
     found = triage(probabilities, labels, embeddings, k=k)
     if names:
         found = replace(found, class_names=tuple(names))
+    positions = table.column("position").to_numpy()
+    if slices:
+        found = explained_by_slices(found, opened, positions, probabilities.argmax(axis=1))
     frame = found.table(
-        positions=table.column("position").to_numpy(),
+        positions=positions,
         names=table.column("name").to_pylist(),
         class_names=opened.metadata.get("class_names"),
     )
     return found, frame
+
+
+def explained_by_slices(
+    found: Triage, opened: Any, positions: np.ndarray, predictions: np.ndarray
+) -> Triage:
+    """``found`` with the slices kept beside the store applied (``gradpick slices``): an image
+    whose error (prediction not its given label) belongs to a verified slice is explained by
+    that slice and not flagged. Unchanged when there is no current slices file."""
+    from gradpick.slices.stored import read_beside
+
+    kept, path = read_beside(opened)
+    if kept is None:
+        return found
+    rank_of: dict[int, int] = {}
+    for row in kept.get("slices", []):
+        if row.get("verified"):
+            for position in row.get("positions", []):
+                rank_of.setdefault(int(position), int(row["rank"]))
+    wrong = predictions != found.given
+    explained = np.array(
+        [rank_of.get(int(p), 0) if w else 0 for p, w in zip(positions, wrong, strict=True)],
+        dtype=np.int64,
+    )
+    return replace(
+        found,
+        flagged=found.flagged & (explained == 0),
+        explained_by_slice=explained,
+        slices_file=str(path),
+    )
 
 
 def sample_warning(metadata: dict[str, Any]) -> str | None:

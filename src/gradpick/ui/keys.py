@@ -290,9 +290,12 @@ TRIAGE_PICK_VERDICT = "triage_pick_verdict"
 TRIAGE_PICK = "triage_pick"
 TRIAGE_POSITION = "triage_position"
 """The suspect in view: its place in the queue, from 1 (flagged suspects first)."""
+SLICE_PICK = "slice_pick"
+"""Prefix of each slice card's button that picks its images (``per_source(SLICE_PICK, rank)``)."""
 VERDICT_STORE = "verdict_store"
 """(batch and model, path) of the store the batch's verdicts belong beside."""
 __all__ += [
+    "SLICE_PICK",
     "TRIAGE_CLASS",
     "TRIAGE_NEIGHBOUR",
     "TRIAGE_NOTE",

@@ -46,7 +46,7 @@ __all__ = [
     "view_of",
 ]
 
-TABS = ("Explore", "Strategies", "Trust", "Compare", "Triage")
+TABS = ("Explore", "Strategies", "Trust", "Compare", "Triage", "Slices")
 """The explorer's tabs, as the page names them (and the links do)."""
 LINKED: dict[str, str] = {
     keys.SOURCE_KIND: "src",

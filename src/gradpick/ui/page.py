@@ -35,6 +35,7 @@ from gradpick.ui.panels import compare as compare_panel
 from gradpick.ui.panels import explore as gradients_panel
 from gradpick.ui.panels import outputs, sidebar
 from gradpick.ui.panels import selections as selections_panel
+from gradpick.ui.panels import slices as slices_panel
 from gradpick.ui.panels import strategies as strategies_panel
 from gradpick.ui.panels import triage as triage_panel
 from gradpick.ui.panels import trust as checks_panel
@@ -227,5 +228,6 @@ _PANELS: dict[str, tuple[Callable[[Loaded, Settings], None], str]] = {
     "Trust": (checks_panel.render, "The trust checks"),
     "Compare": (compare_panel.render, "The comparison"),
     "Triage": (triage_panel.render, "The triage"),
+    "Slices": (slices_panel.render, "The slices"),
 }
 """The other tabs' panels and what their guard calls them."""

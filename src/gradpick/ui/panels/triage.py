@@ -17,6 +17,7 @@ the session.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,11 @@ def _found(loaded: Loaded) -> triage.Triage:
     found = triage.triage(
         result.probabilities.double().numpy(), result.labels.numpy(), features, neighbours_file=kept
     )
+    if loaded.choice.kind == "stored":  # the slices kept beside the store explain errors
+        path = loaded.choice.outputs.strip()
+        opened = cache.stored_outputs(path, Path(path).expanduser().stat().st_mtime)
+        positions = np.asarray(loaded.batch.positions)
+        found = triage.explained_by_slices(found, opened, positions, result.predictions.numpy())
     st.session_state[keys.TRIAGE_RESULT] = (loaded.key, found)
     return found
 
@@ -143,6 +149,12 @@ def _evidence(
     result = loaded.result
     given, suggested = int(found.given[index]), int(found.suggested[index])
     probabilities = result.probabilities[index]
+    slice_rank = 0 if found.explained_by_slice is None else int(found.explained_by_slice[index])
+    if slice_rank:
+        st.warning(
+            f"Likely the model (slice {slice_rank}), not a label to fix: its error belongs to a "
+            "slice verified by removing its evidence (see the Slices tab), so it is not flagged."
+        )
     left, right = st.columns([1, 2])
     left.image(loaded.batch.images[index].permute(1, 2, 0).numpy(), width=128)
     left.markdown(
