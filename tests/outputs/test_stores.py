@@ -197,3 +197,57 @@ def test_cli_infer_output_sigmoid_writes_a_sigmoid_store(source: Any, tmp_path: 
     logits = torch.tensor(opened.table["logits"].to_pylist())
     probabilities = torch.tensor(opened.table["probabilities"].to_pylist())
     torch.testing.assert_close(probabilities, torch.sigmoid(logits))
+
+
+def test_a_stores_decoded_batch_is_kept_beside_it_and_read_back_without_decoding(
+    source: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "outputs"
+    out.mkdir()
+    decoded: list[int] = []
+
+    def decode() -> data.ImageBatch:
+        decoded.append(1)
+        return data.load_batch(source, size=6, seed=3)
+
+    first = stored.kept_pixels(out, "key-a", decode)
+    assert (tmp_path / f"outputs{stored.PIXELS_SUFFIX}").is_file()  # beside the store, not in it
+    again = stored.kept_pixels(out, "key-a", decode)
+    assert len(decoded) == 1  # the second server reads the kept file
+    assert torch.equal(again.images, first.images) and again.images.dtype == torch.uint8
+    assert torch.equal(again.labels, first.labels)
+    assert (again.names, again.positions, again.class_names, again.source, again.split) == (
+        first.names, first.positions, first.class_names, first.source, first.split
+    )  # fmt: skip
+    stored.kept_pixels(out, "key-b", decode)  # other images, spec or batch: decoded again
+    assert len(decoded) == 2
+    big = tmp_path / "big"
+    big.mkdir()
+    stored.kept_pixels(big, "key-a", decode, at_most=first.images.numel() - 1)
+    assert len(decoded) == 3 and not (tmp_path / f"big{stored.PIXELS_SUFFIX}").exists()
+    (tmp_path / f"outputs{stored.PIXELS_SUFFIX}").write_bytes(b"damaged")
+    assert torch.equal(stored.kept_pixels(out, "key-b", decode).images, first.images)
+    assert len(decoded) == 4  # a damaged file is decoded again and replaced
+    stored.kept_pixels(out, "key-b", decode)
+    assert len(decoded) == 4
+
+
+def test_the_page_keys_a_stores_pixels_by_its_folders_fingerprint(
+    source: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's read of a store's batch finds the kept pixels until the folder changes."""
+    weights = tmp_path / "tutorial.pt"
+    torch.save(models.build("tutorial").state_dict(), weights)
+    out = tmp_path / "outputs"
+    arguments = ["infer", "--model", "tutorial", "--weights", str(weights)]
+    assert main([*arguments, "--data", str(source.root), "--out", str(out)]) == 0
+    choice = service.DataChoice(kind="stored", outputs=str(out), size=6)
+    first = service.read_batch(service.open_source(choice), choice)
+    calls: list[int] = []
+    load_batch = data.load_batch
+    monkeypatch.setattr(data, "load_batch", lambda *a, **k: calls.append(1) or load_batch(*a, **k))
+    again = service.read_batch(service.open_source(choice), choice)
+    assert calls == [] and torch.equal(again.images, first.images)
+    (source.files[0]).write_bytes((source.files[1]).read_bytes())  # the folder changed
+    changed = service.read_batch(service.open_source(choice), choice)
+    assert calls == [1] and torch.equal(changed.images[0], changed.images[1])

@@ -42,6 +42,8 @@ NOT_A_VIEW: dict[str, str] = {
     keys.OUTLINES_CELLS: "an element inside a hidden container",
     keys.DETAIL_SCRIPT: "a hidden container",
     keys.HEATMAPS_CONTAINER: "a container",
+    keys.TABLE_PAGE: "the table's page past 10,000 rows: the picks made there are linked, and "
+    "a reopened table starts at its first page",
     keys.DETAIL_HEATMAPS: "a container",
     keys.TRUST_BADGES_CONTAINER: "a container",
     keys.TRUST_BADGES_RUN: "a button that runs the checks that did not fit: an action, not a view",

@@ -423,8 +423,10 @@ class OpenedStore:
         return int(self.table.num_rows)
 
 
-def open_store(path: str | Path) -> OpenedStore:
-    """Read a store, sorted by position, refusing anything gradpick did not write."""
+def open_store(path: str | Path, columns: Sequence[str] | None = None) -> OpenedStore:
+    """Read a store, sorted by position, refusing anything gradpick did not write; ``columns``:
+    read only these of its columns (those it has; ``position`` always), as the explorer's page
+    needs only the outputs of its images, not their names and labels again."""
     _pa()  # a clear message when pyarrow is missing
     import pyarrow.dataset as ds
 
@@ -452,7 +454,10 @@ def open_store(path: str | Path) -> OpenedStore:
             "labels were exclusive. Infer again to store each label's own probability."
         )
     store_output(metadata)  # an unknown output kind is refused, not misread
-    table = dataset.to_table().sort_by("position")
+    if columns is not None:
+        held = dataset.schema.names
+        columns = ["position", *(c for c in columns if c in held and c != "position")]
+    table = dataset.to_table(columns=columns).sort_by("position")
     return OpenedStore(table=table, metadata=metadata, path=path)
 
 

@@ -36,9 +36,13 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,6 +64,7 @@ __all__ = [
     "Triage",
     "confident_learning",
     "explained_by_slices",
+    "kept_neighbours",
     "list_matrix",
     "nearest_neighbours",
     "sample_warning",
@@ -176,6 +181,51 @@ def nearest_neighbours(
     return Neighbours(
         indices=indices, similarities=similarities, label_shares=label_shares, exact=exact
     )
+
+
+def kept_neighbours(
+    path: Path,
+    embeddings: np.ndarray | torch.Tensor,
+    labels: np.ndarray,
+    classes: int,
+    k: int = NEIGHBOURS,
+) -> Neighbours:
+    """``nearest_neighbours`` kept in the file ``path`` (beside a store: 50,000 rows take a
+    second or more, each session and server would pay it again). The file names a digest of
+    the embeddings, labels, classes and k it was found for, so any other input finds it stale
+    and replaces it; it holds plain arrays (read without pickle), written whole or not at all.
+    Keeping is best effort: an unwritable place costs the next session the search."""
+    matrix = np.ascontiguousarray(np.asarray(embeddings, dtype=np.float32))
+    given = np.ascontiguousarray(labels, dtype=np.int64)
+    digest = hashlib.sha256(matrix.tobytes())
+    digest.update(given.tobytes())
+    digest.update(f"{classes}|{k}".encode())
+    key = digest.hexdigest()
+    with (
+        contextlib.suppress(OSError, ValueError, KeyError, EOFError),
+        np.load(path, allow_pickle=False) as kept,
+    ):
+        if str(kept["key"]) == key:
+            return Neighbours(
+                indices=kept["indices"],
+                similarities=kept["similarities"],
+                label_shares=kept["label_shares"],
+                exact=bool(kept["exact"]),
+            )
+    found = nearest_neighbours(matrix, given, classes, k)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial.npz")
+    with contextlib.suppress(OSError):
+        np.savez(
+            partial,
+            key=np.asarray(key),
+            indices=found.indices,
+            similarities=found.similarities,
+            label_shares=found.label_shares,
+            exact=np.asarray(found.exact),
+        )
+        os.replace(partial, path)
+    partial.unlink(missing_ok=True)
+    return found
 
 
 def _exact(unit: torch.Tensor, k: int, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -346,8 +396,10 @@ def triage(
     embeddings: np.ndarray | torch.Tensor | None = None,
     k: int = NEIGHBOURS,
     weight: float = NEIGHBOUR_WEIGHT,
+    neighbours_file: Path | None = None,
 ) -> Triage:
-    """Rank images by how likely their given label is wrong (see the module's docstring)."""
+    """Rank images by how likely their given label is wrong (see the module's docstring);
+    ``neighbours_file``: keep the neighbours there (``kept_neighbours``), the costly part."""
     probabilities, labels = _checked(probabilities, labels)
     count, classes = probabilities.shape
     confident = confident_learning(probabilities, labels)
@@ -358,7 +410,11 @@ def triage(
     neighbours = None
     evidence = probabilities
     if embeddings is not None:
-        neighbours = nearest_neighbours(embeddings, labels, classes, k)
+        neighbours = (
+            nearest_neighbours(embeddings, labels, classes, k)
+            if neighbours_file is None
+            else kept_neighbours(neighbours_file, embeddings, labels, classes, k)
+        )
         votes = neighbours.indices.shape[1]
         score = score - weight * np.log(neighbours.agreement(labels) + 1.0 / votes)
         evidence = (probabilities + neighbours.label_shares) / 2

@@ -31,6 +31,7 @@ __all__ = [
     "GRID_PAGE",
     "GRID_PAGE_SIZE",
     "GRID_SHEET",
+    "TABLE_PAGE",
     "HEATMAPS_CONTAINER",
     "HIDDEN_KEY_PREFIX",
     "HOVER_ATLAS",
@@ -208,6 +209,8 @@ COLOUR_SCALE = "colour_scale"
 MEASURE_MEMORY = "measure_memory"
 GRID_PAGE_SIZE = "grid_page_size"
 GRID_PAGE = "grid_page"
+TABLE_PAGE = "table_page"
+"""Prefix of the table's page number (``per_source(TABLE_PAGE, batch_key)``), past one page."""
 PICKERS = "pickers"
 RULE = "rule"
 RULE_K = "rule_k"
@@ -368,6 +371,7 @@ TAB_DRAWN = "tab_drawn"
 VIEW_WIDGETS: dict[str, tuple[str, ...]] = {
     "Thumbnails": (GRID_PAGE_SIZE, GRID_PAGE),
     "Feature space": (EMBEDDING_PROJECTION, EMBEDDING_COLOUR),
+    "Table": (TABLE_PAGE,),
 }
 """The value widgets of each outputs view (``state.keep_closed_tabs``), as TAB_WIDGETS."""
 TAB_WIDGETS: dict[str, tuple[str, ...]] = {
@@ -375,6 +379,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         OUTPUTS_TAB,
         GRID_PAGE_SIZE,
         GRID_PAGE,
+        TABLE_PAGE,
         EMBEDDING_PROJECTION,
         EMBEDDING_COLOUR,
         MERGE_MODE,

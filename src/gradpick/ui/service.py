@@ -169,7 +169,8 @@ def open_source(
     if choice.kind == "stored":
         from gradpick.outputs import stores as stored
 
-        return stored.stored_source(stored.open_stored(choice.outputs))
+        # the source needs the store's metadata only: one column read, not the outputs
+        return stored.stored_source(stored.open_stored(choice.outputs, ("position",)))
     raise InputError(f"Unknown data source '{choice.kind}'; use one of {', '.join(SOURCE_KINDS)}.")
 
 
@@ -221,11 +222,21 @@ def check_batch_size(requested: int, total: int, cap: int | None = None) -> int:
 def read_batch(
     source: ImageSource, choice: DataChoice, progress: ProgressCallback | None = None
 ) -> ImageBatch:
-    """The batch a choice names, decoded chunk by chunk with progress."""
-    with _named_for_visitors(choice):
-        return data.load_batch(
-            source, start=choice.start, size=choice.size, seed=choice.seed, progress=progress
-        )
+    """The batch a choice names, decoded chunk by chunk with progress; a store's, kept beside
+    it once decoded (``stores.kept_pixels``)."""
+
+    def decode() -> ImageBatch:
+        with _named_for_visitors(choice):
+            return data.load_batch(
+                source, start=choice.start, size=choice.size, seed=choice.seed, progress=progress
+            )
+
+    if choice.kind != "stored":
+        return decode()
+    from gradpick.outputs import stores as stored
+
+    key = f"{source.fingerprint()}|{source.spec.describe()}|{choice.batch_key}"
+    return stored.kept_pixels(choice.outputs.strip(), key, decode)
 
 
 @contextmanager
@@ -473,21 +484,26 @@ def device_options() -> list[DeviceOption]:
 # ----------------------------------------------------------------------------- outputs
 
 
-def batch_table(batch: ImageBatch, result: InferenceResult) -> pd.DataFrame:
-    """One row per image of the batch (row i is index i), for the table and the report."""
-    names = batch.class_names
+def batch_table(
+    batch: ImageBatch, result: InferenceResult, rows: range | None = None
+) -> pd.DataFrame:
+    """One row per image of the batch (row i is index i), for the table and the report;
+    ``rows``: only these images (a page of the table), their indices kept."""
+    rows = range(len(batch)) if rows is None else rows
+    part = slice(rows.start, rows.stop)
+    names = np.asarray(batch.class_names, dtype=object)
     table = pd.DataFrame(
         {
-            "index": range(len(batch)),
-            "name": batch.names,
-            "predicted": [names[int(p)] for p in result.predictions],
-            "confidence": result.confidences.numpy().round(4),
+            "index": rows,
+            "name": batch.names[part],
+            "predicted": names[result.predictions[part].numpy()],
+            "confidence": result.confidences[part].numpy().round(4),
         }
     )
     if result.labels is not None and result.losses is not None and result.correct is not None:
-        table.insert(2, "true", [names[int(label)] for label in result.labels])
-        table["loss"] = result.losses.numpy().round(4)
-        table["correct"] = result.correct.numpy()
+        table.insert(2, "true", names[result.labels[part].numpy()])
+        table["loss"] = result.losses[part].numpy().round(4)
+        table["correct"] = result.correct[part].numpy()
     return table
 
 

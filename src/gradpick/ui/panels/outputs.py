@@ -35,6 +35,7 @@ __all__ = [
     "PAGE_SIZES",
     "PROJECTION_LABELS",
     "RULE_LABELS",
+    "TABLE_PAGE_ROWS",
     "SCATTER_VIEW",
     "VIEWS",
     "absorb_selections",
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 GRID_COLUMNS = 10
+TABLE_PAGE_ROWS = 10_000
+"""The table sends at most this many rows, a page of the batch: a browser grid of 50,000 rows
+takes a second to receive and lay out, and the server a second to serialise."""
 PAGE_SIZES = (100, 50, 200)
 RULE_LABELS = {
     "misclassified": "Misclassified",
@@ -71,7 +75,12 @@ def absorb_selections(loaded: Loaded) -> None:
     state.follow_batch(session, loaded.key)
     for key in (keys.GRID_CHART, keys.SCATTER_CHART, keys.EMBEDDING_CHART):
         state.absorb(session, key, selection.indices_from_plotly_selection, len(loaded))
-    state.absorb(session, keys.TABLE, state.table_rows, len(loaded))
+    first = _table_rows(loaded).start
+
+    def table_indices(event: Mapping[str, Any] | None) -> list[int]:
+        return [first + row for row in state.table_rows(event)]
+
+    state.absorb(session, keys.TABLE, table_indices, len(loaded))
     if result.labels is not None:
 
         def cell_members(event: Mapping[str, Any] | None) -> list[int]:
@@ -263,9 +272,17 @@ def _scatter_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -> 
         figure = _marked(figure, judged, lambda i: (float(confidences[i]), float(heights[i])))
     st.caption(
         "Each point is an image (hover to see it); crosses are wrong predictions; orange rings: "
-        "picked. Select to pick." + (" Open marks: the Triage tab's verdicts." if judged else "")
+        "picked. Select to pick."
+        + (" Open marks: the Triage tab's verdicts." if judged else "")
+        + _sampled(len(loaded))
     )
     _plot(figure, keys.SCATTER_CHART)
+
+
+def _sampled(count: int) -> str:
+    """The scatters' caption's note on a batch too large to draw point by point."""
+    note = figures.sample_note(count, figures.drawn_sample(count))
+    return f" {note}" if note else ""
 
 
 def _confusion(loaded: Loaded, judged: Mapping[int, str]) -> None:
@@ -321,6 +338,7 @@ def _embedding_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -
         f"numbers: the input of the model's last linear layer) projected by "
         f"{PROJECTION_LABELS[method]}. Hover for the image and its classes; click, box- or "
         "lasso-select to pick; the 'Nearest neighbours' rule picks the closest in feature space."
+        + _sampled(len(loaded))
     )
     figure = cache.embedding_scatter(
         loaded.key,
@@ -338,9 +356,33 @@ def _embedding_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -
     return True
 
 
+def _table_rows(loaded: Loaded) -> range:
+    """The batch indices of the table's open page (all of them up to ``TABLE_PAGE_ROWS``)."""
+    size = len(loaded)
+    page = int(st.session_state.get(keys.per_source(keys.TABLE_PAGE, loaded.key), 1))
+    pages = max(1, math.ceil(size / TABLE_PAGE_ROWS))
+    first = (min(max(page, 1), pages) - 1) * TABLE_PAGE_ROWS
+    return range(first, min(first + TABLE_PAGE_ROWS, size))
+
+
 def _table(loaded: Loaded, judged: Mapping[int, str]) -> None:
-    st.caption("Select rows to pick them (row i is image i).")
-    table = service.batch_table(loaded.batch, loaded.result)
+    size = len(loaded)
+    if size > TABLE_PAGE_ROWS:
+        page_key = keys.per_source(keys.TABLE_PAGE, loaded.key)
+        pages = math.ceil(size / TABLE_PAGE_ROWS)
+        if not 1 <= st.session_state.get(page_key, 1) <= pages:
+            st.session_state.pop(page_key)
+        state.start_at(st.session_state, page_key, 1)
+        st.number_input(f"Table page (of {pages:,})", 1, pages, key=page_key)
+    rows = _table_rows(loaded)
+    if size > TABLE_PAGE_ROWS:
+        st.caption(
+            f"Rows {rows.start:,}–{rows.stop - 1:,} of {size:,} (a page of "
+            f"{TABLE_PAGE_ROWS:,}); select rows to pick them (the index column is the image's)."
+        )
+    else:
+        st.caption("Select rows to pick them (row i is image i).")
+    table = service.batch_table(loaded.batch, loaded.result, rows)
     if judged:
         table["verdict"] = [VERDICTS[judged[i]] if i in judged else "" for i in table["index"]]
     st.dataframe(

@@ -26,6 +26,7 @@ import streamlit as st
 from gradpick import attribution
 from gradpick.errors import GradpickError
 from gradpick.outputs.inference import InferenceResult
+from gradpick.outputs.sidecar import sibling
 from gradpick.picking import rules as selection
 from gradpick.triage import ranking as triage
 from gradpick.triage.verdicts import VERDICTS, Verdict, VerdictBook
@@ -33,7 +34,10 @@ from gradpick.ui import cache, heatmaps, keys, state
 from gradpick.ui import judged as judged_now
 from gradpick.ui.session import Loaded, Settings
 
-__all__ = ["heading", "render"]
+__all__ = ["NEIGHBOURS_SUFFIX", "heading", "render"]
+
+NEIGHBOURS_SUFFIX = ".neighbours.npz"
+"""The file beside a store that keeps its triage's neighbours (``ranking.kept_neighbours``)."""
 
 SHOWN_NEIGHBOURS = 6
 LISTED = 20
@@ -48,7 +52,15 @@ def _found(loaded: Loaded) -> triage.Triage:
     result = loaded.result
     assert result.labels is not None
     features = None if result.features is None else result.features.numpy()
-    found = triage.triage(result.probabilities.double().numpy(), result.labels.numpy(), features)
+    # a store's neighbours are kept beside it: a second session or server finds them there
+    kept = (
+        sibling(loaded.choice.outputs, NEIGHBOURS_SUFFIX)
+        if loaded.choice.kind == "stored" and loaded.choice.outputs.strip()
+        else None
+    )
+    found = triage.triage(
+        result.probabilities.double().numpy(), result.labels.numpy(), features, neighbours_file=kept
+    )
     if loaded.choice.kind == "stored":  # the slices kept beside the store explain errors
         path = loaded.choice.outputs.strip()
         opened = cache.stored_outputs(path, Path(path).expanduser().stat().st_mtime)
