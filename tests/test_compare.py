@@ -256,8 +256,7 @@ def _occluded_by_hand(
     """Occlusion's definition, one window at a time: the mean drop of the logit over the
     windows (grey 0.5, the last cut at the border) that cover each pixel."""
     height, width = image.shape[-2:]
-    starts = [range(0, 1 + max(0, -(-(side - window) // stride)) * stride, stride)
-              for side in (height, width)]  # fmt: skip
+    starts = [range(0, side - window + stride, stride) for side in (height, width)]
     with torch.no_grad():
         whole = model(image[None])[0, label]
         summed = torch.zeros(height, width, dtype=torch.float64)
