@@ -43,6 +43,7 @@ __all__ = [
     "at_batch_indices",
     "colourbar",
     "compute",
+    "cost",
     "engine_images",
     "export_of",
     "gradient_request",
@@ -229,6 +230,18 @@ def compute(
             gradient_request(model, batch, indices, request, contrast=contrast)
         )
     return at_batch_indices(shown, indices)
+
+
+def cost(
+    model: nn.Module, batch: ImageBatch, indices: Sequence[int], request: HeatmapRequest
+) -> str | None:
+    """What the request's method will cost the picks in forwards, when it runs many per pick
+    (``attribution.forward_cost``), said before the maps are computed; None otherwise."""
+    if not indices:
+        return None
+    layer = request.layer if request.method in attribution.LAYER_METHODS else None
+    method = attribution.build(request.method, dict(request.settings), layer)
+    return attribution.forward_cost(method, gradient_request(model, batch, indices, request))
 
 
 def step_threads(model: nn.Module) -> AbstractContextManager[None]:

@@ -71,6 +71,11 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     request = layer_select.with_layer(loaded, settings.request)
     settings = dataclasses.replace(settings, request=request)
     cached_by = (loaded.key, loaded.option.identity, str(loaded.device), tuple(picked))
+    # Said before the forwards run (and kept while their maps show); a setting that does not
+    # fit the images fails here with the same message the method would give.
+    cost = heatmaps.cost(loaded.model, loaded.batch, picked, request)
+    if cost is not None:
+        st.caption(f"{cost}, batched; the same picks and settings later reuse the maps.")
     result = cache.attribution(*cached_by, request, loaded.model, loaded.batch)
     titles = service.describe_indices(loaded.batch, loaded.result, picked)
     tiles = heatmaps.tiles(loaded.batch.images[picked], result.maps, settings.shared_scale)
