@@ -100,8 +100,13 @@ def _cmd_bench_planted(args: argparse.Namespace) -> int:
                 f"{name} -> {label}: {rate:.1%} of marked other-class images ({base:.1%} unmarked)"
             )
         print(f"\n{len(errors.images)} planted errors\n")
-        scores = planted.score_methods(model, clean, errors, args.methods, log=_log)
+        kept: dict[str, torch.Tensor] = {}
+        scores = planted.score_methods(model, clean, errors, args.methods, log=_log, kept=kept)
         print("\n".join(planted.table(scores, errors)))
+        rates = planted.note_rates(kept, errors) if "occlusion 6x6" in kept else []
+        if rates:
+            print("\nThe occlusion note (the shown map's peak outside occlusion's region):\n")
+            print("\n".join(planted.note_table(rates)))
     print()
     seconds = _occlusion_seconds(clean, 32, 16, 6)
     print(f"occlusion 6x6 stride 3, 16 picks at 32 px (ResNet-20): {seconds:.2f} s")
