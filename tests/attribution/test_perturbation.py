@@ -68,6 +68,32 @@ def test_occlusion_equals_captum(tiny_bn_cnn, dtype, target, window, stride):
     assert found.method == "occlusion" and found.settings["window"] == window
 
 
+class _Viewing(nn.Module):
+    """A convolution, then ``.view`` of its features: it cannot take channels-last pixels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.fc = nn.Linear(4 * 16 * 16, 10)
+        self.eval()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        features = torch.relu(self.conv(images))
+        return self.fc(features.view(features.shape[0], -1))
+
+
+def test_a_model_that_views_its_features_gets_the_usual_layout_and_captums_maps():
+    model = _Viewing()
+    images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    with pytest.raises(RuntimeError, match="view"):
+        model(images.contiguous(memory_format=torch.channels_last))
+    request = GradientRequest.build(model, images, PICKED, target="logit")
+    maps = Occlusion(window=6, stride=3, batch_size=16).attribute(request).maps
+    expected = _captum(model, images[PICKED], "logit", None, 6, 3, 0.5)
+    torch.testing.assert_close(maps, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_occlusion_with_a_blurred_fill_equals_captum_with_that_baseline(float64_cnn):
     images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(5)).double()
     request = GradientRequest.build(float64_cnn, images, PICKED, target="logit")
