@@ -82,11 +82,11 @@ METHODS: dict[str, Callable[[], attribution.AttributionMethod]] = {
 def finetune(
     model: nn.Module,
     source: ImageSource,
-    images: int = 6000,
+    images: int = 8000,
     share: float = 0.5,
     poison: float = 0.2,
     epochs: int = 1,
-    lr: float = 0.05,
+    lr: float = 0.02,
     batch_size: int = 128,
     seed: int = 0,
     log: Callable[[str], None] = print,
