@@ -28,7 +28,7 @@ from gradpick.trust.engine import saliency
 
 __all__ = ["TOLERANCE", "TOP_SHARE", "PeakAgreement", "occlusion_agreement", "peak_agreement"]
 
-TOP_SHARE = 0.1
+TOP_SHARE = 0.05
 """Occlusion's strongest region: this share of the pixels, by |drop|."""
 TOLERANCE = 2
 """Pixels around occlusion's region where the shown map's peak still agrees (as the pointing

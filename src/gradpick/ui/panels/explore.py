@@ -16,6 +16,7 @@ from gradpick.picking import rules as selection
 from gradpick.runtime.measure import MemoryReport
 from gradpick.share import export, report
 from gradpick.show import render
+from gradpick.trust.agreement import TOP_SHARE
 from gradpick.ui import badges, cache, figures, heatmaps, keys, layer_select, media, service, state
 from gradpick.ui.browser import pixels
 from gradpick.ui.guard import guarded
@@ -179,7 +180,7 @@ def _occlusion_check(
         f"target: on planted causes it finds the cause far more often than gradient maps (the "
         f"guide's Attribution methods page has the rule's false-alarm and miss rates). A note "
         f"per pick says whether the {label} map's peak lies within 2 px of occlusion's "
-        f"strongest tenth of the pixels. Costs: {cost}.",
+        f"strongest {TOP_SHARE:.0%} of the pixels. Costs: {cost}.",
     )
     if not switched_on:
         st.caption(f"Occlusion check off ({cost} when on).")
