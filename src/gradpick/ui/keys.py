@@ -390,6 +390,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         DOWNLOADS_OPEN,
         LAYER,
         TRUST_BADGES,
+        OCCLUSION_CHECK,
         SELECTION_NAME,
         SELECTION_NOTE,
         SELECTION_CHOSEN,
