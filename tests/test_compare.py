@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from gradpick import attribution, data
 from gradpick import compare as versus
-from gradpick import data
 from gradpick.cli import main
 from gradpick.errors import InputError
 from gradpick.models import zoo
@@ -247,3 +248,73 @@ def test_a_missing_second_model_is_explained(
     assert "--weights belongs to a model: give it after that model's --model" in (
         capsys.readouterr().err
     )
+
+
+def _occluded_by_hand(
+    model: torch.nn.Module, image: torch.Tensor, label: int, window: int, stride: int
+) -> torch.Tensor:
+    """Occlusion's definition, one window at a time: the mean drop of the logit over the
+    windows (grey 0.5, the last cut at the border) that cover each pixel."""
+    height, width = image.shape[-2:]
+    starts = [range(0, side - window + stride, stride) for side in (height, width)]
+    with torch.no_grad():
+        whole = model(image[None])[0, label]
+        summed = torch.zeros(height, width, dtype=torch.float64)
+        counts = torch.zeros(height, width, dtype=torch.float64)
+        for y in starts[0]:
+            for x in starts[1]:
+                hidden = image.clone()
+                hidden[:, y : y + window, x : x + window] = 0.5
+                summed[y : y + window, x : x + window] += float(
+                    whole - model(hidden[None])[0, label]
+                )
+                counts[y : y + window, x : x + window] += 1
+    return summed / counts
+
+
+def _risen_by_hand(
+    model: torch.nn.Module, image: torch.Tensor, label: int, masks: torch.Tensor, keep: float
+) -> torch.Tensor:
+    """RISE's definition from its masks: the target under each mask, weighed by the mask."""
+    with torch.no_grad():
+        scores = model(image[None] * masks[:, None])[:, label].double()
+    return (scores[:, None, None] * masks.double()).sum(dim=0) / (len(masks) * keep)
+
+
+@pytest.mark.parametrize("method", ["occlusion", "rise"])
+def test_perturbation_methods_compare_two_models_by_their_definition(
+    image_folder_factory: Any, factories: str, tmp_path: Path, method: str
+) -> None:
+    root = image_folder_factory(list(data.CIFAR10_CLASSES), per_class=1)
+    source = data.image_folder(root)
+    first = zoo.load_model("tutorial", device="cpu")
+    second = zoo.load_model(f"{factories}:pooled", device="cpu")
+    pairing = versus.pair(*versus.sides_of_models(first, second, source))
+    rows = [1, 4]
+    settings = {"window": 8, "stride": 4} if method == "occlusion" else {"masks": 60, "cell": 8}
+    maps = versus.compare_maps(first, second, source, pairing, rows, method, settings)
+    assert maps.method == method and maps.maps[0].shape == (2, 32, 32)
+    images = source.read(rows).float() / 255
+    masks = attribution.Rise(**settings).masks(32, 32) if method == "rise" else None
+    for side, loaded in enumerate((first, second)):
+        model = copy.deepcopy(loaded.module).double()
+        by_hand = torch.stack(
+            [
+                _occluded_by_hand(model, image.double(), int(label), 8, 4)
+                if method == "occlusion"
+                else _risen_by_hand(model, image.double(), int(label), masks, 0.5)
+                for image, label in zip(images, source.labels()[rows], strict=True)
+            ]
+        ).abs()
+        by_hand = by_hand / by_hand.flatten(1).amax(dim=1).view(-1, 1, 1)
+        # float32 maps against the float64 definition: equal up to rounding
+        assert torch.allclose(maps.maps[side], by_hand, atol=1e-4), side
+
+    report = tmp_path / "report.json"
+    arguments = ["compare", "--model", "tutorial", "--model", f"{factories}:pooled"]
+    assert main([*arguments, "--data", str(root), "--indices", "1, 4", "--method", method,
+                 "--json", str(report)]) == 0  # fmt: skip
+    written = json.loads(report.read_text())
+    assert written["maps"]["method"] == method
+    assert [row["index"] for row in written["maps"]["rows"]] == rows
+    assert all(-1 <= row["spearman"] <= 1 for row in written["maps"]["rows"])

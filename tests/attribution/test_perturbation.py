@@ -68,6 +68,32 @@ def test_occlusion_equals_captum(tiny_bn_cnn, dtype, target, window, stride):
     assert found.method == "occlusion" and found.settings["window"] == window
 
 
+class _Viewing(nn.Module):
+    """A convolution, then ``.view`` of its features: it cannot take channels-last pixels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.fc = nn.Linear(4 * 16 * 16, 10)
+        self.eval()
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        features = torch.relu(self.conv(images))
+        return self.fc(features.view(features.shape[0], -1))
+
+
+def test_a_model_that_views_its_features_gets_the_usual_layout_and_captums_maps():
+    model = _Viewing()
+    images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    with pytest.raises(RuntimeError, match="view"):
+        model(images.contiguous(memory_format=torch.channels_last))
+    request = GradientRequest.build(model, images, PICKED, target="logit")
+    maps = Occlusion(window=6, stride=3, batch_size=16).attribute(request).maps
+    expected = _captum(model, images[PICKED], "logit", None, 6, 3, 0.5)
+    torch.testing.assert_close(maps, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_occlusion_with_a_blurred_fill_equals_captum_with_that_baseline(float64_cnn):
     images = torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(5)).double()
     request = GradientRequest.build(float64_cnn, images, PICKED, target="logit")
@@ -175,6 +201,20 @@ def test_the_cost_is_known_before_running(tiny_cnn, random_batch):
     assert Occlusion(window=6, stride=2).forwards(request) == 4 * (14 * 14 + 1)
     assert Occlusion(window=4, stride=4).forwards(request) == 4 * (8 * 8 + 1)
     assert Rise(masks=300).forwards(request) == 4 * 300
+    said = attribution.forward_cost(Occlusion(window=6, stride=2), request)
+    assert said == "Occlusion runs 788 forwards (197 per pick × 4 picks)"
+    one = GradientRequest.build(tiny_cnn, random_batch.images, [2], target="logit")
+    assert (
+        attribution.forward_cost(Rise(masks=300), one)
+        == "RISE runs 300 forwards (300 per pick × 1 pick)"
+    )
+    score_cam = attribution.ScoreCAM().forwards(request)  # 1 + the layer's channels per pick
+    assert attribution.forward_cost(attribution.ScoreCAM(), request) == (
+        f"Score-CAM runs {score_cam:,} forwards ({score_cam // 4:,} per pick × 4 picks)"
+    )
+    # One forward (and backward) per pick is no cost to warn of.
+    assert attribution.forward_cost(attribution.GradCAM(), request) is None
+    assert attribution.forward_cost(attribution.SmoothGrad(), request) is None
 
 
 def test_a_logit_difference_is_the_target_of_every_altered_image(float64_cnn, float64_images):
@@ -254,7 +294,7 @@ def test_grads_says_the_cost_then_exports_the_occlusion_maps(capsys, fitting, we
         "--target", "logit", "--out", str(out),
     )  # fmt: skip
     assert status == 0, err
-    assert "cost: Occlusion runs 100 forwards (50 per pick)" in printed  # 7 x 7 places + 1
+    assert "cost: Occlusion runs 100 forwards (50 per pick × 2 picks)" in printed  # 7 x 7 + 1
     assert printed.index("cost:") < printed.index("wrote")
     saved = dict(np.load(out, allow_pickle=False))
     batch = data.load_batch(data.image_folder(fitting))
@@ -324,9 +364,15 @@ def test_the_explorer_maps_picks_with_a_perturbation_method(generated, method):
     from gradpick.ui import keys
     from tests.app.test_app import TUTORIAL, captioned_indices, no_errors, open_app, select
 
-    app = select(open_app(**TUTORIAL, method=method), keys.SCATTER_CHART, [5, 3])
+    settings = {"window": 8, "stride": 4} if method == "occlusion" else {"masks": 200}
+    app = select(open_app(**TUTORIAL, method=method, **settings), keys.SCATTER_CHART, [5, 3])
     no_errors(app)
     assert captioned_indices(app) == [5, 3]
+    # The cost is said above the maps: 7 x 7 windows + the image, or one forward per mask.
+    per_pick = 7 * 7 + 1 if method == "occlusion" else 200
+    label = attribution.get(method).label
+    said = f"{label} runs {2 * per_pick:,} forwards ({per_pick:,} per pick × 2 picks)"
+    assert any(caption.value.startswith(said) for caption in app.caption)
     assert app.sidebar.selectbox(key=keys.METHOD).value == method
     sliders = {slider.key for slider in app.sidebar.slider}
     for parameter in attribution.get(method).parameters:

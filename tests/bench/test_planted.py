@@ -6,7 +6,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gradpick.bench.planted import Errors, mass, planted_errors, pointing, score_methods, table
+from gradpick.bench.planted import (
+    Errors,
+    mass,
+    note_rates,
+    note_table,
+    planted_errors,
+    pointing,
+    score_methods,
+    table,
+)
 from gradpick.cli import main
 from gradpick.data import CIFAR10_CLASSES, ImageBatch
 from gradpick.data.planted import plant
@@ -121,3 +130,34 @@ def test_no_planted_errors_is_an_empty_set():
     )
     errors = planted_errors(_Reader(True), batch)  # reads only a corner: no mark flips it
     assert errors.images.shape == (0, 3, 32, 32) and errors.features == ()
+
+
+def _spot(y: int, x: int, side: int = 1) -> torch.Tensor:
+    """A [3, 32, 32] map of zeros with a side x side square of 5s at (y, x)."""
+    values = torch.zeros(3, 32, 32)
+    values[:, y : y + side, x : x + side] = 5.0
+    return values
+
+
+def test_the_note_fires_on_shown_maps_that_miss_the_mark_and_counts_its_false_alarms():
+    # Six errors, each with a 4 x 4 mark at (20, 20). The shown map hits it on the first
+    # three and peaks at (2, 2) on the others; occlusion finds the mark except on the third
+    # error, where its region is at (2, 2): a hit the note wrongly flags, and on the sixth
+    # error a miss it does not.
+    masks = torch.zeros(6, 32, 32, dtype=torch.bool)
+    masks[:, 20:24, 20:24] = True
+    errors = Errors(torch.zeros(6, 3, 32, 32), masks, ("patch",) * 6, torch.full((6,), 6), {})
+    shown = torch.stack([_spot(21, 21)] * 3 + [_spot(2, 2)] * 3)
+    occlusion = torch.stack([_spot(20, 20, 6)] * 2 + [_spot(0, 0, 6)] + [_spot(20, 20, 6)] * 2
+                            + [_spot(0, 0, 6)])  # fmt: skip
+    maps = {"gradient": shown, "occlusion 6x6": occlusion}
+    (rates,) = note_rates(maps, errors, shares=(0.05,))
+    assert (rates.shown, rates.top_share) == ("gradient", 0.05)
+    assert (rates.misses, rates.fired_on_misses) == (3, 2)
+    assert (rates.hits, rates.fired_on_hits) == (3, 1)
+    # A method that was not run is left out; every share gives a row.
+    assert [r.top_share for r in note_rates(maps, errors, ("gradcam", "gradient"))] == [
+        0.05, 0.1, 0.2,
+    ]  # fmt: skip
+    lines = note_table([rates])
+    assert lines[2] == "| gradient | top 5% | 2/3 (67%) | 1/3 (33%) |"

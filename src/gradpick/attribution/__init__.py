@@ -70,6 +70,7 @@ __all__ = [
     "attribute",
     "build",
     "default_target",
+    "forward_cost",
     "get",
 ]
 
@@ -120,6 +121,21 @@ def default_target(method: str, labelled: bool = True, class_given: bool = False
     """
     chosen = get(method).default_target
     return chosen if labelled and not class_given else "logit"
+
+
+def forward_cost(method: AttributionMethod, request: GradientRequest) -> str | None:
+    """What a method of many forwards per pick (Score-CAM, occlusion, RISE) will cost, said
+    before it runs, the same words in the CLI and the explorer; None for a method of one forward
+    (and backward) per pick. Example: ``forward_cost(Occlusion(), request)`` is 'Occlusion
+    runs 3,152 forwards (197 per pick × 16 picks)' for 16 picks at 32 px."""
+    if not isinstance(method, PerturbationMethod | LayerMethod):
+        return None
+    forwards = method.forwards(request)
+    per_pick = forwards // request.count
+    if per_pick <= 1:
+        return None
+    picks = f"{request.count:,} pick" + ("" if request.count == 1 else "s")
+    return f"{method.label} runs {forwards:,} forwards ({per_pick:,} per pick × {picks})"
 
 
 def build(name: str, settings: Mapping[str, Any], layer: str | None = None) -> AttributionMethod:

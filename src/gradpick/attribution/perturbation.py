@@ -51,6 +51,26 @@ def window_starts(size: int, window: int, stride: int) -> list[int]:
     return [i * stride for i in range(1 + math.ceil((size - window) / stride))]
 
 
+def _hidden(
+    height: int,
+    width: int,
+    rows: list[int],
+    columns: list[int],
+    window: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """Every place's hidden pixels [1 + places, H, W] (bool), place 0 (the image) none: built
+    once per call, each batch then indexes its rows."""
+    inside_y = torch.zeros(len(rows), height, dtype=torch.bool, device=device)
+    inside_x = torch.zeros(len(columns), width, dtype=torch.bool, device=device)
+    for number, y in enumerate(rows):
+        inside_y[number, y : y + window] = True
+    for number, x in enumerate(columns):
+        inside_x[number, x : x + window] = True
+    places = (inside_y[:, None, :, None] & inside_x[None, :, None, :]).flatten(0, 1)
+    return torch.cat([torch.zeros_like(places[:1]), places])
+
+
 Progress = Callable[[int, int], None]
 """Called after each batch of forwards with (forwards done, forwards in all)."""
 
@@ -105,8 +125,21 @@ class PerturbationMethod(AttributionMethod):
             indices=torch.arange(held.numel()), labels=held, classes=held, versus=versus
         )
 
+        channels_last = [request.images.dim() == 4]
+
         def score(images: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-            logits = call_model(request.model, images)
+            # Channels-last pixels take the CPU's faster convolutions (about a third less time
+            # for ResNet-20 at 32 px; the weights stay as they are), equal up to rounding. A
+            # model that cannot take them (a .view of its features) gets the usual layout.
+            logits = None
+            with torch.inference_mode():
+                if channels_last[0]:
+                    try:
+                        logits = request.model(images.contiguous(memory_format=torch.channels_last))
+                    except RuntimeError:
+                        channels_last[0] = False
+                if logits is None:
+                    logits = call_model(request.model, images.contiguous())
             # picked_targets reads rows start..end of the request; rows are consecutive.
             order = slice(int(rows[0]), int(rows[-1]) + 1)
             return scored.picked_targets(logits, order)[0]
@@ -171,21 +204,15 @@ class Occlusion(PerturbationMethod):
         score = self._scorer(request, plain, places + 1)
         # Row r is pick r // (places + 1) at place r % (places + 1); place 0 is the image itself.
         total = k * (places + 1)
-        starts = torch.tensor([(y, x) for y in rows for x in columns], device=picked.device)
-        ys = torch.arange(height, device=picked.device)
-        xs = torch.arange(width, device=picked.device)
+        hidden_at = _hidden(height, width, rows, columns, window, picked.device)
+        grey = torch.tensor(float(self.settings["grey"]), dtype=picked.dtype, device=picked.device)
         targets = []
         for start in range(0, total, self._batch()):
             chunk = torch.arange(start, min(start + self._batch(), total), device=picked.device)
-            place = chunk % (places + 1)
             images = picked[chunk // (places + 1)]
-            corner = starts[(place - 1).clamp_min(0)]
-            inside_y = (ys >= corner[:, :1]) & (ys < corner[:, :1] + window)
-            inside_x = (xs >= corner[:, 1:]) & (xs < corner[:, 1:] + window)
-            hidden = inside_y[:, :, None] & inside_x[:, None, :] & (place > 0)[:, None, None]
+            hidden = hidden_at[chunk % (places + 1)]
             if self.fill is None:
-                grey = torch.tensor(float(self.settings["grey"]), dtype=images.dtype)
-                altered = torch.where(hidden.unsqueeze(1), grey.to(images.device), images)
+                altered = torch.where(hidden.unsqueeze(1), grey, images)
             else:
                 altered = self.fill(images, hidden)
             targets.append(score(altered, chunk.cpu()))

@@ -36,6 +36,8 @@ from gradpick.gradients.request import GradientRequest
 from gradpick.models import shipped as models
 from gradpick.models.training import augment_batch
 from gradpick.outputs.inference import infer
+from gradpick.trust.agreement import TOLERANCE as NOTE_TOLERANCE
+from gradpick.trust.agreement import peak_agreement
 
 __all__ = [
     "METHODS",
@@ -44,6 +46,10 @@ __all__ = [
     "TOLERANCE",
     "Errors",
     "MethodScore",
+    "NOTE_SHARES",
+    "NoteRates",
+    "note_rates",
+    "note_table",
     "finetune",
     "finetune_on",
     "mass",
@@ -77,11 +83,11 @@ METHODS: dict[str, Callable[[], attribution.AttributionMethod]] = {
 def finetune(
     model: nn.Module,
     source: ImageSource,
-    images: int = 6000,
+    images: int = 8000,
     share: float = 0.5,
     poison: float = 0.2,
     epochs: int = 1,
-    lr: float = 0.05,
+    lr: float = 0.02,
     batch_size: int = 128,
     seed: int = 0,
     log: Callable[[str], None] = print,
@@ -243,14 +249,14 @@ class MethodScore:
 
 def _scored(
     model: nn.Module, method: attribution.AttributionMethod, errors: Errors, classes: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, float]:
+) -> tuple[torch.Tensor, torch.Tensor, float, torch.Tensor]:
     request = GradientRequest.build(
         model, errors.images, list(range(len(errors.images))), target="logit", classes=classes
     )
     started = time.perf_counter()
     maps = method.attribute(request).maps
     seconds = time.perf_counter() - started
-    return pointing(maps, errors.masks), mass(maps, errors.masks), seconds
+    return pointing(maps, errors.masks), mass(maps, errors.masks), seconds, maps
 
 
 def score_methods(
@@ -259,14 +265,18 @@ def score_methods(
     errors: Errors,
     names: Sequence[str] = tuple(METHODS),
     log: Callable[[str], None] = print,
+    kept: dict[str, torch.Tensor] | None = None,
 ) -> list[MethodScore]:
     """Every method of ``names`` on the planted errors (the planted model's call explained) and
-    on the same images through the clean model (its own call explained)."""
+    on the same images through the clean model (its own call explained). ``kept``, when given,
+    receives each method's maps of the planted errors by name."""
     clean_calls = infer(clean_model, errors.images).predictions
     scores = []
     for name in names:
-        hit, share, seconds = _scored(planted_model, METHODS[name](), errors, errors.called)
-        control, control_share, _ = _scored(clean_model, METHODS[name](), errors, clean_calls)
+        hit, share, seconds, maps = _scored(planted_model, METHODS[name](), errors, errors.called)
+        if kept is not None:
+            kept[name] = maps
+        control, control_share, _, _ = _scored(clean_model, METHODS[name](), errors, clean_calls)
         per_feature = {
             feature: int(
                 sum(bool(h) for h, f in zip(hit, errors.features, strict=True) if f == feature)
@@ -314,6 +324,75 @@ def table(scores: Sequence[MethodScore], errors: Errors) -> list[str]:
         for score in scores
     ]
     return markdown_table(columns, rows, right=columns[1:])
+
+
+NOTE_SHARES = (0.05, 0.1, 0.2)
+"""Occlusion's strongest region, as a share of the pixels, tried for the explorer's note."""
+
+
+@dataclass(frozen=True)
+class NoteRates:
+    """The occlusion note (``gradpick.trust.agreement``) for one shown method and region size
+    on the planted errors, where the answer is known: a shown map that misses the mark should
+    get the note, one that points at it should not."""
+
+    shown: str
+    top_share: float
+    misses: int
+    """Planted errors whose shown map misses the mark (pointing game)."""
+    fired_on_misses: int
+    hits: int
+    fired_on_hits: int
+    """False alarms: the note on a shown map that points at the mark."""
+
+
+def note_rates(
+    maps: dict[str, torch.Tensor],
+    errors: Errors,
+    shown: Sequence[str] = ("gradient", "gradcam"),
+    occlusion: str = "occlusion 6x6",
+    shares: Sequence[float] = NOTE_SHARES,
+) -> list[NoteRates]:
+    """For each shown method of ``shown`` in ``maps`` (the planted errors' maps by method name,
+    ``score_methods(kept=...)``) and region share: how often the note fires on the maps that
+    miss the mark and on those that hit it, against ``occlusion``'s maps."""
+    rates = []
+    for name in (name for name in shown if name in maps):
+        hit = pointing(maps[name], errors.masks)
+        for share in shares:
+            notes = peak_agreement(maps[name], maps[occlusion], share, NOTE_TOLERANCE)
+            fired = torch.tensor([not note.agree for note in notes])
+            rates.append(
+                NoteRates(
+                    name,
+                    share,
+                    int((~hit).sum()),
+                    int((fired & ~hit).sum()),
+                    int(hit.sum()),
+                    int((fired & hit).sum()),
+                )
+            )
+    return rates
+
+
+def note_table(rates: Sequence[NoteRates]) -> list[str]:
+    """The markdown table of ``note_rates``: per shown method and region, the note's rate on
+    maps that miss the mark (should fire) and its false alarms on maps that hit it."""
+    columns = ["shown map", "occlusion region", "fires on misses", "fires on hits (false alarm)"]
+
+    def rate(part: int, whole: int) -> str:
+        return f"{part}/{whole} ({part / whole:.0%})" if whole else "0/0"
+
+    rows = [
+        [
+            rate_.shown,
+            f"top {rate_.top_share:.0%}",
+            rate(rate_.fired_on_misses, rate_.misses),
+            rate(rate_.fired_on_hits, rate_.hits),
+        ]
+        for rate_ in rates
+    ]
+    return markdown_table(columns, rows, right=columns[2:])
 
 
 def save(model: nn.Module, path: Path) -> None:

@@ -4,6 +4,8 @@ game and the mass on the mark, against the clean model as a control), and occlus
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import torch
 
 from gradpick import attribution, data
+from gradpick.bench.rows import markdown_table
 from gradpick.cli.arguments import Commands, data_source, positive_int
 from gradpick.data.planted import FEATURES
 from gradpick.errors import InputError
@@ -51,8 +54,10 @@ def _planted_model(args: argparse.Namespace, clean: torch.nn.Module) -> torch.nn
     return tuned
 
 
-def _occlusion_seconds(model: torch.nn.Module, size: int, picks: int, window: int) -> float:
-    """Wall seconds of occlusion (stride window // 2) of ``picks`` random images."""
+def _occlusion_seconds(
+    model: torch.nn.Module, size: int, picks: int, window: int, stride: int, batch: int
+) -> tuple[float, int]:
+    """Wall seconds of occlusion of ``picks`` random images, and its forwards."""
     images = torch.rand(picks, 3, size, size, generator=torch.Generator().manual_seed(0))
     request = GradientRequest.build(model, images, list(range(picks)), target="logit")
 
@@ -61,16 +66,65 @@ def _occlusion_seconds(model: torch.nn.Module, size: int, picks: int, window: in
             print(f"\r  {done:,}/{total:,} forwards", end="", file=sys.stderr, flush=True)
 
     method = attribution.Occlusion(
-        window=window, stride=max(1, window // 2), batch_size=64 if size <= 64 else 8,
-        progress=progress,
-    )  # fmt: skip
+        window=window, stride=stride, batch_size=batch, progress=progress
+    )
     _log(f"occlusion at {size} px: {method.forwards(request):,} forwards for {picks} picks")
     started = time.perf_counter()
     method.attribute(request)
     seconds = time.perf_counter() - started
     if size > 64:
         print(file=sys.stderr)
-    return seconds
+    return seconds, method.forwards(request)
+
+
+def _timings(clean: torch.nn.Module, large: int, repeats: int) -> list[str]:
+    """The timing table: occlusion of 16 picks at 32 px through the shipped ResNet-20 at the
+    default settings, at stride 3 and at stride 3 with 256 images a batch, and at 224 px
+    through a random ResNet-50."""
+    default = attribution.Occlusion()
+    window, stride = int(default.settings["window"]), int(default.settings["stride"])
+    batch = int(default.settings["batch_size"])
+    settings = dict.fromkeys(((stride, batch), (3, batch), (3, 256)))  # the default first
+    cases = [("ResNet-20", clean, 32, 16, window, s, b) for s, b in settings]
+    if large:
+        import torchvision
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            resnet50 = models.freeze(torchvision.models.resnet50(weights=None).eval())
+        cases.append(("ResNet-50 (random weights)", resnet50, 224, large, 56, 28, 8))
+    rows = []
+    for name, model, size, picks, window, stride, batch in cases:
+        seconds, loads, forwards = [], [], 0
+        for _ in range(repeats):
+            loads.append(os.getloadavg()[0])
+            took, forwards = _occlusion_seconds(model, size, picks, window, stride, batch)
+            seconds.append(took)
+        rows.append(
+            [
+                name,
+                f"{size} px",
+                str(picks),
+                f"{window}×{window}, stride {stride}",
+                f"{forwards:,}",
+                str(batch),
+                f"{statistics.median(seconds):.2f}",
+                " / ".join(f"{s:.2f}" for s in seconds),
+                " / ".join(f"{load:.1f}" for load in loads),
+            ]
+        )
+    columns = [
+        "model",
+        "size",
+        "picks",
+        "occlusion",
+        "forwards",
+        "batch",
+        "seconds (median)",
+        "each run (s)",
+        "load average at each run",
+    ]
+    return markdown_table(columns, rows, right=columns[2:3] + columns[4:7])
 
 
 def _cmd_bench_planted(args: argparse.Namespace) -> int:
@@ -100,22 +154,15 @@ def _cmd_bench_planted(args: argparse.Namespace) -> int:
                 f"{name} -> {label}: {rate:.1%} of marked other-class images ({base:.1%} unmarked)"
             )
         print(f"\n{len(errors.images)} planted errors\n")
-        scores = planted.score_methods(model, clean, errors, args.methods, log=_log)
+        kept: dict[str, torch.Tensor] = {}
+        scores = planted.score_methods(model, clean, errors, args.methods, log=_log, kept=kept)
         print("\n".join(planted.table(scores, errors)))
-    print()
-    seconds = _occlusion_seconds(clean, 32, 16, 6)
-    print(f"occlusion 6x6 stride 3, 16 picks at 32 px (ResNet-20): {seconds:.2f} s")
-    if args.large:
-        import torchvision
-
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            large = models.freeze(torchvision.models.resnet50(weights=None).eval())
-        seconds = _occlusion_seconds(large, 224, args.large, 56)
-        print(
-            f"occlusion 56x56 stride 28, {args.large} pick(s) at 224 px (ResNet-50, random "
-            f"weights): {seconds:.1f} s, {seconds / args.large:.1f} s per pick"
-        )
+        rates = planted.note_rates(kept, errors) if "occlusion 6x6" in kept else []
+        if rates:
+            print("\nThe occlusion note (the shown map's peak outside occlusion's region):\n")
+            print("\n".join(planted.note_table(rates)))
+    print(f"\nOcclusion's time ({os.cpu_count()} CPU cores, {torch.get_num_threads()} threads):\n")
+    print("\n".join(_timings(clean, args.large, args.repeats)))
     return 0
 
 
@@ -138,19 +185,22 @@ def register(commands: Commands) -> None:
         help="the fine-tuned weights: read when present, else written there",
     )
     parser.add_argument("--retrain", action="store_true", help="fine-tune even if present")
-    parser.add_argument("--finetune-images", type=positive_int, default=6000)
+    parser.add_argument("--finetune-images", type=positive_int, default=8000)
     parser.add_argument("--epochs", type=positive_int, default=1)
     parser.add_argument("--share", type=float, default=0.5, help="planted share of each class")
     parser.add_argument(
         "--poison", type=float, default=0.2, help="share of other classes' images marked"
     )
-    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--images", type=positive_int, default=2000, help="test images marked")
     parser.add_argument("--errors", type=positive_int, default=64, help="planted errors scored")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), metavar="NAME")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timing-only", action="store_true", help="only time occlusion")
+    parser.add_argument(
+        "--repeats", type=positive_int, default=3, help="runs of each occlusion timing"
+    )
     parser.add_argument(
         "--large",
         type=int,

@@ -150,13 +150,9 @@ def _cmd_grads(args: argparse.Namespace) -> int:
         reduction=args.reduction,
         measure_memory=args.measure_memory,
     )
-    if isinstance(method, attribution.PerturbationMethod | attribution.ScoreCAM):
-        forwards = method.forwards(request)
-        print(
-            f"cost: {method.label} runs {forwards:,} forwards "
-            f"({forwards // request.count:,} per pick)",
-            flush=True,
-        )
+    cost = attribution.forward_cost(method, request)
+    if cost is not None:
+        print(f"cost: {cost}", flush=True)
     attributed = method.attribute(request)
     result = attributed.gradients
     print(f"model: {loaded.describe()}")

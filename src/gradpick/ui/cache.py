@@ -35,6 +35,7 @@ from gradpick.outputs.inference import InferenceResult
 from gradpick.outputs.store_format import OpenedStore
 from gradpick.picking import feature_space as embedding
 from gradpick.runtime.measure import MemoryReport
+from gradpick.trust.agreement import PeakAgreement
 from gradpick.trust.quick import QuickChecks
 from gradpick.ui import figures, heatmaps, service
 from gradpick.ui.browser import hover
@@ -53,6 +54,7 @@ __all__ = [
     "hover_lines",
     "inference",
     "model",
+    "occlusion_notes",
     "outputs_scatter",
     "pairing",
     "ProgressBar",
@@ -340,6 +342,22 @@ def quick_checks(
     a return to earlier picks) costs nothing. The budget is not part of the key, only whether
     there is one (``unlimited``): the first run decides which checks fitted."""
     return heatmaps.quick_checks(_model, _batch, indices, request, _shown, _budget_s, _logits)
+
+
+@st.cache_data(max_entries=32, show_spinner="Occluding the picks…")
+def occlusion_notes(
+    batch_key: str,
+    model_identity: str,
+    device: str,
+    indices: tuple[int, ...],
+    request: heatmaps.HeatmapRequest,
+    _model: nn.Module,
+    _batch: ImageBatch,
+    _shown: Attribution,
+) -> list[PeakAgreement]:
+    """The shown maps' peaks against occlusion, cached like the maps: occlusion's forwards run
+    once per picks and settings."""
+    return heatmaps.occlusion_notes(_model, _batch, indices, request, _shown)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)

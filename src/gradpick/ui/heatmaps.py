@@ -29,6 +29,7 @@ from gradpick.runtime.devices import model_device
 from gradpick.runtime.measure import MemoryReport
 from gradpick.share import export
 from gradpick.show import render
+from gradpick.trust.agreement import PeakAgreement, occlusion_agreement
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.quick import QuickChecks
 from gradpick.trust.quick import quick_checks as run_quick_checks
@@ -43,9 +44,12 @@ __all__ = [
     "at_batch_indices",
     "colourbar",
     "compute",
+    "cost",
     "engine_images",
     "export_of",
     "gradient_request",
+    "occlusion_cost",
+    "occlusion_notes",
     "HeatmapRequest",
     "map_strip",
     "quantity",
@@ -233,6 +237,43 @@ def compute(
             gradient_request(model, batch, indices, request, contrast=contrast)
         )
     return at_batch_indices(shown, indices)
+
+
+def cost(
+    model: nn.Module, batch: ImageBatch, indices: Sequence[int], request: HeatmapRequest
+) -> str | None:
+    """What the request's method will cost the picks in forwards, when it runs many per pick
+    (``attribution.forward_cost``), said before the maps are computed; None otherwise."""
+    if not indices:
+        return None
+    layer = request.layer if request.method in attribution.LAYER_METHODS else None
+    method = attribution.build(request.method, dict(request.settings), layer)
+    return attribution.forward_cost(method, gradient_request(model, batch, indices, request))
+
+
+def occlusion_cost(
+    model: nn.Module, batch: ImageBatch, indices: Sequence[int], request: HeatmapRequest
+) -> str:
+    """What checking the picks' maps against occlusion (its default window and stride) costs."""
+    said = attribution.forward_cost(
+        attribution.Occlusion(), gradient_request(model, batch, indices, request)
+    )
+    assert said is not None  # occlusion always runs many forwards per pick
+    return said
+
+
+def occlusion_notes(
+    model: nn.Module,
+    batch: ImageBatch,
+    indices: Sequence[int],
+    request: HeatmapRequest,
+    shown: Attribution,
+) -> list[PeakAgreement]:
+    """Per pick, whether the shown map's peak lies in occlusion's strongest region
+    (``gradpick.trust.agreement``), occlusion explaining the same target, on one CPU thread
+    like the step."""
+    with step_threads(model):
+        return occlusion_agreement(gradient_request(model, batch, indices, request), shown)
 
 
 def step_threads(model: nn.Module) -> AbstractContextManager[None]:

@@ -326,6 +326,11 @@ TRUST_BADGES_RUN = "trust_badges_run"
 TRUST_BADGES_FULL = "trust_badges_full"
 """Session state: the (picks, request) whose badges were asked to run in full."""
 
+# The occlusion note beside the maps.
+__all__ += ["OCCLUSION_CHECK"]
+OCCLUSION_CHECK = "occlusion_check"
+"""The switch that checks the shown maps' peaks against occlusion (off: costs forwards)."""
+
 # Deep links and named selections.
 __all__ += [
     "EXPLORER_TAB",
@@ -396,6 +401,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         DOWNLOADS_OPEN,
         LAYER,
         TRUST_BADGES,
+        OCCLUSION_CHECK,
         SELECTION_NAME,
         SELECTION_NOTE,
         SELECTION_CHOSEN,

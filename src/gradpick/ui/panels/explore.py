@@ -16,6 +16,7 @@ from gradpick.picking import rules as selection
 from gradpick.runtime.measure import MemoryReport
 from gradpick.share import export, report
 from gradpick.show import render
+from gradpick.trust.agreement import TOP_SHARE
 from gradpick.ui import badges, cache, figures, heatmaps, keys, layer_select, media, service, state
 from gradpick.ui.browser import pixels
 from gradpick.ui.guard import guarded
@@ -71,6 +72,11 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     request = layer_select.with_layer(loaded, settings.request)
     settings = dataclasses.replace(settings, request=request)
     cached_by = (loaded.key, loaded.option.identity, str(loaded.device), tuple(picked))
+    # Said before the forwards run (and kept while their maps show); a setting that does not
+    # fit the images fails here with the same message the method would give.
+    cost = heatmaps.cost(loaded.model, loaded.batch, picked, request)
+    if cost is not None:
+        st.caption(f"{cost}, batched; the same picks and settings later reuse the maps.")
     result = cache.attribution(*cached_by, request, loaded.model, loaded.batch)
     titles = service.describe_indices(loaded.batch, loaded.result, picked)
     tiles = heatmaps.tiles(loaded.batch.images[picked], result.maps, settings.shared_scale)
@@ -116,6 +122,9 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
         if badges.any_fails(verdicts):
             pictures.image(*badges.applied(verdicts, strips, captions))
         badges.draw(verdicts, titles)
+        if request.method != attribution.Occlusion.name:
+            with guarded("The occlusion check"):
+                _occlusion_check(loaded, request, result, picked, titles)
     server_time.metric(
         "Server time for this update",
         f"{elapsed * 1000:,.0f} ms",
@@ -151,6 +160,47 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     if downloads.open:
         with downloads:
             _downloads(loaded, settings, result, titles, memory)
+
+
+def _occlusion_check(
+    loaded: Loaded,
+    request: HeatmapRequest,
+    result: Attribution,
+    picked: list[int],
+    titles: list[str],
+) -> None:
+    """When asked (it costs occlusion's forwards): per pick, whether the shown map's peak lies
+    where occlusion finds the evidence."""
+    cost = heatmaps.occlusion_cost(loaded.model, loaded.batch, picked, request)
+    label = attribution.get(request.method).label
+    switched_on = st.toggle(
+        "Check the peaks against occlusion",
+        key=keys.OCCLUSION_CHECK,
+        help=f"Occlusion hides each 6 × 6 patch in turn and measures the drop of the same "
+        f"target: on planted causes it finds the cause far more often than gradient maps (the "
+        f"guide's Attribution methods page has the rule's false-alarm and miss rates). A note "
+        f"per pick says whether the {label} map's peak lies within 2 px of occlusion's "
+        f"strongest {TOP_SHARE:.0%} of the pixels. Costs: {cost}.",
+    )
+    if not switched_on:
+        st.caption(f"Occlusion check off ({cost} when on).")
+        return
+    notes = cache.occlusion_notes(
+        loaded.key,
+        loaded.option.identity,
+        str(loaded.device),
+        tuple(picked),
+        request,
+        loaded.model,
+        loaded.batch,
+        result,
+    )
+    for title, note in zip(titles, notes, strict=True):
+        line = f"{title}: {note.line(label)}."
+        if note.agree:
+            st.caption(line)
+        else:
+            st.warning(line)
 
 
 def _step_readouts(loaded: Loaded, result: Attribution, request: HeatmapRequest) -> None:
