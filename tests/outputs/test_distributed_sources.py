@@ -23,6 +23,7 @@ from gradpick.outputs import distributed
 from gradpick.outputs import store_format as store
 from gradpick.outputs import stores as stored
 from tests.data.test_parquet import _dataset, hub_rows
+from tests.outputs.local_ray import local_ray
 
 pytestmark = pytest.mark.distributed
 
@@ -34,16 +35,8 @@ __all__ = ["hub_rows"]  # the Parquet writer's fixture, used here
 @pytest.fixture(scope="module", autouse=True)
 def ray_session() -> Iterator[None]:
     """One local Ray instance; its workers inherit this environment (Hugging Face offline)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        ray.init(
-            num_cpus=2,
-            object_store_memory=150 * 1024**2,
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+    with local_ray({"HF_HUB_OFFLINE": "1"}):
         yield
-        ray.shutdown()
 
 
 def _on_ray(loaded: zoo.LoadedModel, source: Any, out: Path) -> None:
