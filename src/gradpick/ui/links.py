@@ -102,6 +102,8 @@ class View:
     """The Triage queue's position, from 1."""
     scale: str | None = None
     badges: bool | None = None
+    occlusion: bool | None = None
+    """Whether the shown maps are checked against occlusion (None: off, the default)."""
     memory: bool | None = None
     per_page: int | None = None
     page: int | None = None
@@ -139,7 +141,8 @@ class View:
             _put(params, "class", self.target_class)
         _put(params, "layer", self.layer)
         _put(params, "scale", self.scale)
-        for name, switch in (("badges", self.badges), ("memory", self.memory)):
+        switches = (("badges", self.badges), ("occlusion", self.occlusion), ("memory", self.memory))
+        for name, switch in switches:
             if switch is not None:
                 params[name] = SWITCH[0] if switch else SWITCH[1]
         _put(params, "tab", self.tab)
@@ -180,6 +183,7 @@ KNOWN = frozenset(
         "suspect",
         "scale",
         "badges",
+        "occlusion",
         "memory",
         "per_page",
         "page",
@@ -231,6 +235,7 @@ def from_params(
         suspect=_from_one(raw, "suspect", notes),
         scale=_choice(raw, "scale", SCALES, "colour scale", notes),
         badges=_switch(raw, "badges", notes),
+        occlusion=_switch(raw, "occlusion", notes),
         memory=_switch(raw, "memory", notes),
         per_page=_page_size(raw, allowed.page_sizes, notes),
         page=_from_one(raw, "page", notes),
