@@ -393,8 +393,8 @@ def test_hf_offline_is_read_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_commands_take_an_hf_folder_offline(
     tmp_path: Path, generated_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """infer, grads, check and report with --model hf:DIR, HF_HUB_OFFLINE=1 in the command's
-    own environment; a 10-label ViT so CIFAR-10's labels are its classes."""
+    """infer, grads, check, report and compare with --model hf:DIR, HF_HUB_OFFLINE=1 in the
+    commands' own environment; a 10-label ViT so CIFAR-10's labels are its classes."""
     from gradpick.data import CIFAR10_CLASSES
 
     config = transformers.ViTConfig(
@@ -414,8 +414,10 @@ def test_the_commands_take_an_hf_folder_offline(
         ["check", *common, "--indices", "1", "--method", "gradient", "--json",
          str(tmp_path / "c.json")],
         ["report", *common, "--indices", "0,1", "--out", str(tmp_path / "r.html")],
+        ["compare", "--model", f"hf:{folder}", *common, "--indices", "1", "--json",
+         str(tmp_path / "compare.json")],
     ]  # fmt: skip
-    # One process runs the four commands in turn (each as `gradpick ...` would), so torch and
+    # One process runs the commands in turn (each as `gradpick ...` would), so torch and
     # transformers are imported once; it stops at the first that fails and says which.
     driver = (
         "import json, sys\nfrom gradpick.cli import main\n"
@@ -427,6 +429,11 @@ def test_the_commands_take_an_hf_folder_offline(
         capture_output=True, text=True, timeout=600, env=environment,
     )  # fmt: skip
     assert finished.returncode == 0, finished.stderr[-2000:]
+    compared = json.loads((tmp_path / "compare.json").read_text())
+    assert [model["identity"]["kind"] for model in compared["models"]] == ["hf", "hf"]
+    # The same model twice: no image flips, and its map agrees with itself.
+    assert compared["flips"]["first_only_right"] == compared["flips"]["second_only_right"] == 0
+    assert compared["maps"]["rows"][0]["spearman"] == pytest.approx(1.0)
     described = json.loads((tmp_path / "g.json").read_text())
     assert described["model"]["kind"] == "hf"
     assert described["model"]["input_spec"]["resize_mode"] == "warp"
