@@ -70,11 +70,8 @@ docs: $(BIN)/.installed
 
 # Two pytest workers, a test file each at a time (--dist loadfile): a file's module-scoped server
 # or Ray instance starts once, and the browser tests' waits overlap the other worker's compute.
-# Files are handed out in the suite's own order (--no-loadscope-reorder; xdist would order them by
-# test count), which puts the longest first (tests/conftest.py), so the workers finish together.
 PYTEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-	--durations=15
+PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15
 
 # The set-up in two lanes: the two environments install side by side (pip mostly waits on the
 # disk), then the lint beside the hosted environment's package install.

@@ -35,32 +35,6 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The browser and Ray files first, each file's tests in their own order: they take minutes
-    each, and ``--dist loadfile`` hands files out in this order, so when they start first the
-    two workers finish together on the many short files instead of one waiting on a long file
-    at the end (the longest-first rule of scheduling)."""
-    items.sort(key=_longest_first)
-
-
-LONGEST_FILES = (
-    "outputs/test_distributed.py",
-    "browser/test_load.py",
-    "browser/test_explore.py",
-    "browser/test_links.py",
-)
-"""The files that took longest in CI (3-4 minutes each on two cores), longest first."""
-
-
-def _longest_first(item: pytest.Item) -> tuple[int, int]:
-    name = Path(item.path).relative_to(REPO_ROOT / "tests").as_posix()
-    if name in LONGEST_FILES:
-        return 0, LONGEST_FILES.index(name)
-    takes_minutes = any(item.get_closest_marker(mark) for mark in ("e2e", "distributed"))
-    return (1 if takes_minutes else 2), 0
-
-
 @pytest.fixture(autouse=True)
 def one_cpu_thread() -> None:
     """Each test starts on one intra-op thread again: a library that runs OpenMP code of its own
