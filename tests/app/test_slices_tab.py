@@ -13,6 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gradpick.outputs import store_format as store
+from gradpick.slices.verdicts import SliceVerdictBook
 from gradpick.ui import keys
 from tests.app.test_app import TUTORIAL, no_errors, open_app, store_of_the_stand_in
 
@@ -132,3 +133,34 @@ def test_triage_says_likely_the_model_for_an_error_of_a_verified_slice(
     no_errors(app)
     # The most suspect image is an error, and all errors are the verified slice's.
     assert any("Likely the model (slice 1), not a label to fix" in w.value for w in app.warning)
+
+
+def test_a_verdict_on_a_slice_is_kept_beside_the_store_for_that_slice_only(
+    stored: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = stored
+    path = _slices(out)
+    app = _open(out, monkeypatch)
+    assert any(
+        c.value == "Slice 1: no verdict yet. Is it the model or the labels?" for c in app.caption
+    )
+    app = app.button(key=keys.per_source(keys.SLICE_VERDICT, 1, "model_wrong")).click().run()
+    no_errors(app)
+    app = app.button(key=keys.per_source(keys.SLICE_VERDICT, 2, "fine")).click().run()
+    history = SliceVerdictBook.beside(out).history()
+    assert [(v.rank, v.verdict) for v in history] == [(1, "model_wrong"), (2, "fine")]
+    # A new session (a restarted server): the verdicts are read back from the file.
+    app = _open(out, monkeypatch)
+    said = [c.value for c in app.caption]
+    assert any(s.startswith("Slice 1: judged model wrong (") for s in said), said
+    assert any(s.startswith("Slice 2: judged fine (") for s in said), said
+    button = app.button(key=keys.per_source(keys.SLICE_VERDICT, 1, "model_wrong"))
+    assert button.proto.type == "primary"
+    # Slices found again with other members for slice 1: its verdict no longer applies.
+    kept = json.loads(path.read_text())
+    kept["slices"][0]["positions"] = [1, 2]
+    path.write_text(json.dumps(kept))
+    app = _open(out, monkeypatch)
+    said = [c.value for c in app.caption]
+    assert "Slice 1: no verdict yet. Is it the model or the labels?" in said
+    assert any(s.startswith("Slice 2: judged fine (") for s in said), said

@@ -84,6 +84,8 @@ NOT_A_VIEW: dict[str, str] = {
     keys.TRIAGE_PICK_VERDICT: "a picking rule's input; the picks it made are linked",
     keys.TRIAGE_PICK: "a button",
     keys.SLICE_PICK: "a button",
+    keys.SLICE_VERDICT: "buttons that record a slice's verdict, kept beside the store",
+    keys.SLICE_PROBLEM: "a message",
     keys.COMPARE_DRIFT: "a button; the picks it made are linked",
     keys.DETAIL_OPEN: "an expander, opened with one click; what it shows follows the picks",
     keys.DETAIL: "the detailed view's pick, inside that expander",

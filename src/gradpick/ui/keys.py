@@ -292,10 +292,16 @@ TRIAGE_POSITION = "triage_position"
 """The suspect in view: its place in the queue, from 1 (flagged suspects first)."""
 SLICE_PICK = "slice_pick"
 """Prefix of each slice card's button that picks its images (``per_source(SLICE_PICK, rank)``)."""
+SLICE_VERDICT = "slice_verdict"
+"""Prefix of each slice card's verdict buttons (``per_source(SLICE_VERDICT, rank, verdict)``)."""
+SLICE_PROBLEM = "slice_problem"
+"""A message of the Slices tab's last action (a verdict or selection not saved)."""
 VERDICT_STORE = "verdict_store"
 """(batch and model, path) of the store the batch's verdicts belong beside."""
 __all__ += [
     "SLICE_PICK",
+    "SLICE_PROBLEM",
+    "SLICE_VERDICT",
     "TRIAGE_CLASS",
     "TRIAGE_NEIGHBOUR",
     "TRIAGE_NOTE",

@@ -4,7 +4,9 @@ The slices are read from the file ``gradpick slices`` keeps beside the store the
 (``gradpick.slices.stored.read_beside``: only while it describes that store's model and images).
 Each card shows the slice's mean map (each member's map moved so its peak is at the centre), its
 most typical images of this batch, its description, and its verification by intervention; a
-button picks the slice's images of this batch into Explore.
+button picks the slice's images of this batch into Explore. A verdict on the slice (the triage's
+words: model wrong, label wrong, ambiguous, fine) goes to the store's verdicts file
+(``gradpick.slices.verdicts``), where it stays for this store's slice of those same images.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
+from gradpick.errors import GradpickError
 from gradpick.show.render import colorize, fit
 from gradpick.slices.stored import read_beside
+from gradpick.slices.verdicts import SliceVerdict, SliceVerdictBook, in_force
+from gradpick.triage.verdicts import VERDICTS
 from gradpick.ui import cache, keys, state
 from gradpick.ui.session import Loaded, Settings
 
@@ -50,6 +55,14 @@ def _pick(indices: list[int], rank: int) -> None:
     session[keys.EXPLORER_TAB] = "Explore"
 
 
+def _judge(book: SliceVerdictBook, kept: dict[str, Any], row: dict[str, Any], verdict: str) -> None:
+    """A verdict button's callback: keep the verdict beside the store (or say why not)."""
+    try:
+        book.record(SliceVerdict.of(kept, row, verdict))
+    except GradpickError as error:
+        st.session_state[keys.SLICE_PROBLEM] = f"The verdict was not kept: {error}"
+
+
 def render(loaded: Loaded, settings: Settings) -> None:
     """The slices of the opened store as cards, or what to run to get them."""
     if loaded.choice.kind != "stored":
@@ -69,40 +82,70 @@ def render(loaded: Loaded, settings: Settings) -> None:
         return
     slices = kept.get("slices", [])
     verified = sum(bool(row["verified"]) for row in slices)
+    book = SliceVerdictBook.beside(path)
     st.caption(
         f"{len(slices)} slices of {kept.get('errors', 0):,} errors, {verified} verified by "
-        f"removing their evidence; read from {where}."
+        f"removing their evidence; read from {where}. Verdicts are kept in {book.path}."
     )
+    problem = st.session_state.pop(keys.SLICE_PROBLEM, None)
+    try:
+        judged = in_force(kept, book.history())
+    except GradpickError as error:
+        judged, problem = {}, f"{error} {problem or ''}".strip()
+    if problem:
+        st.error(problem)
     index_of = {int(position): index for index, position in enumerate(loaded.batch.positions)}
     images = loaded.batch.images
     for row in slices[:SHOWN]:
-        _card(row, index_of, images)
+        with st.container(border=True):
+            _card(row, index_of, images)
+            _verdicts(kept, row, book, judged.get(int(row["rank"])))
+
+
+def _verdicts(
+    kept: dict[str, Any], row: dict[str, Any], book: SliceVerdictBook, now: SliceVerdict | None
+) -> None:
+    """The slice's verdict in force, and a button per verdict."""
+    rank = int(row["rank"])
+    st.caption(
+        f"Slice {rank}: judged {VERDICTS[now.verdict]} ({now.time})."
+        if now is not None
+        else f"Slice {rank}: no verdict yet. Is it the model or the labels?"
+    )
+    for column, (verdict, said) in zip(st.columns(len(VERDICTS)), VERDICTS.items(), strict=True):
+        column.button(
+            said,
+            key=keys.per_source(keys.SLICE_VERDICT, rank, verdict),
+            on_click=_judge,
+            args=(book, kept, row, verdict),
+            type="primary" if now is not None and now.verdict == verdict else "secondary",
+            use_container_width=True,
+        )
 
 
 def _card(row: dict[str, Any], index_of: dict[int, int], images: Any) -> None:
     rank = int(row["rank"])
     here = [index_of[p] for p in row["positions"] if p in index_of]
-    with st.container(border=True):
-        st.markdown(
-            f"**Slice {rank}**: {row['size']:,} images, {row['errors']:,} errors "
-            f"(error rate {row['error_rate']:.0%})"
+    st.markdown(
+        f"**Slice {rank}**: {row['size']:,} images, {row['errors']:,} errors "
+        f"(error rate {row['error_rate']:.0%})"
+    )
+    left, right = st.columns([1, 3])
+    mean_map = np.asarray(row["mean_map"], dtype=np.float64)
+    limit = float(mean_map.max()) if mean_map.size and mean_map.max() > 0 else 1.0
+    left.image(fit(colorize(mean_map, limit), SIDE), caption="mean map, peaks at the centre")
+    right.markdown(row["description"])
+    right.markdown(verification(row))
+    typical = [index_of[p] for p in row["typical"] if p in index_of][:TYPICAL]
+    if typical:
+        right.image(
+            [fit(images[i].permute(1, 2, 0).numpy(), SIDE // 2) for i in typical],
+            caption=[f"#{i}" for i in typical],
         )
-        left, right = st.columns([1, 3])
-        mean_map = np.asarray(row["mean_map"], dtype=np.float64)
-        limit = float(mean_map.max()) if mean_map.size and mean_map.max() > 0 else 1.0
-        left.image(fit(colorize(mean_map, limit), SIDE), caption="mean map, peaks at the centre")
-        right.markdown(row["description"])
-        right.markdown(verification(row))
-        typical = [index_of[p] for p in row["typical"] if p in index_of][:TYPICAL]
-        if typical:
-            right.image(
-                [fit(images[i].permute(1, 2, 0).numpy(), SIDE // 2) for i in typical],
-                caption=[f"#{i}" for i in typical],
-            )
-        right.button(
-            f"Pick its {len(here)} images of this batch",
-            key=keys.per_source(keys.SLICE_PICK, str(rank)),
-            disabled=not here,
-            on_click=_pick,
-            args=(here, rank),
-        )
+    right.button(
+        f"Pick its {len(here)} images of this batch",
+        key=keys.per_source(keys.SLICE_PICK, str(rank)),
+        disabled=not here,
+        on_click=_pick,
+        args=(here, rank),
+    )
