@@ -13,6 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gradpick.outputs import store_format as store
+from gradpick.picking.named import SelectionShelf
 from gradpick.slices.verdicts import SliceVerdictBook
 from gradpick.ui import keys
 from tests.app.test_app import TUTORIAL, no_errors, open_app, store_of_the_stand_in
@@ -164,3 +165,31 @@ def test_a_verdict_on_a_slice_is_kept_beside_the_store_for_that_slice_only(
     said = [c.value for c in app.caption]
     assert "Slice 1: no verdict yet. Is it the model or the labels?" in said
     assert any(s.startswith("Slice 2: judged fine (") for s in said), said
+
+
+def test_a_slice_saved_as_a_named_selection_is_listed_in_explore_and_reopens_it(
+    stored: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = stored
+    _slices(out)
+    app = _open(out, monkeypatch)
+    button = app.button(key=keys.per_source(keys.SLICE_SAVE, 1))
+    assert button.label == "Save its 3 images as the named selection 'slice 1'"
+    app = button.click().run()
+    no_errors(app)
+    assert any("as the named selection 'slice 1'" in s.value for s in app.success)
+    (saved,) = SelectionShelf.beside(out).all()
+    assert (saved.name, saved.picks) == ("slice 1", (1, 2, 5))
+    assert saved.note == "3 error(s) called cat (3), labelled dog (3)."
+    assert saved.params["picks"] == "1,2,5" and saved.params["tab"] == "Explore"
+    assert saved.params["outputs"] == str(out)
+    # Saving it twice says so, and keeps the one saved.
+    app = app.button(key=keys.per_source(keys.SLICE_SAVE, 1)).click().run()
+    assert any("'slice 1' exists already" in e.value for e in app.error)
+    # Explore lists it among the named selections, and reopening it picks its images.
+    app.session_state[keys.EXPLORER_TAB] = "Explore"
+    app = app.run()
+    assert app.selectbox(key=keys.SELECTION_CHOSEN).options == ["slice 1"]
+    app = app.button(key=keys.SELECTION_REOPEN).click().run()
+    no_errors(app)
+    assert list(app.session_state[keys.PICKED]) == [1, 2, 5]

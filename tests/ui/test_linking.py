@@ -86,6 +86,8 @@ NOT_A_VIEW: dict[str, str] = {
     keys.SLICE_PICK: "a button",
     keys.SLICE_VERDICT: "buttons that record a slice's verdict, kept beside the store",
     keys.SLICE_PROBLEM: "a message",
+    keys.SLICE_SAVE: "a button that saves a named selection",
+    keys.SLICE_SAVED: "a message",
     keys.COMPARE_DRIFT: "a button; the picks it made are linked",
     keys.DETAIL_OPEN: "an expander, opened with one click; what it shows follows the picks",
     keys.DETAIL: "the detailed view's pick, inside that expander",

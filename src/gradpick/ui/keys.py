@@ -296,11 +296,17 @@ SLICE_VERDICT = "slice_verdict"
 """Prefix of each slice card's verdict buttons (``per_source(SLICE_VERDICT, rank, verdict)``)."""
 SLICE_PROBLEM = "slice_problem"
 """A message of the Slices tab's last action (a verdict or selection not saved)."""
+SLICE_SAVE = "slice_save"
+"""Prefix of each slice card's button that saves it as a named selection."""
+SLICE_SAVED = "slice_saved"
+"""The Slices tab's note on the named selection just saved."""
 VERDICT_STORE = "verdict_store"
 """(batch and model, path) of the store the batch's verdicts belong beside."""
 __all__ += [
     "SLICE_PICK",
     "SLICE_PROBLEM",
+    "SLICE_SAVE",
+    "SLICE_SAVED",
     "SLICE_VERDICT",
     "TRIAGE_CLASS",
     "TRIAGE_NEIGHBOUR",

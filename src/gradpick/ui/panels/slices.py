@@ -7,10 +7,14 @@ most typical images of this batch, its description, and its verification by inte
 button picks the slice's images of this batch into Explore. A verdict on the slice (the triage's
 words: model wrong, label wrong, ambiguous, fine) goes to the store's verdicts file
 (``gradpick.slices.verdicts``), where it stays for this store's slice of those same images.
+Another button saves the slice's images of this batch as a named selection
+(``gradpick.picking.named``, beside the store), with the link that reopens them in Explore, so
+the slice is listed wherever named selections are.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +22,12 @@ import numpy as np
 import streamlit as st
 
 from gradpick.errors import GradpickError
+from gradpick.picking.named import NamedSelection, SelectionShelf
 from gradpick.show.render import colorize, fit
 from gradpick.slices.stored import read_beside
 from gradpick.slices.verdicts import SliceVerdict, SliceVerdictBook, in_force
 from gradpick.triage.verdicts import VERDICTS
-from gradpick.ui import cache, keys, state
+from gradpick.ui import cache, keys, linking, state
 from gradpick.ui.session import Loaded, Settings
 
 __all__ = ["render", "verification"]
@@ -63,6 +68,24 @@ def _judge(book: SliceVerdictBook, kept: dict[str, Any], row: dict[str, Any], ve
         st.session_state[keys.SLICE_PROBLEM] = f"The verdict was not kept: {error}"
 
 
+def _save(
+    shelf: SelectionShelf, row: dict[str, Any], here: list[int], link: dict[str, str]
+) -> None:
+    """A save button's callback: the slice's images of this batch as the named selection
+    'slice N', noted with its description, and the link that picks them in Explore."""
+    rank = int(row["rank"])
+    name = f"slice {rank}"
+    try:
+        shelf.save(NamedSelection(name, tuple(here), str(row["description"]), link))
+    except GradpickError as error:
+        st.session_state[keys.SLICE_PROBLEM] = str(error)
+        return
+    st.session_state[keys.SLICE_SAVED] = (
+        f"Saved the {len(here)} images of slice {rank} as the named selection {name!r} "
+        "(Explore, Named selections)."
+    )
+
+
 def render(loaded: Loaded, settings: Settings) -> None:
     """The slices of the opened store as cards, or what to run to get them."""
     if loaded.choice.kind != "stored":
@@ -94,12 +117,26 @@ def render(loaded: Loaded, settings: Settings) -> None:
         judged, problem = {}, f"{error} {problem or ''}".strip()
     if problem:
         st.error(problem)
+    saved = st.session_state.pop(keys.SLICE_SAVED, None)
+    if saved:
+        st.success(saved)
     index_of = {int(position): index for index, position in enumerate(loaded.batch.positions)}
     images = loaded.batch.images
+    shelf = SelectionShelf.beside(path)
+    view = linking.view_of(loaded, settings, st.session_state)
     for row in slices[:SHOWN]:
+        here = [index_of[p] for p in row["positions"] if p in index_of]
+        link = replace(view, picks=tuple(here), tab="Explore").to_params()
         with st.container(border=True):
-            _card(row, index_of, images)
+            _card(row, here, index_of, images)
             _verdicts(kept, row, book, judged.get(int(row["rank"])))
+            st.button(
+                f"Save its {len(here)} images as the named selection 'slice {row['rank']}'",
+                key=keys.per_source(keys.SLICE_SAVE, row["rank"]),
+                disabled=not here,
+                on_click=_save,
+                args=(shelf, row, here, link),
+            )
 
 
 def _verdicts(
@@ -123,9 +160,8 @@ def _verdicts(
         )
 
 
-def _card(row: dict[str, Any], index_of: dict[int, int], images: Any) -> None:
+def _card(row: dict[str, Any], here: list[int], index_of: dict[int, int], images: Any) -> None:
     rank = int(row["rank"])
-    here = [index_of[p] for p in row["positions"] if p in index_of]
     st.markdown(
         f"**Slice {rank}**: {row['size']:,} images, {row['errors']:,} errors "
         f"(error rate {row['error_rate']:.0%})"
