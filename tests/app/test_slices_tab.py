@@ -27,7 +27,7 @@ def stored(generated: Path, tmp_path: Path) -> Path:
     return out
 
 
-def _slices(out: Path, fingerprint: str | None = None) -> Path:
+def write_slices(out: Path, fingerprint: str | None = None) -> Path:
     """A slices file beside the store at ``out``: slice 1 verified (rows 1, 2, 5), slice 2
     not tested."""
     metadata = store.open_store(out).metadata
@@ -87,7 +87,7 @@ def test_the_cards_show_the_slices_and_a_click_picks_one_into_explore(
     stored: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = stored
-    where = _slices(out)
+    where = write_slices(out)
     app = _open(out, monkeypatch)
     no_errors(app)
     assert any(
@@ -112,7 +112,7 @@ def test_without_slices_the_tab_says_what_to_run_and_ignores_another_store_s(
     app = _open(out, monkeypatch)
     no_errors(app)
     assert any(f"gradpick slices --outputs {out}" in i.value for i in app.info)
-    _slices(out, fingerprint="another folder")
+    write_slices(out, fingerprint="another folder")
     app = _open(out, monkeypatch)
     assert any("No slices of this store yet" in i.value for i in app.info)
 
@@ -125,7 +125,7 @@ def test_triage_says_likely_the_model_for_an_error_of_a_verified_slice(
     labels = np.asarray(opened.table.column("label").to_pylist())
     errors = np.flatnonzero(logits.argmax(axis=1) != labels)
     assert len(errors)
-    path = _slices(stored)
+    path = write_slices(stored)
     kept = json.loads(path.read_text())
     kept["slices"][0]["positions"] = [int(p) for p in errors]
     path.write_text(json.dumps(kept))
@@ -140,7 +140,7 @@ def test_a_verdict_on_a_slice_is_kept_beside_the_store_for_that_slice_only(
     stored: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = stored
-    path = _slices(out)
+    path = write_slices(out)
     app = _open(out, monkeypatch)
     assert any(
         c.value == "Slice 1: no verdict yet. Is it the model or the labels?" for c in app.caption
@@ -171,7 +171,7 @@ def test_a_slice_saved_as_a_named_selection_is_listed_in_explore_and_reopens_it(
     stored: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = stored
-    _slices(out)
+    write_slices(out)
     app = _open(out, monkeypatch)
     button = app.button(key=keys.per_source(keys.SLICE_SAVE, 1))
     assert button.label == "Save its 3 images as the named selection 'slice 1'"

@@ -1,7 +1,7 @@
 """The Slices tab: where the model fails systematically, as cards, from ``gradpick slices``.
 
 The slices are read from the file ``gradpick slices`` keeps beside the store the page opened
-(``gradpick.slices.stored.read_beside``: only while it describes that store's model and images).
+(``gradpick.ui.judged.slices_of``: only while it describes that store's model and images).
 Each card shows the slice's mean map (each member's map moved so its peak is at the centre), its
 most typical images of this batch, its description, and its verification by intervention; a
 button picks the slice's images of this batch into Explore. A verdict on the slice (the triage's
@@ -15,22 +15,21 @@ the slice is listed wherever named selections are.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import streamlit as st
 
 from gradpick.errors import GradpickError
 from gradpick.picking.named import NamedSelection, SelectionShelf
-from gradpick.show.render import colorize, fit
-from gradpick.slices.stored import read_beside
-from gradpick.slices.verdicts import SliceVerdict, SliceVerdictBook, in_force
+from gradpick.show.render import fit
+from gradpick.show.slice_cards import mean_map_picture, verification
+from gradpick.slices.verdicts import SliceVerdict, SliceVerdictBook
 from gradpick.triage.verdicts import VERDICTS
-from gradpick.ui import cache, keys, linking, state
+from gradpick.ui import judged as judged_now
+from gradpick.ui import keys, linking, state
 from gradpick.ui.session import Loaded, Settings
 
-__all__ = ["render", "verification"]
+__all__ = ["render"]
 
 SHOWN = 12
 """Slices drawn as cards, in rank order."""
@@ -38,20 +37,6 @@ TYPICAL = 6
 """Typical images per card."""
 SIDE = 96
 """Pixels of a card's pictures."""
-
-
-def verification(row: dict[str, Any]) -> str:
-    """One line saying whether the slice verified and by how much."""
-    effect = row.get("effect")
-    if effect is None:
-        return "No errors to test."
-    ratio = "∞" if effect["ratio"] is None else f"{effect['ratio']:.1f}"
-    verdict = "**Verified**" if row["verified"] else "Not verified"
-    return (
-        f"{verdict}: removing the evidence changed {effect['evidence_change']:.0%} of "
-        f"{effect['tested']} calls, the same area at random {effect['random_change']:.0%} "
-        f"(x{ratio}, p = {effect['p_value']:.2g})."
-    )
 
 
 def _pick(indices: list[int], rank: int) -> None:
@@ -95,8 +80,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
         )
         return
     path = loaded.choice.outputs.strip()
-    opened = cache.stored_outputs(path, Path(path).expanduser().stat().st_mtime)
-    kept, where = read_beside(opened)
+    kept, where = judged_now.slices_of(loaded)
     if kept is None:
         st.info(
             f"No slices of this store yet: run gradpick slices --outputs {path} "
@@ -105,26 +89,22 @@ def render(loaded: Loaded, settings: Settings) -> None:
         return
     slices = kept.get("slices", [])
     verified = sum(bool(row["verified"]) for row in slices)
-    book = SliceVerdictBook.beside(path)
+    book, judged, unread = judged_now.slice_verdicts(loaded, kept)
     st.caption(
         f"{len(slices)} slices of {kept.get('errors', 0):,} errors, {verified} verified by "
         f"removing their evidence; read from {where}. Verdicts are kept in {book.path}."
     )
-    problem = st.session_state.pop(keys.SLICE_PROBLEM, None)
-    try:
-        judged = in_force(kept, book.history())
-    except GradpickError as error:
-        judged, problem = {}, f"{error} {problem or ''}".strip()
-    if problem:
-        st.error(problem)
+    for problem in (unread, st.session_state.pop(keys.SLICE_PROBLEM, None)):
+        if problem:
+            st.error(problem)
     saved = st.session_state.pop(keys.SLICE_SAVED, None)
     if saved:
         st.success(saved)
     index_of = {int(position): index for index, position in enumerate(loaded.batch.positions)}
     images = loaded.batch.images
     shelf = SelectionShelf.beside(path)
-    view = linking.view_of(loaded, settings, st.session_state)
-    for row in slices[:SHOWN]:
+    view = replace(linking.view_of(loaded, settings, st.session_state), slice=None)
+    for row in _in_view(slices):
         here = [index_of[p] for p in row["positions"] if p in index_of]
         link = replace(view, picks=tuple(here), tab="Explore").to_params()
         with st.container(border=True):
@@ -137,6 +117,24 @@ def render(loaded: Loaded, settings: Settings) -> None:
                 on_click=_save,
                 args=(shelf, row, here, link),
             )
+
+
+def _in_view(slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The slices to draw: the one chosen in the box (a link's ``slice``), or the first
+    ``SHOWN``."""
+    session = st.session_state
+    ranks = [int(row["rank"]) for row in slices]
+    chosen = session.get(keys.SLICE_CHOSEN)
+    if chosen is not None and chosen not in (0, *ranks):
+        session.pop(keys.SLICE_CHOSEN)  # another store's slice, or a link's beyond these
+    state.start_at(session, keys.SLICE_CHOSEN, 0)
+    rank = st.columns([1, 3])[0].selectbox(
+        "Slice in view",
+        [0, *ranks],
+        format_func=lambda r: f"slice {r}" if r else f"the first {min(SHOWN, len(ranks))}",
+        key=keys.SLICE_CHOSEN,
+    )
+    return [row for row in slices if int(row["rank"]) == rank] if rank else slices[:SHOWN]
 
 
 def _verdicts(
@@ -167,11 +165,9 @@ def _card(row: dict[str, Any], here: list[int], index_of: dict[int, int], images
         f"(error rate {row['error_rate']:.0%})"
     )
     left, right = st.columns([1, 3])
-    mean_map = np.asarray(row["mean_map"], dtype=np.float64)
-    limit = float(mean_map.max()) if mean_map.size and mean_map.max() > 0 else 1.0
-    left.image(fit(colorize(mean_map, limit), SIDE), caption="mean map, peaks at the centre")
+    left.image(mean_map_picture(row["mean_map"], SIDE), caption="mean map, peaks at the centre")
     right.markdown(row["description"])
-    right.markdown(verification(row))
+    right.markdown(verification(row, "**{}**"))
     typical = [index_of[p] for p in row["typical"] if p in index_of][:TYPICAL]
     if typical:
         right.image(
