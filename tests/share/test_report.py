@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import base64
 import io
+import json
 import os
 import re
 import shutil
@@ -30,6 +31,8 @@ from gradpick.errors import InputError
 from gradpick.gradients.request import GradientRequest
 from gradpick.models import zoo
 from gradpick.outputs import inference as infer
+from gradpick.outputs import store_format
+from gradpick.outputs.stores import infer_to_store
 from gradpick.share import export, report
 from gradpick.share.record import read_record
 from gradpick.trust import CheckOptions, report_dict, run_checks
@@ -480,3 +483,29 @@ def test_the_slices_section_ranks_describes_verifies_and_draws_each_slice(
     assert [row["rank"] for row in record["slices"]] == [1, 2]
     assert record["slices"][0]["effect"]["ratio"] == 33.1
     assert "positions" not in record["slices"][0]
+
+
+def test_the_command_adds_the_slices_of_a_store_and_refuses_a_store_without(
+    generated_folder: Path, tmp_path: Path
+) -> None:
+    loaded = zoo.load_model("tutorial")
+    source = data.open_source(str(generated_folder / "test"), spec=loaded.spec)
+    infer_to_store(loaded, source, range(12), tmp_path / "outputs")
+    out = tmp_path / "picks.html"
+    arguments = ["--data", str(generated_folder), "--model", "tutorial", "--size", "8"]
+    arguments += ["--indices", "1", "--slices", str(tmp_path / "outputs"), "--out", str(out)]
+    with pytest.raises(InputError, match="no slices of this store in .*run gradpick slices"):
+        _command(*arguments)
+    assert not out.exists()
+    metadata = store_format.open_store(tmp_path / "outputs").metadata
+    kept = {
+        **_slices_file(),
+        "model": metadata["model"]["identity"],
+        "fingerprint": metadata["source"]["fingerprint"],
+    }
+    (tmp_path / "outputs.slices.json").write_text(json.dumps(kept))
+    assert _command(*arguments) == 0
+    document = out.read_text()
+    assert "<h2>Slices</h2>" in document
+    assert "2 slices of 40 errors among 300 images, 1 verified" in document
+    assert [row["rank"] for row in read_record(document)["slices"]] == [1, 2]
