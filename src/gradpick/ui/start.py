@@ -7,7 +7,9 @@ arrives. ``run`` sends the page's frame and an invisible empty chart first, so t
 plotly while the server imports, and clears that chart when the run ends. This module imports
 only streamlit: everything heavier is imported inside ``run``, after the frame is sent.
 
-Where the imports are done already (the launcher's server, or any run after a process's first),
+The imports, the model and the default batch are ``gradpick.ui.warmup``'s, begun when the server
+started (or here, by a server's first page run): a run that finds them under way sends the frame
+and the chart, then waits for them. Where they are done already (any run after the first few),
 the chart waits until the page's batch is inferred: a session opened on a new sample would
 otherwise infer while its browser evaluates plotly on the same cores (five later sessions
 inferred their 1,000 images at 530-670 img/s beside it, and at 770-1,390 once it waited).
@@ -19,6 +21,7 @@ import sys
 
 import streamlit as st
 
+from gradpick.ui import warmup
 from gradpick.ui.keys import CLASS_PREFIX, HIDDEN_KEY_PREFIX, PRELOAD_CONTAINER
 
 __all__ = ["PAGE_STYLE", "run"]
@@ -71,10 +74,13 @@ def run() -> None:
         with preload.container(key=PRELOAD_CONTAINER):
             st.plotly_chart(_INVISIBLE_CHART, config={"staticPlot": True, "displayModeBar": False})
 
-    imported = _PAGE_MODULE in sys.modules
+    # The server's start-up hook began the warm-up; a server without one gets it here.
+    begun = warmup.start(sys.argv[1:], origin="first page run")
+    imported = begun.page_ready.is_set() and _PAGE_MODULE in sys.modules
     if not imported:
         load_plotly()
     try:
+        warmup.wait_for_page()  # the imports, the model and the default batch
         from gradpick.runtime import process
         from gradpick.ui.page import main
 
