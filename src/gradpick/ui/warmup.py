@@ -119,11 +119,13 @@ def wait_for_page(timeout: float | None = None) -> float:
     ready = warmup.page_ready.is_set()
     if not ready:
         warmup.page_ready.wait(timeout)
-    waited = (time.perf_counter() - started) * 1000
+    waited = 0.0 if ready else (time.perf_counter() - started) * 1000
     with _LOCK:
         first, warmup.page_runs = warmup.page_runs == 0, warmup.page_runs + 1
     if first:
         found = "found the model and batch ready" if ready else f"waited {waited:,.0f} ms for them"
+        if warmup.problem is not None:
+            found = "does the work itself (the warm-up failed)"
         _say(f"the first page run {found}")
     return waited
 
