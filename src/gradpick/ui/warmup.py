@@ -206,7 +206,7 @@ def warm(app_args: Sequence[str], page_ready: threading.Event | None = None) -> 
             # its kernels and grows its allocator, which would slow the first page's inference.
             zeros = torch.zeros(INFERENCE_BATCH_SIZE, 3, *served.spec.size, dtype=torch.uint8)
             infer(served.module, zeros, batch_size=INFERENCE_BATCH_SIZE, features=True)
-            _infer_default_batch(app_args, option, torch.device(device), keep=not hosted)
+            _infer_default_batch(app_args, option, torch.device(device), hosted)
         page_ms = (time.perf_counter() - started) * 1000
         _say(f"imports, the default model and batch ready in {page_ms:,.0f} ms")
         if page_ready is not None:
@@ -219,23 +219,31 @@ def warm(app_args: Sequence[str], page_ready: threading.Event | None = None) -> 
 
 
 def _infer_default_batch(
-    app_args: Sequence[str], option: ModelOption, device: torch.device, keep: bool
+    app_args: Sequence[str], option: ModelOption, device: torch.device, hosted: bool
 ) -> None:
     """Read and infer the batch the page opens on, into the page's own caches, so the first
     session finds it done instead of reading and inferring while its browser loads the page on
-    the same cores (``keep``: write the app's store of it, as the page would). Only for a local
-    CIFAR-10 copy: a download is the page's to show, and a page opened on a store
+    the same cores (a hosted page keeps no store of it, as the page itself). Only from a copy
+    already on disk (``$GRADPICK_CIFAR10_DIR``, or a finished download in the cache folder): a
+    download is the page's to show, with its progress; and a page opened on a store
     (``--outputs``) infers nothing."""
     from gradpick.data import CIFAR10_DIR_ENV
+    from gradpick.data.cifar10_download import CIFAR10_FILES, CIFAR10_FOLDER
+    from gradpick.data.sources import cache_dir
     from gradpick.ui import cache, config, page, service
 
-    if not os.environ.get(CIFAR10_DIR_ENV):
+    downloaded = cache_dir() / "cifar10" / CIFAR10_FOLDER
+    if not os.environ.get(CIFAR10_DIR_ENV) and not all(
+        (downloaded / name).is_file() for name in CIFAR10_FILES
+    ):
         return
     try:
         if config.parse_outputs(list(app_args)):
             return
-        base = service.DataChoice()  # the sidebar's first source and split
+        base = service.DataChoice(hosted=hosted)  # the sidebar's first source and split
         source = cache.source(base.source_key, base)
-        page.infer_choice(service.default_batch(base, source), source, option, device, keep)
+        cap = config.HOSTED_MAX_BATCH_SIZE if hosted else None
+        choice = service.default_batch(base, source, cap)
+        page.infer_choice(choice, source, option, device, keep=not hosted)
     except (GradpickError, OSError):
         return  # the page opens the same batch and explains what went wrong
