@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -49,8 +52,11 @@ __all__ = [
     "PLAIN",
     "Served",
     "Visit",
+    "CPU_TORCH",
     "cpu_python",
     "every_server",
+    "hosted_environment",
+    "requirement_pins",
     "first_visits",
     "picks",
     "rows",
@@ -64,6 +70,11 @@ HOSTED_MEMORY_LIMIT = 1000 * MB
 """The hosted server's peak resident memory must stay under this: Streamlit Community Cloud
 stops an app over its resource limits, and 1 GB is the explorer's budget for the default flow
 (the load test holds it to 600 MB, the smallest tier)."""
+
+
+CPU_TORCH = "torch==2.13.0"
+"""The CPU-only torch this machine holds as a wheel (the Makefile's ``CPU_TORCH``): it stands in
+for the host's ``torch==...+cpu`` from PyTorch's CPU index, which only the host can reach."""
 
 
 @dataclass(frozen=True)
@@ -228,3 +239,36 @@ def every_server(
         target = f"target < {limit}" if served.hosted else "no target"
         memory[f"{served.name}: server's peak resident memory, MB ({target})"] = verdict(visits)[0]
     return table, memory, failed
+
+
+def requirement_pins(text: str) -> list[str]:
+    """The requirements of ``requirements.txt``'s ``text`` installed from the package index:
+    every requirement line but torch and torchvision (PyTorch's CPU index is the host's: the
+    local CPU wheel, ``CPU_TORCH``, stands in, and the app needs torchvision only to download
+    CIFAR-10) and the checkout's own ``.[app]`` line (installed by itself, its pins being
+    these); options such as ``--extra-index-url`` are left out."""
+    pins = []
+    for line in text.splitlines():
+        requirement = line.split("#")[0].strip()
+        if not requirement or not requirement[0].isalpha():
+            continue
+        if re.match(r"torch(vision)?\b", requirement):
+            continue
+        pins.append(requirement)
+    return pins
+
+
+def hosted_environment(folder: Path, checkout: Path, torch: str = CPU_TORCH) -> str:
+    """A fresh virtual environment in ``folder`` made as the host makes it: ``torch``, the pins
+    of the checkout's ``requirements.txt`` (``requirement_pins``), then the checkout itself as
+    a wheel (not editable; without a stale ``build/`` folder, which would put deleted files in
+    it). Returns its Python; a failed step raises CalledProcessError."""
+    pins = requirement_pins((checkout / "requirements.txt").read_text())
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    python = str(folder / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, torch, *pins], check=True)
+    shutil.rmtree(checkout / "build", ignore_errors=True)
+    subprocess.run([*pip, "--no-deps", "--force-reinstall", str(checkout)], check=True)
+    return python

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gradpick.cli import bench, check, compare, eval, grads, infer, report, train
+from gradpick.cli import bench, check, check_deploy, compare, eval, grads, infer, report, train
 from gradpick.cli import triage as triage_command
 from gradpick.cli.arguments import Commands, Handler
 from gradpick.errors import GradpickError
@@ -26,6 +26,7 @@ SUBCOMMANDS: list[Callable[[Commands], None]] = [
     check.register,
     report.register,
     bench.register,
+    check_deploy.register,
     compare.register,
     triage_command.register,
 ]
