@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gradpick.bench.pages import (
     PAGE_SIZE,
@@ -121,7 +122,9 @@ async def _visit(chromium: str, url: str, clicked: Sequence[int]) -> tuple[float
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        browser: Any = await playwright.chromium.launch(
+            executable_path=chromium, args=CHROMIUM_ARGS
+        )
         context = await browser.new_context(viewport=VIEWPORT)
         page = await context.new_page()
         page.set_default_timeout(LOAD_TIMEOUT_MS)
