@@ -87,11 +87,15 @@ class Served:
     """``python -m gradpick.ui.launch`` (``make run``), else a plain ``streamlit run``."""
     hosted: bool = False
     """``GRADPICK_HOSTED=1``, and the server runs the installed wheel (no ``PYTHONPATH``)."""
+    log: str = "plain"
+    """Its servers' logs are ``first-visit-<log>-<run>.log``."""
 
 
-LAUNCHER = Served("make run (launcher)", launcher=True)
+LAUNCHER = Served("make run (launcher)", launcher=True, log="launcher")
 PLAIN = Served("plain streamlit run app.py", launcher=False)
-HOSTED = Served("hosted: plain streamlit run, wheel, CPU torch", launcher=False, hosted=True)
+HOSTED = Served(
+    "hosted: plain streamlit run, wheel, CPU torch", launcher=False, hosted=True, log="hosted"
+)
 
 
 @dataclass(frozen=True)
@@ -156,13 +160,12 @@ def first_visits(
     with its own empty cache folder, and each one's first visitor (see the module docstring).
     A hosted server runs ``python`` with no ``PYTHONPATH``, so it imports the installed wheel."""
     visits = []
-    slug = served.name.split(":")[0].split()[0].replace(" ", "-")
     for run in range(runs):
         with tempfile.TemporaryDirectory(prefix="gradpick-first-visit-") as cache:
             over: dict[str, str | None] = {**env, CACHE_DIR_ENV: cache}
             if served.hosted:
                 over |= {"GRADPICK_HOSTED": "1", "PYTHONPATH": None}
-            log = log_dir / f"first-visit-{slug}-{run}.log"
+            log = log_dir / f"first-visit-{served.log}-{run}.log"
             with streamlit_server(app, over, log, python, launcher=served.launcher) as server:
                 first, times = asyncio.run(_visit(chromium, server.url, picks(clicks)))
                 visits.append(Visit(first, times, server.memory_bytes("VmHWM")))
