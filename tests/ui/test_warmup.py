@@ -164,3 +164,27 @@ def test_a_page_run_without_the_hook_starts_the_warm_up_and_finds_its_batch(
     assert begun.page_ready.is_set() and begun.problem is None and begun.page_runs == 1
     assert inferred == ["gradpick-warmup"]  # by the warm-up's thread, not again by the page
     assert begun.done.wait(120)
+
+
+def test_a_page_run_imports_the_charts_only_once_the_warm_up_has_them_whole() -> None:
+    """plotly reads pandas from sys.modules: a page's first chart waits for the import in
+    progress in the warm-up's thread instead of meeting a half-made module."""
+    held = threading.Event()
+    release = threading.Event()
+
+    def warm_up_importing() -> None:
+        with warmup._CHARTS:
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=warm_up_importing)
+    holder.start()
+    assert held.wait(60)
+    page = threading.Thread(target=warmup.import_charts)
+    page.start()
+    page.join(0.2)
+    assert page.is_alive()  # waits while the warm-up imports
+    release.set()
+    page.join(60)
+    holder.join(60)
+    assert not page.is_alive()

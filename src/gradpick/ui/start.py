@@ -78,6 +78,7 @@ def run() -> None:
     begun = warmup.start(sys.argv[1:], origin="first page run")
     imported = begun.page_ready.is_set() and _PAGE_MODULE in sys.modules
     if not imported:
+        warmup.import_charts()  # never beside the warm-up's own import of them
         load_plotly()
     try:
         warmup.wait_for_page()  # the imports, the model and the default batch

@@ -41,6 +41,7 @@ __all__ = [
     "LOG_PREFIX",
     "Warmup",
     "current",
+    "import_charts",
     "lifespan",
     "start",
     "wait_for_page",
@@ -76,6 +77,17 @@ class Warmup:
 
 _LOCK = threading.Lock()
 _CURRENT: list[Warmup] = []
+_CHARTS = threading.Lock()
+
+
+def import_charts() -> None:
+    """Import pandas and plotly whole in one thread while any other caller waits. plotly looks
+    pandas up in ``sys.modules`` without importing it, so a page run drawing its first chart
+    while the warm-up imported pandas met a half-made module (``partially initialized module
+    'pandas' has no attribute 'Series'``)."""
+    with _CHARTS:
+        import pandas  # noqa: F401
+        import plotly.graph_objects  # noqa: F401
 
 
 def _say(text: str) -> None:
@@ -186,6 +198,7 @@ def warm(app_args: Sequence[str], page_ready: threading.Event | None = None) -> 
     hosted = config.hosted_mode(os.environ.get(config.HOSTED_ENV), Path.cwd())
     process.apply_memory_policy(hosted)
     with _quiet_streamlit():
+        import_charts()  # first: a page run's preload chart waits for them
         import torch  # the slowest import of a page run
 
         import gradpick.ui.page  # noqa: F401 (every panel, plotly, pandas, the caches)
