@@ -240,7 +240,7 @@ def report_text(report: ExplorerReport) -> str:
     for name, value in report.ratios.items():
         lines.append(f"- {name}: {value:.2f}")
     context = report.context
-    if "badge_checks" in context["page"]:
+    if "badge_checks" in context.get("page", {}):
         lines.append(f"- trust badges' map checks run (clicks): {context['page']['badge_checks']}")
     for failure in context["failed"]:
         lines.append(f"- failed: {failure}")
@@ -248,7 +248,7 @@ def report_text(report: ExplorerReport) -> str:
         f"- machine: {context['cpus']} CPUs, load average {context['load_before']} before and "
         f"{context['load_after']} after; server cores {context['server_cpus']}, browser cores "
         f"{context['browser_cpus']}, OMP_NUM_THREADS={context['threads']}; attribution view "
-        f"{context['page'].get('method', 'plain gradient')}"
+        f"{context.get('page', {}).get('method', 'plain gradient')}"
     )
     return "\n".join(lines)
 
@@ -260,7 +260,7 @@ def _prefix(cpus: Sequence[int]) -> list[str]:
     return ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
 
 
-def _server_env(config: ExplorerBenchConfig, cifar10_dir: str, cache: str) -> dict[str, str | None]:
+def _server_env(config: ExplorerBenchConfig, cifar10_dir: str, cache: str | None) -> dict:
     """The threads asked for, the CIFAR-10 copy, and an empty cache folder: the app keeps its
     inference of every batch there, and a store left by an earlier run would be shown instead
     of inferred, which is not what the inference figures time."""
@@ -588,7 +588,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
         raise InputError(f"At most {PAGE_SIZE} clicks in all (one per thumbnail); got {clicked}.")
     picks = [(7 * number + 3) % PAGE_SIZE for number in range(clicked)]
     if config.first_visits_only:
-        return _first_visits_report(config, chromium, {CIFAR10_DIR_ENV: cifar10_dir})
+        return _first_visits_report(config, chromium, _server_env(config, cifar10_dir, None))
     with tempfile.TemporaryDirectory(prefix="gradpick-bench-cache-") as cache:
         env = _server_env(config, cifar10_dir, cache)
         load_before = _load_average()
@@ -682,7 +682,7 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     if not config.large_size:
         skipped |= set(LARGE_ROWS)
     rows = [steps[name] for name in order if name not in skipped]
-    report = _first_visits_report(config, chromium, {CIFAR10_DIR_ENV: cifar10_dir})
+    report = _first_visits_report(config, chromium, _server_env(config, cifar10_dir, None))
     context["failed"] += report.context["failed"]
     return ExplorerReport(config, rows + report.steps, ratios | report.ratios, context)
 
@@ -694,6 +694,6 @@ def _first_visits_report(
     load_before, runs, clicks = _load_average(), config.first_visit_runs, config.first_visit_clicks
     table, memory, failed = deploy.every_server(runs, clicks, chromium, config.app, env)
     steps = [Step(n, s, target, limit, worst_bound=True) for n, s, target, limit in table]
-    machine = {"server_cpus": "any", "browser_cpus": "any", "threads": "unset", "page": {}}
+    machine = {"server_cpus": "any", "browser_cpus": "any", "threads": config.threads or "unset"}
     context = {"cpus": os.cpu_count(), "load_before": load_before, "load_after": _load_average()}
     return ExplorerReport(config, steps, memory, {**context, **machine, "failed": failed})
