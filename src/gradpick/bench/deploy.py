@@ -9,10 +9,10 @@ the browser, and opens the page as a new visitor: the first page is timed from t
 the page's last change (a DOM mutation or a plotly redraw) before ``QUIET_MS`` without one,
 thumbnails and the page's last section shown and the script run over; then every click on a
 thumbnail, the first one included, until the page settled again (the pointer rests on the
-thumbnail until plotly's hover found it before the click; that wait is not timed). After the clicks, the server
-process's peak resident memory (``VmHWM``) is read. Targets: the first page settled ≤ 4 s in
-every run; the clicks' median ≤ 300 ms in every run and the worst ≤ 800 ms; a hosted server's
-peak memory < 1 GB.
+thumbnail until plotly's hover found it before the click; that wait is not timed). After the
+clicks, the server process's peak resident memory (``VmHWM``) is read. Targets: the first page
+settled ≤ 4 s in every run; the clicks' median ≤ 300 ms in every run and the worst ≤ 800 ms; a
+hosted server's peak memory < 1 GB.
 """
 
 from __future__ import annotations
