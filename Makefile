@@ -41,7 +41,8 @@ $(CPU_VENV)/.requirements: requirements.txt
 	touch $@
 
 # A stale build/ folder would put files deleted since into the wheel.
-$(CPU_VENV)/.installed: $(CPU_VENV)/.requirements $(PACKAGE_FILES)
+# After the editable install (order only): both write the package's egg-info.
+$(CPU_VENV)/.installed: $(CPU_VENV)/.requirements $(PACKAGE_FILES) | $(BIN)/.installed
 	rm -rf build
 	$(CPU_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
 	touch $@
@@ -70,9 +71,12 @@ docs: $(BIN)/.installed
 # Two pytest workers, a test file each at a time (--dist loadfile): a file's module-scoped server
 # or Ray instance starts once, and the browser tests' waits overlap the other worker's compute.
 PYTEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15
 
-test: $(BIN)/.installed $(CPU_VENV)/.installed browser lint
+# The set-up in two lanes: the two environments install side by side (pip mostly waits on the
+# disk), then the lint beside the hosted environment's package install.
+test:
+	$(MAKE) -j2 $(BIN)/.installed $(CPU_VENV)/.installed browser lint
 	$(PYTEST)
 
 quick: $(BIN)/.installed

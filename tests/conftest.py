@@ -35,6 +35,15 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def one_cpu_thread() -> None:
+    """Each test starts on one intra-op thread again: a library that runs OpenMP code of its own
+    (numba, through umap-learn) can leave the count torch reads at the core count, and every
+    later test of that worker then ran several times slower with both cores busy."""
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Point gradpick's cache at a temporary folder so no test writes to the user's cache."""
@@ -237,6 +246,6 @@ def generated(generated_folder: Path, tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(generated_folder))
     monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path / "no-assets"))
     monkeypatch.setenv(config.HOSTED_ENV, "0")
-    for name in (config.MODEL_ENV, config.WEIGHTS_ENV, config.CLASSES_ENV):
+    for name in (config.MODEL_ENV, config.WEIGHTS_ENV, config.CLASSES_ENV, config.OUTPUT_ENV):
         monkeypatch.delenv(name, raising=False)
     return generated_folder

@@ -51,8 +51,22 @@ from gradpick.ui import config, keys
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts"
+SCREENSHOTS = REPO / "assets" / "screenshots"
+UPDATE_SCREENSHOTS = os.environ.get("GRADPICK_UPDATE_SCREENSHOTS") == "1"
+"""The docs' screenshots are rewritten only when asked: a test run leaves tracked files alone."""
 GENERATED_IMAGES = 200
 """Images per split of the generated stand-in folder when no CIFAR-10 copy is present."""
+
+
+def save_screenshot(page: Any, name: str, docs: bool = False, **options: Any) -> None:
+    """Screenshot the page to ``artifacts/e2e-NAME.png`` (ignored by git), and with
+    ``GRADPICK_UPDATE_SCREENSHOTS=1`` also to the docs' ``assets/screenshots/NAME.png`` when
+    ``docs``; ``options`` go to Playwright's ``page.screenshot`` (``clip``, ``full_page``)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"e2e-{name}.png"), **options)
+    if docs and UPDATE_SCREENSHOTS:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **options)
 
 
 def chromium_executable() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from gradpick import attribution, data
 from gradpick import compare as versus
-from gradpick import data
 from gradpick.cli import main
 from gradpick.errors import InputError
 from gradpick.models import zoo
@@ -118,15 +119,21 @@ def test_flips_and_per_class_deltas_of_two_stores_match_a_hand_count(
     written = json.loads(report.read_text())
     assert written["flips"] == versus.flips(pairing)
     assert written["confusion_difference"] == expected.tolist()
-    assert written["models"]["first"]["identity"] == "first"
+    assert written["models"][0]["identity"]["identity"] == "first"
     assert written["source"]["fingerprint"] == folder.fingerprint()
     assert "versions" in written and "created" in written
     table = pq.read_table(drift).to_pydict()
-    # stayed (same prediction): 0, 3, 5; flipped: 1, 2, 4, each ranked from 0
+    # stayed (same prediction): 0, 3, 5; flipped: 1, 2, 4, each ranked from 1
     assert table["kind"] == ["stayed"] * 3 + ["flipped"] * 3
     assert sorted(table["position"][:3]) == [0, 3, 5]
-    assert table["rank"] == [0, 1, 2, 0, 1, 2]
-    assert "6 images: both right 2" in capsys.readouterr().out
+    assert table["rank"] == [1, 2, 3, 1, 2, 3]
+    printed = capsys.readouterr().out
+    assert "6 images: both right 2" in printed
+    # Which model is which, and how right each is overall: 4 and 3 of the 6, by hand.
+    summaries = [(model["name"], model["accuracy"]) for model in written["models"]]
+    assert summaries == [("first", 4 / 6), ("second", 3 / 6)]
+    assert "first:  first (accuracy 66.67%)" in printed
+    assert "second:  second (accuracy 50.00%)" in printed
 
 
 def test_without_labels_the_models_agreement_is_counted(
@@ -186,7 +193,7 @@ def test_models_of_different_input_sizes_compare_on_one_folder(
     arguments = ["compare", "--model", "tutorial", "--model", module, "--input-size", "64"]
     assert main([*arguments, "--data", str(root), "--indices", "0, 3", "--json", str(report)]) == 0
     written = json.loads(report.read_text())
-    assert written["models"]["second"]["input_spec"]["size"] == [64, 64]
+    assert written["models"][1]["identity"]["input_spec"]["size"] == [64, 64]
     assert written["maps"]["compared_at"] == [32, 32]
     assert written["maps"]["class"] == "each pick's true label"
     assert [row["index"] for row in written["maps"]["rows"]] == [0, 3]
@@ -241,3 +248,73 @@ def test_a_missing_second_model_is_explained(
     assert "--weights belongs to a model: give it after that model's --model" in (
         capsys.readouterr().err
     )
+
+
+def _occluded_by_hand(
+    model: torch.nn.Module, image: torch.Tensor, label: int, window: int, stride: int
+) -> torch.Tensor:
+    """Occlusion's definition, one window at a time: the mean drop of the logit over the
+    windows (grey 0.5, the last cut at the border) that cover each pixel."""
+    height, width = image.shape[-2:]
+    starts = [range(0, side - window + stride, stride) for side in (height, width)]
+    with torch.no_grad():
+        whole = model(image[None])[0, label]
+        summed = torch.zeros(height, width, dtype=torch.float64)
+        counts = torch.zeros(height, width, dtype=torch.float64)
+        for y in starts[0]:
+            for x in starts[1]:
+                hidden = image.clone()
+                hidden[:, y : y + window, x : x + window] = 0.5
+                summed[y : y + window, x : x + window] += float(
+                    whole - model(hidden[None])[0, label]
+                )
+                counts[y : y + window, x : x + window] += 1
+    return summed / counts
+
+
+def _risen_by_hand(
+    model: torch.nn.Module, image: torch.Tensor, label: int, masks: torch.Tensor, keep: float
+) -> torch.Tensor:
+    """RISE's definition from its masks: the target under each mask, weighed by the mask."""
+    with torch.no_grad():
+        scores = model(image[None] * masks[:, None])[:, label].double()
+    return (scores[:, None, None] * masks.double()).sum(dim=0) / (len(masks) * keep)
+
+
+@pytest.mark.parametrize("method", ["occlusion", "rise"])
+def test_perturbation_methods_compare_two_models_by_their_definition(
+    image_folder_factory: Any, factories: str, tmp_path: Path, method: str
+) -> None:
+    root = image_folder_factory(list(data.CIFAR10_CLASSES), per_class=1)
+    source = data.image_folder(root)
+    first = zoo.load_model("tutorial", device="cpu")
+    second = zoo.load_model(f"{factories}:pooled", device="cpu")
+    pairing = versus.pair(*versus.sides_of_models(first, second, source))
+    rows = [1, 4]
+    settings = {"window": 8, "stride": 4} if method == "occlusion" else {"masks": 60, "cell": 8}
+    maps = versus.compare_maps(first, second, source, pairing, rows, method, settings)
+    assert maps.method == method and maps.maps[0].shape == (2, 32, 32)
+    images = source.read(rows).float() / 255
+    masks = attribution.Rise(**settings).masks(32, 32) if method == "rise" else None
+    for side, loaded in enumerate((first, second)):
+        model = copy.deepcopy(loaded.module).double()
+        by_hand = torch.stack(
+            [
+                _occluded_by_hand(model, image.double(), int(label), 8, 4)
+                if method == "occlusion"
+                else _risen_by_hand(model, image.double(), int(label), masks, 0.5)
+                for image, label in zip(images, source.labels()[rows], strict=True)
+            ]
+        ).abs()
+        by_hand = by_hand / by_hand.flatten(1).amax(dim=1).view(-1, 1, 1)
+        # float32 maps against the float64 definition: equal up to rounding
+        assert torch.allclose(maps.maps[side], by_hand, atol=1e-4), side
+
+    report = tmp_path / "report.json"
+    arguments = ["compare", "--model", "tutorial", "--model", f"{factories}:pooled"]
+    assert main([*arguments, "--data", str(root), "--indices", "1, 4", "--method", method,
+                 "--json", str(report)]) == 0  # fmt: skip
+    written = json.loads(report.read_text())
+    assert written["maps"]["method"] == method
+    assert [row["index"] for row in written["maps"]["rows"]] == rows
+    assert all(-1 <= row["spearman"] <= 1 for row in written["maps"]["rows"])

@@ -200,3 +200,11 @@ def test_block_runs_as_written(
         f"{block.id} failed (exit {result.returncode}):\n{block.code}\n"
         f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
     )
+
+
+@pytest.mark.parametrize("page", sorted((REPO_ROOT / "docs" / "guide").glob("*.md")), ids=str)
+def test_every_guide_page_is_listed_in_the_readme_and_on_the_home_page(page: Path) -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    home = (REPO_ROOT / "docs" / "index.md").read_text()
+    assert f"(docs/guide/{page.name})" in readme
+    assert f"(guide/{page.name})" in home

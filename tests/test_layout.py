@@ -3,7 +3,7 @@
 Read from the source with ``ast`` (no import runs), so a cycle or an upward import is found even
 where it hides inside a function. Layers, top first::
 
-    cli → bench → ui → trust / triage / compare / share / picking → attribution
+    cli → bench → ui → trust / triage / slices / compare / share / picking → attribution
         → gradients → models / outputs / data → show / runtime → errors / units
 
 A module of a lower layer never imports one of a higher; the library (everything outside
@@ -126,7 +126,9 @@ LIBRARY_LAYERS = {
     "gradpick.trust": 6,
     "gradpick.triage": 6,
     "gradpick.compare": 6,
+    "gradpick.slices": 6,
     "gradpick.share": 6,
+    "gradpick.multilabel": 6,
     "gradpick.attribution": 5,
     "gradpick.gradients": 4,
     "gradpick.models": 3,

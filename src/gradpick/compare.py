@@ -30,18 +30,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gradpick.attribution import build
+from gradpick.attribution import LAYER_METHODS, build
 from gradpick.data import ImageSource
 from gradpick.errors import InputError
 from gradpick.gradients.request import GradientRequest
 from gradpick.models.zoo import LoadedModel
+from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs.inference import as_model_input, infer_chunks, labels_fit, output_names
-from gradpick.outputs.store_format import OpenedStore
+from gradpick.outputs.store_format import OpenedStore, store_output
+from gradpick.show.notebook import map_comparison_html, pairing_html
 from gradpick.trust.engine import saliency
 from gradpick.trust.metrics import spearman, ssim
 
 __all__ = [
     "AGREEMENT",
+    "accuracies",
+    "model_summaries",
     "OUTCOMES",
     "MapComparison",
     "Pairing",
@@ -111,7 +115,11 @@ def _store_side(opened: OpenedStore) -> Side:
 
 
 def sides_of_stores(first: OpenedStore, second: OpenedStore) -> tuple[Side, Side]:
-    """Both stores' outputs, refused unless they were written from the same images."""
+    """Both stores' outputs, refused unless they were written from the same images by softmax
+    models (a sigmoid model's labels are not exclusive classes)."""
+    for opened in (first, second):
+        whose = f"the store {opened.path} holds a sigmoid model's outputs: it"
+        refuse_sigmoid(store_output(opened.metadata), "Compare", whose)
     a, b = _store_side(first), _store_side(second)
     fingerprints = (a.source.get("fingerprint"), b.source.get("fingerprint"))
     if None in fingerprints or fingerprints[0] != fingerprints[1]:
@@ -203,6 +211,23 @@ class Pairing:
     @property
     def reference_kind(self) -> str:
         return "true label" if self.labels is not None else "first model's prediction"
+
+    def __repr__(self) -> str:
+        """One line, not the arrays: which model is first, each one's accuracy, the flips."""
+        models = " vs ".join(
+            f"{model['name']}"
+            + ("" if model["accuracy"] is None else f" ({model['accuracy']:.1%})")
+            for model in model_summaries(self)
+        )
+        counts = ", ".join(
+            f"{name.replace('_', ' ')} {count:,}" for name, count in flips(self).items()
+        )
+        return f"Pairing({len(self):,} images: {models}; {counts})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows both models, the flip matrix and the per-class table
+        (``gradpick.show.notebook``)."""
+        return pairing_html(len(self), model_summaries(self), flips(self), per_class(self))
 
 
 def _class_map(
@@ -300,6 +325,24 @@ def flip_groups(pairing: Pairing) -> dict[str, np.ndarray]:
     return {name: np.flatnonzero(cell == index) for index, name in enumerate(_cells(pairing))}
 
 
+def accuracies(pairing: Pairing) -> tuple[float | None, float | None]:
+    """Each model's overall accuracy on the paired images (a second-model prediction of a class
+    the first has no output for counts as wrong); None for both without labels."""
+    if pairing.labels is None or len(pairing) == 0:
+        return None, None
+    first = float(np.mean(pairing.first == pairing.labels))
+    return first, float(np.mean(pairing.second == pairing.labels))
+
+
+def model_summaries(pairing: Pairing) -> list[dict[str, Any]]:
+    """Which model is first and which second: each one's ``name``, overall ``accuracy`` (None
+    without labels) and full ``identity``, in that order."""
+    return [
+        {"name": model.get("name", "?"), "accuracy": accuracy, "identity": model}
+        for model, accuracy in zip(pairing.models, accuracies(pairing), strict=True)
+    ]
+
+
 def flips(pairing: Pairing) -> dict[str, int]:
     """How many images fall in each flip cell."""
     return {name: len(rows) for name, rows in flip_groups(pairing).items()}
@@ -379,6 +422,24 @@ class MapComparison:
     """Spearman of |map| per pick [k]."""
     ssim: torch.Tensor
     """SSIM of the peak-normalised |map| per pick [k]."""
+    class_names: tuple[str, ...] = ()
+    """The first model's class names, for the displays."""
+    layers: tuple[str | None, str | None] = (None, None)
+    """Each model's layer for a layer method (None: its automatic one)."""
+    names: tuple[str, str] | tuple[str, ...] = ()
+    """The two models' names, first then second."""
+
+    def __repr__(self) -> str:
+        """One line, not the maps: a notebook cell ending in a comparison stays short."""
+        return (
+            f"MapComparison({self.method} maps of {len(self.rows)} picks at "
+            f"{self.size[0]}x{self.size[1]}: mean Spearman {float(self.spearman.mean()):.3f}, "
+            f"mean SSIM {float(self.ssim.mean()):.3f})"
+        )
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows both models' maps side by side (``gradpick.show.notebook``)."""
+        return map_comparison_html(self, self.method in LAYER_METHODS)
 
     def records(self, pairing: Pairing) -> list[dict[str, Any]]:
         """One JSON row per pick."""
@@ -473,6 +534,9 @@ def compare_maps(
         maps=(a, b),
         spearman=spearman(a, b),
         ssim=ssim(a, b),
+        class_names=tuple(pairing.class_names),
+        layers=layers,
+        names=tuple(model.get("name", "?") for model in pairing.models),
     )
 
 
@@ -480,7 +544,7 @@ def drift_table(pairing: Pairing, maps: MapComparison | None = None) -> Any:
     """Every image as one row of a pyarrow table, ranked: first the images both models
     predict alike ("stayed"), then those that flipped, each by how far the maps moved (1 -
     Spearman, for the mapped picks) and then by how far the reference class's probability
-    moved. ``rank`` counts within each group from 0."""
+    moved. ``rank`` counts within each group from 1."""
     import pyarrow as pa
 
     count = len(pairing)
@@ -521,13 +585,13 @@ def ranked(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The drift order (stayed first, then flipped; within each, the largest map change first,
     unmapped images after the mapped, then the largest output change) and each row's rank in
-    its group."""
+    its group, from 1."""
     mapped = ~np.isnan(map_change)
     order = np.lexsort((-output_change, -np.nan_to_num(map_change, nan=-np.inf), ~mapped, ~stayed))
     rank = np.empty(len(order), dtype=np.int64)
     for group in (stayed, ~stayed):
         members = order[group[order]]
-        rank[members] = np.arange(len(members))
+        rank[members] = np.arange(1, len(members) + 1)
     return order, rank
 
 

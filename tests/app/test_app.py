@@ -14,10 +14,12 @@ import shutil
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
 
@@ -92,6 +94,18 @@ def table(app: AppTest) -> Any:
         app.session_state[keys.OUTPUTS_TAB] = "Table"
         app.run()
     return app.dataframe[0].value
+
+
+@pytest.fixture(scope="module", autouse=True)
+def caches_of_its_own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A cache folder and empty Streamlit caches for this file: a file run before it in the same
+    process may have kept the default batch's outputs, and the page would then open them
+    ("Device: stored") where these tests expect it to infer."""
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADPICK_CACHE_DIR", str(tmp_path_factory.mktemp("app-cache")))
+        yield
 
 
 def no_errors(app: AppTest) -> None:

@@ -196,3 +196,29 @@ def _array(field: Any) -> list[Any]:
     if isinstance(field, dict):
         return np.frombuffer(base64.b64decode(field["bdata"]), dtype=field["dtype"]).tolist()
     return list(field)
+
+
+def test_the_queue_goes_through_the_flagged_suspects_first_and_says_where_it_is(
+    generated: Path,
+) -> None:
+    app = open_app()
+    assert not app.exception
+    found = app.session_state[keys.TRIAGE_RESULT][1]
+    flagged = int(found.flagged.sum())
+    assert 0 < flagged < len(found.order)
+    assert (
+        found.flagged[found.order[:flagged]].all()
+        and not found.flagged[found.order[flagged:]].any()
+    )
+    heading = app.subheader[0].value
+    assert heading == f"Suspect 1 of {flagged} flagged: {flagged} flagged without a verdict"
+    app.button(key=keys.per_source(keys.TRIAGE_VERDICT, "fine")).click().run()
+    assert app.number_input(key=keys.TRIAGE_POSITION).value == 2
+    assert app.subheader[0].value.endswith(f"{flagged - 1} flagged without a verdict")
+    app.number_input(key=keys.TRIAGE_POSITION).set_value(flagged + 1).run()
+    heading = app.subheader[0].value
+    total = len(found.order)
+    past = f"past the {flagged} flagged: {total - 1} without a verdict"
+    assert heading == f"Suspect {flagged + 1} of {total}, {past}"
+    shown = f"**#{int(found.order[flagged])}** "  # the suspect in view: the first unflagged
+    assert any(m.value.startswith(shown) for m in app.markdown)

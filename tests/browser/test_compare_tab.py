@@ -11,15 +11,14 @@ import pytest
 
 from gradpick.ui import keys
 from tests.serving import (
-    ARTIFACTS,
     CHROMIUM_ARGS,
-    REPO,
     SCATTER_POINTS_JS,
     chromium_executable,
     cifar10_images,
     explorer_server,
     open_explorer,
     page_errors,
+    save_screenshot,
 )
 
 FLIPS = keys.selector(keys.COMPARE_FLIPS)
@@ -54,7 +53,5 @@ def test_a_flip_cell_click_shows_both_models_maps(server: str) -> None:
         assert page_errors(page).count() == 0
         page.set_viewport_size({"width": 1400, "height": 1900})
         page.wait_for_timeout(1500)  # plotly redraws at the new size
-        ARTIFACTS.mkdir(exist_ok=True)
-        shot = REPO / "assets" / "screenshots" / "compare.png"
-        page.screenshot(path=str(shot), full_page=False)
+        save_screenshot(page, "compare", docs=True)
         browser.close()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +29,6 @@ from tests.serving import (
     ARTIFACTS,
     CHROMIUM_ARGS,
     HOVERED_JS,
-    REPO,
     SCATTER_POINTS_JS,
     VIEWPORT,
     chromium_executable,
@@ -45,12 +43,12 @@ from tests.serving import (
     photo_folder,
     pick_by_text,
     real_cifar10_dir,
+    save_screenshot,
     text_box,
     wait_for_chart,
     wait_for_heatmaps,
 )
 
-SCREENSHOTS = REPO / "assets" / "screenshots"
 HEATMAPS = keys.selector(keys.HEATMAPS_CONTAINER)
 UPLOADER = f'{keys.selector(keys.UPLOADS)} [data-testid="stFileUploaderDropzoneInput"]'
 EMBEDDING_JS = """
@@ -70,7 +68,6 @@ EMBEDDING_JS = """
 }
 """
 """The embedding chart's data ([index, x, y] per image) and its linear axes on the page."""
-UPDATE_SCREENSHOTS = os.environ.get("GRADPICK_UPDATE_SCREENSHOTS") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +96,7 @@ def page(chromium: str, server: str) -> Iterator[Any]:
 
 def _shot(page: Any, name: str, readme: bool = False, clip: dict[str, float] | None = None) -> None:
     page.wait_for_timeout(800)  # let plotly finish drawing
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"e2e-{name}.png"), clip=clip)
-    if readme and UPDATE_SCREENSHOTS:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), clip=clip)
+    save_screenshot(page, name, docs=readme, clip=clip)
 
 
 def _shot_of_section(page: Any, name: str, first: Any, last: Any) -> None:
@@ -409,7 +402,9 @@ def test_hovering_a_feature_space_point_shows_its_thumbnail(page: Any) -> None:
     side = hover.DISPLAY_SIDE
     row, column = divmod(point["index"], columns)
     assert shown["position"] == f"{-column * side}px {-row * side}px"
-    assert shown["size"] == f"{columns * side}px auto"
+    # The height follows the width ("auto"), which newer chromium leaves out when it reads
+    # the property back.
+    assert shown["size"] in (f"{columns * side}px auto", f"{columns * side}px")
     atlas = shown["image"].removeprefix('url("').removesuffix('")')
     assert page.evaluate(FETCHED_JS, atlas) == [200, "image/jpeg"]
     _shot(page, "hover", readme=True, clip={"x": 360, "y": 560, "width": 700, "height": 560})
@@ -671,10 +666,10 @@ def test_every_map_has_a_trust_badge_with_its_meaning_on_hover(page: Any) -> Non
         for position in range(labels.count()):
             label = labels.nth(position)
             text, title = label.inner_text(), label.get_attribute("title")
-            if "Trust tab" in text:
+            if text.endswith("not run"):
                 assert "time budget" in title, title
             elif text.startswith(("class ρ", "randomised ρ")):
-                assert title.startswith("Spearman"), title
+                assert title.startswith(("Spearman", "The map for")), title
             else:  # ROAD's gap: the figure, then its meaning
                 assert text.startswith("ROAD gap") and ": removing" in title, (text, title)
             colour = label.evaluate("e => getComputedStyle(e).backgroundColor")

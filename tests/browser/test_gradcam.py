@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from gradpick.ui import heatmaps, keys
-from tests.browser.test_explore import SCREENSHOTS, UPDATE_SCREENSHOTS
 from tests.serving import (
     APP_IDLE,
-    ARTIFACTS,
     CHROMIUM_ARGS,
     VIEWPORT,
     chromium_executable,
@@ -24,6 +22,7 @@ from tests.serving import (
     page_errors,
     photo_folder,
     pick_by_text,
+    save_screenshot,
     wait_for_heatmaps,
 )
 
@@ -75,10 +74,6 @@ def test_gradcam_overlays_of_photos_through_resnet18_at_224(
         top = layer_box.first.bounding_box()["y"] - 12
         shown = page.locator(HEATMAPS).bounding_box()
         clip = {"x": 0, "y": top, "width": 1500, "height": shown["y"] + shown["height"] + 12 - top}
-        ARTIFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "e2e-gradcam.png"), clip=clip)
-        if UPDATE_SCREENSHOTS:
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SCREENSHOTS / "gradcam.png"), clip=clip)
+        save_screenshot(page, "gradcam", docs=True, clip=clip)
         page.set_viewport_size(VIEWPORT)
         browser.close()

@@ -1,10 +1,16 @@
 """End to end: a link names the view, another browser opens it, a hosted page refuses a folder.
 
-A real ``streamlit run app.py`` and Debian's chromium (Playwright), as in ``test_e2e.py``.
+A real ``streamlit run app.py`` and Debian's chromium (Playwright), as in ``test_e2e.py``. A
+link made after choosing a layer and a model to compare with reopens both, with no warning in
+the server's log; the flip matrix it then shows is screenshotted (``artifacts/``, and with
+``GRADPICK_UPDATE_SCREENSHOTS=1`` ``assets/screenshots/flips.png``).
 """
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,20 +19,32 @@ from typing import Any
 import pytest
 
 from gradpick import data
-from gradpick.ui import config
+from gradpick.ui import config, keys
 from tests.serving import (
+    APP_IDLE,
+    ARTIFACTS,
     CHROMIUM_ARGS,
-    REPO,
     chromium_executable,
     cifar10_images,
+    free_port,
     open_explorer,
     pick_by_text,
+    save_screenshot,
     streamlit_server,
     wait_for_heatmaps,
+    wait_healthy,
 )
 
-SCREENSHOT = REPO / "assets" / "screenshots" / "links.png"
 URL_HAS = "(text) => decodeURIComponent(location.search).includes(text)"
+
+
+LOG_NAME = "e2e-links-server"
+SERVER_LOG = ARTIFACTS / f"{LOG_NAME}.log"
+BOX_TEXT_JS = """
+(box) => box.innerText + ' ' + Array.from(box.querySelectorAll('input'), (i) => i.value).join(' ')
+"""
+"""A select box's text with its input's value (the chosen option may live in either)."""
+FLIPS = keys.selector(keys.COMPARE_FLIPS)
 
 
 @contextmanager
@@ -36,8 +54,16 @@ def _server(factory: Callable[[int], Path], cache: Path, hosted: bool) -> Iterat
         "GRADPICK_CACHE_DIR": str(cache),
         config.HOSTED_ENV: "1" if hosted else "0",
     }
-    with streamlit_server(env) as running:
+    with streamlit_server(env, log_name=LOG_NAME) as running:
         yield running.url
+
+
+def _choose(page: Any, box: Any, typed: str, option: re.Pattern[str]) -> None:
+    """Open a select box, type to narrow its options, click the one matching ``option``."""
+    box.click()
+    page.keyboard.type(typed)
+    page.get_by_role("option", name=option).first.click()
+    page.locator(APP_IDLE).wait_for()
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +89,9 @@ def test_a_link_reopens_the_same_picks_and_maps_in_a_fresh_browser(
         link = page.url
         code = page.locator('[data-testid="stCode"]').filter(has_text="picks=")
         assert "picks=2%2C7" in code.first.inner_text()
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOT), clip={"x": 0, "y": 0, "width": 1500, "height": 900})
+        save_screenshot(
+            page, "links", docs=True, clip={"x": 0, "y": 0, "width": 1500, "height": 900}
+        )
 
         fresh = open_explorer(browser, link)  # a new context: no cookies, no session
         wait_for_heatmaps(fresh, [2, 7], ordered=True)
@@ -88,3 +115,81 @@ def test_a_hosted_page_refuses_a_server_folder_and_a_foreign_model(
         page.wait_for_function(URL_HAS, arg="src=cifar10")
         assert "/etc" not in page.evaluate("decodeURIComponent(location.search)")
         page.context.close()
+
+
+def test_a_link_made_at_a_layer_on_the_compare_tab_reopens_both(
+    browser: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    cifar_like_factory: Callable[[int], Path],
+) -> None:
+    with _server(cifar_like_factory, tmp_path_factory.mktemp("cache"), hosted=False) as url:
+        page = open_explorer(browser, f"{url}/?picks=2,7&method=gradcam")
+        wait_for_heatmaps(page, [2, 7])
+        layer_box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Layer").first
+        assert "(automatic)" in layer_box.evaluate(BOX_TEXT_JS)
+        _choose(page, layer_box, "layer2 ", re.compile(r"^layer2 · "))
+        page.get_by_text("at layer layer2 (").wait_for()
+        compare_box = page.locator(keys.selector(keys.COMPARE_WITH))
+        _choose(page, compare_box, "tutorial", re.compile(r"^tutorial"))
+        page.get_by_role("tab", name="Compare").click()
+        page.locator(f"{FLIPS} .js-plotly-plot").wait_for()
+        for part in ("layer=layer2", "compare=tutorial", "tab=Compare", "seed=0"):
+            page.wait_for_function(URL_HAS, arg=part)
+        link = page.url
+        page.context.close()
+
+        opened_at = SERVER_LOG.stat().st_size
+        fresh = open_explorer(browser, link)  # a new context: no cookies, no session
+        fresh.locator(f"{FLIPS} .js-plotly-plot").wait_for()
+        shown = fresh.locator(keys.selector(keys.COMPARE_WITH)).evaluate(BOX_TEXT_JS)
+        assert "tutorial" in shown, shown
+        fresh.set_viewport_size({"width": 1400, "height": 1100})
+        fresh.wait_for_timeout(1500)  # plotly redraws at the new size
+        flips = fresh.locator(FLIPS).bounding_box()
+        clip = {"x": flips["x"] - 8, "y": flips["y"] - 40, "width": flips["width"] + 16}
+        clip["height"] = flips["height"] + 48
+        save_screenshot(fresh, "flips", docs=True, clip=clip)
+        fresh.get_by_role("tab", name="Explore").click()
+        wait_for_heatmaps(fresh, [2, 7], ordered=True)
+        fresh.get_by_text("at layer layer2 (").wait_for()
+        layer_box = fresh.locator('[data-testid="stSelectbox"]').filter(has_text="Layer").first
+        shown = layer_box.evaluate(BOX_TEXT_JS)
+        assert "layer2 · " in shown and "(automatic)" not in shown, shown
+        with SERVER_LOG.open("rb") as log:
+            log.seek(opened_at)
+            logged = log.read().decode(errors="replace")
+        assert "WARNING" not in logged, logged
+        fresh.context.close()
+
+
+def test_a_failing_maps_long_caption_leaves_it_the_size_of_the_others(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The page's style (``ui.start.PAGE_STYLE``) on maps drawn as the explorer draws them, one
+    with a caption far longer than its picture, as a failing badge's reason makes it."""
+    script = tmp_path / "maps.py"
+    script.write_text(
+        "import numpy as np, streamlit as st\n"
+        "from gradpick.ui import keys, start\n"
+        "st.markdown(start.PAGE_STYLE, unsafe_allow_html=True)\n"
+        "strip = np.full((40, 130, 4), 200, np.uint8)\n"
+        "with st.container(key=keys.HEATMAPS_CONTAINER):\n"
+        "    st.image([strip] * 3, ['#1 cat', '#2 dog · fails: ' + 'a long reason ' * 8, '#3'])\n"
+    )
+    port = free_port()
+    command = [sys.executable, "-m", "streamlit", "run", str(script), "--server.headless", "true"]
+    command += ["--server.port", str(port), "--browser.gatherUsageStats", "false"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, server)
+        page = browser.new_page()
+        page.goto(url)
+        images = page.locator(f"{keys.selector(keys.HEATMAPS_CONTAINER)} img")
+        images.nth(2).wait_for()
+        sizes = [images.nth(i).bounding_box() for i in range(3)]
+        assert [(box["width"], box["height"]) for box in sizes] == [(130, 40)] * 3
+        page.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=15)

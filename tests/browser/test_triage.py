@@ -17,17 +17,17 @@ from gradpick import data
 from gradpick.triage.verdicts import VerdictBook
 from tests.serving import (
     CHROMIUM_ARGS,
-    REPO,
     chromium_executable,
     cifar10_images,
     open_explorer,
     page_errors,
     pick_by_text,
+    save_screenshot,
     streamlit_server,
     wait_for_heatmaps,
 )
 
-HEADING = re.compile(r"Suspect (\d+) of (\d+): (\d+) without a verdict")
+HEADING = re.compile(r"Suspect (\d+) of (\d+) flagged: (\d+) flagged without a verdict")
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def judge(page: Any, button: str | re.Pattern[str]) -> None:
     """Click a verdict button and wait for the next suspect."""
     waiting = heading(page)[2]
     page.get_by_role("button", name=button).click()
-    page.get_by_text(f"{waiting - 1} without a verdict").wait_for()
+    page.get_by_text(f"{waiting - 1} flagged without a verdict").wait_for()
 
 
 def test_verdicts_survive_a_reload(server: str, cache: Path) -> None:
@@ -100,9 +100,7 @@ def test_verdicts_survive_a_reload(server: str, cache: Path) -> None:
         assert [v.verdict for v in history] == ["fine", "model_wrong", "label_wrong"]
         page.set_viewport_size({"width": 1400, "height": 1500})
         page.wait_for_timeout(800)  # let the images and the table finish drawing
-        shots = REPO / "assets" / "screenshots"
-        shots.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(shots / "triage.png"), full_page=True)
+        save_screenshot(page, "triage", docs=True, full_page=True)
         browser.close()
 
 

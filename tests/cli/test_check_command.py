@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 import tests.cli.test_cli as test_cli
 from gradpick import data
@@ -63,7 +64,6 @@ def test_the_json_report_round_trips_and_equals_the_library(capsys, folder, weig
         (["--samples", "0"], "SmoothGrad samples must be a whole number from 1 to 1,024"),
         (["--steps", "9999"], "Integrated Gradients steps must be a whole number from 1 to 4,096"),
         (["--layers", "9"], "layers to randomise must be a whole number from 1 to 5"),
-        (["--tolerance", "1e-12", "--max-steps", "16"], "did not reach"),
         (["--indices", "99"], "out of range"),
     ],
 )
@@ -97,7 +97,8 @@ def test_a_class_by_name_is_explained_for_every_pick(capsys, fitting, weights, t
     folder = fitting  # classes the ten-output model's own: their names name its outputs
     out = tmp_path / "checks.json"
     names = data.image_folder(folder).class_names
-    extra = ["--methods", "gradient", "--baselines", "black", "--class", names[2]]
+    methods = ["gradient", "integrated_gradients"]  # completeness checks the latter
+    extra = ["--methods", *methods, "--baselines", "black", "--class", names[2]]
     status, _, err = check(
         capsys, folder, weights, "--indices", "0, 4", *QUICK, *extra, "--json", str(out)
     )
@@ -105,7 +106,7 @@ def test_a_class_by_name_is_explained_for_every_pick(capsys, fitting, weights, t
     record = json.loads(out.read_text())
     assert record["classes"] == [2, 2] and record["class_names"] == [names[2]] * 2
     assert [row["class"] for row in record["completeness"]] == [2, 2]
-    assert list(record["randomisation"]) == ["gradient"]
+    assert list(record["randomisation"]) == methods
 
 
 class _Terminal(io.StringIO):
@@ -231,3 +232,36 @@ def test_the_json_file_is_indented_and_refuses_nan(tmp_path: Path) -> None:
 def test_a_class_is_named_when_the_names_reach_it_and_numbered_otherwise() -> None:
     names = ["cat", "dog"]
     assert [command._name(names, index) for index in (0, 1, 2, -1)] == ["cat", "dog", "2", "-1"]
+
+
+def test_a_sigmoid_models_checks_explain_and_read_the_labels_own_output(
+    capsys, fitting, weights, tmp_path
+):
+    """``--output sigmoid --class L``: every check explains label L's logit, and the curves
+    and the top labels read its own sigmoid, not a softmax over labels that are not exclusive."""
+    out = tmp_path / "checks.json"
+    names = data.image_folder(fitting).class_names
+    extra = ["--methods", "gradient", "--baselines", "black", "--output", "sigmoid"]
+    status, _, err = check(
+        capsys, fitting, weights, "--indices", "0, 4", *QUICK, *extra, "--class", names[2],
+        "--json", str(out),
+    )  # fmt: skip
+    assert status == 0, err
+    record = json.loads(out.read_text())
+    assert record["classes"] == [2, 2] and record["model"]["output"] == "sigmoid"
+    batch = data.load_batch(data.image_folder(fitting))
+    model = models.load("tutorial", weights)
+    with torch.no_grad():
+        logits = model(batch.float_images()[[0, 4]]).double()
+    own = 1 / (1 + torch.exp(-logits))  # each label's sigmoid, written out
+    softmax = logits.softmax(dim=1)[:, 2]
+    road = record["road"]
+    assert road["fractions"][0] == 0  # nothing removed yet: the unchanged images
+    unchanged = [row[0] for row in road["methods"]["gradient"]["morf_curve_per_image"]]
+    assert unchanged == pytest.approx(own[:, 2].tolist(), abs=1e-6)
+    assert unchanged != pytest.approx(softmax.tolist(), abs=1e-3)
+    deletion = record["faithfulness"]["methods"]["gradient"]["deletion_curve"]
+    assert deletion[0] == pytest.approx(float(own[:, 2].mean()), abs=1e-6)
+    top = record["class_maps"]["top_probabilities"]
+    ranked = own.sort(dim=1, descending=True).values[:, : len(top[0])]
+    assert top == [pytest.approx(row, abs=1e-6) for row in ranked.tolist()]

@@ -580,11 +580,12 @@ def test_a_damaged_cached_copy_says_how_to_download_again(
 
 
 def by_hand(image: Image.Image, side: int, shorter: int | None = None) -> torch.Tensor:
-    """The reference pipeline: RGB, bilinear resize of the shorter side, centre crop."""
+    """The reference pipeline: RGB, bilinear resize of the shorter side, centre crop; the longer
+    side rounded down, as torchvision's ``Resize`` computes it (451x300 to 224: 336x224)."""
     rgb = image.convert("RGB")
     shorter = shorter or side
-    scale = shorter / min(rgb.size)
-    size = (round(rgb.width * scale), round(rgb.height * scale))
+    long = int(shorter * max(rgb.size) / min(rgb.size))
+    size = (shorter, long) if rgb.width <= rgb.height else (long, shorter)
     resized = rgb.resize(size, Image.Resampling.BILINEAR)
     left, top = (size[0] - side) // 2, (size[1] - side) // 2
     cropped = resized.crop((left, top, left + side, top + side))

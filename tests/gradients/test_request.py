@@ -286,7 +286,7 @@ def test_integer_images_are_refused_with_the_conversion_to_use() -> None:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"target": "prob"}, "Unknown target 'prob'; use one of loss, logit."),
+        ({"target": "prob"}, "Unknown target 'prob'; use one of loss, logit, bce."),
         ({"reduction": "max"}, "Unknown reduction 'max'; use 'sum' or 'mean'."),
     ],
 )

@@ -565,7 +565,7 @@ def test_timm_missing_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
         (
             "resnet",
             r"^Unknown model 'resnet'; use resnet20, tutorial, torchvision:NAME\[:WEIGHTS\], "
-            r"timm:NAME or package\.module:factory\.$",
+            r"timm:NAME, hf:PATH_OR_NAME or package\.module:factory\.$",
         ),
     ],
 )

@@ -30,6 +30,7 @@ from gradpick.models.spec import InputSpec
 from gradpick.outputs import distributed
 from gradpick.outputs import store_format as store
 from gradpick.outputs.inference import infer
+from tests.outputs.local_ray import local_ray
 
 pytestmark = pytest.mark.distributed
 
@@ -45,14 +46,8 @@ def ray_session() -> Iterator[None]:
 
     # The test's own recipes and models travel to the workers by value, not by module name.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(
-        num_cpus=2,
-        object_store_memory=150 * 1024**2,
-        include_dashboard=False,
-        log_to_driver=False,
-    )
-    yield
-    ray.shutdown()
+    with local_ray():
+        yield
 
 
 def rows_of(source: data.FolderSource, labelled: bool = True) -> list[distributed.Row]:
@@ -252,7 +247,7 @@ def test_unlabelled_mixed_size_photos_with_a_torchvision_model_equal_in_process(
         spec,
         {"model": "resnet18"},
         out,
-        distributed.ClusterOptions(workers=2, batch_size=4),
+        distributed.ClusterOptions(workers=1, batch_size=4),
     )
     logits, predictions = in_process_reference(
         seeded_resnet18(), spec, photo_folder, labelled=False

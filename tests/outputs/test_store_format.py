@@ -78,6 +78,19 @@ def test_a_store_round_trips_columns_dtypes_and_metadata(tmp_path: Path, source:
     assert ds.dataset(str(tmp_path / "out")).to_table().num_rows == 6  # any reader sees one table
 
 
+def test_a_store_opened_for_some_columns_reads_only_those_it_has(
+    tmp_path: Path, source: Any
+) -> None:
+    """The page opens a store for its outputs alone: position first (the order), columns the
+    store lacks (no embeddings) left out, the rows as the whole store holds them."""
+    logits, _, _ = write(tmp_path / "out", source, rows=9)
+    opened = open_store(tmp_path / "out", ["logits", "embedding"])
+    assert opened.table.column_names == ["position", "logits"]
+    assert opened.table["position"].to_pylist() == list(range(9)) and len(opened) == 9
+    assert torch.equal(torch.tensor(opened.table["logits"].to_pylist()), logits)
+    assert opened.metadata == open_store(tmp_path / "out").metadata
+
+
 def test_without_labels_the_label_and_loss_are_null(tmp_path: Path, source: Any) -> None:
     write(tmp_path / "out", source, labels=False)
     table = open_store(tmp_path / "out").table

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,141 @@ def test_a_store_missing_rows_of_the_batch_says_to_re_infer(
 def test_opening_nothing_is_explained(path: str, message: str) -> None:
     with pytest.raises(DataError, match=message):
         stored.open_stored(path)
+
+
+@pytest.fixture
+def sigmoid_store(source: Any, model: LoadedModel, tmp_path: Path) -> tuple[Path, LoadedModel]:
+    """A store of the tutorial net read as a multi-label model (``--output sigmoid``)."""
+    sigmoid = replace(model, output="sigmoid")
+    out = tmp_path / "sigmoid-store"
+    stored.infer_to_store(sigmoid, source, range(len(source)), out)
+    return out, sigmoid
+
+
+def test_a_sigmoid_models_store_holds_each_labels_own_probability(
+    source: Any, sigmoid_store: tuple[Path, LoadedModel]
+) -> None:
+    out, sigmoid = sigmoid_store
+    opened = store.open_store(out)
+    assert opened.metadata["output"] == "sigmoid" == store.store_output(opened.metadata)
+    assert "probabilities" in opened.table.column_names
+    # the logits computed here, from the images, without gradpick's inference
+    batch = data.load_batch(source, size=len(source))
+    with torch.no_grad():
+        logits = sigmoid.module(batch.images.float() / 255)
+    table = opened.table
+    probabilities = torch.tensor(table["probabilities"].to_pylist())
+    torch.testing.assert_close(torch.tensor(table["logits"].to_pylist()), logits)
+    torch.testing.assert_close(probabilities, torch.sigmoid(logits))
+    assert probabilities.sum(dim=1).sub(1).abs().max() > 0.01  # not a softmax
+    top, predicted = torch.sigmoid(logits).max(dim=1)
+    assert table["prediction"].to_pylist() == predicted.tolist()
+    torch.testing.assert_close(torch.tensor(table["confidence"].to_pylist()), top)
+    # loss: the mean over labels of -t log σ(z) - (1 - t) log(1 - σ(z)), t one-hot of the label
+    truth = torch.nn.functional.one_hot(batch.labels, logits.shape[1]).float()
+    bce = -truth * torch.nn.functional.logsigmoid(logits)
+    bce -= (1 - truth) * torch.nn.functional.logsigmoid(-logits)
+    torch.testing.assert_close(torch.tensor(table["loss"].to_pylist()), bce.mean(dim=1))
+    # read back for the explorer: the same probabilities, the output kind kept
+    again = stored.stored_result(opened, batch)
+    assert again.output == "sigmoid"
+    torch.testing.assert_close(again.probabilities, torch.sigmoid(logits))
+
+
+def test_a_sigmoid_model_never_finds_the_softmax_models_kept_outputs(
+    source: Any, model: LoadedModel
+) -> None:
+    batch = data.load_batch(source, size=6, seed=3)
+    softmax = stored.infer_and_keep(model, source, batch)
+    sigmoid = stored.infer_and_keep(replace(model, output="sigmoid"), source, batch)
+    assert softmax.output == "softmax" and sigmoid.output == "sigmoid"
+    torch.testing.assert_close(sigmoid.probabilities, torch.sigmoid(softmax.logits))
+    kept = stored.infer_and_keep(replace(model, output="sigmoid"), source, batch)
+    torch.testing.assert_close(kept.probabilities, torch.sigmoid(softmax.logits))
+
+
+def test_triage_and_compare_refuse_a_sigmoid_store_with_the_reason(
+    sigmoid_store: tuple[Path, LoadedModel], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, _ = sigmoid_store
+    assert main(["triage", "--outputs", str(out)]) == 2
+    said = capsys.readouterr().err
+    assert f"the store {out} holds a sigmoid model's outputs" in said
+    assert "independent labels (sigmoid, multi-label)" in said
+    json_out = out.parent / "compare.json"
+    assert main(["compare", "--outputs", str(out), "--outputs", str(out), "--json", str(json_out)])
+    assert "Compare compares exclusive classes by their softmax" in capsys.readouterr().err
+
+
+def test_a_sigmoid_store_of_softmax_columns_is_refused(tmp_path: Path) -> None:
+    # as gradpick wrote a sigmoid model's store before it recorded the output kind
+    out = tmp_path / "old"
+    with store.StoreWriter(out, {"model": {"identity": "m", "output": "sigmoid"}}) as writer:
+        writer.write(store.output_table([0], ["a.png"], None, torch.zeros(1, 3)))
+    with pytest.raises(DataError, match="softmax confidences and losses.*Infer again"):
+        store.open_store(out)
+
+
+def test_cli_infer_output_sigmoid_writes_a_sigmoid_store(source: Any, tmp_path: Path) -> None:
+    out = tmp_path / "cli-sigmoid"
+    arguments = ["infer", "--model", "tutorial", "--output", "sigmoid", "--data", str(source.root)]
+    assert main([*arguments, "--out", str(out)]) == 0
+    opened = store.open_store(out)
+    assert store.store_output(opened.metadata) == "sigmoid"
+    logits = torch.tensor(opened.table["logits"].to_pylist())
+    probabilities = torch.tensor(opened.table["probabilities"].to_pylist())
+    torch.testing.assert_close(probabilities, torch.sigmoid(logits))
+
+
+def test_a_stores_decoded_batch_is_kept_beside_it_and_read_back_without_decoding(
+    source: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "outputs"
+    out.mkdir()
+    decoded: list[int] = []
+
+    def decode() -> data.ImageBatch:
+        decoded.append(1)
+        return data.load_batch(source, size=6, seed=3)
+
+    first = stored.kept_pixels(out, "key-a", decode)
+    assert (tmp_path / f"outputs{stored.PIXELS_SUFFIX}").is_file()  # beside the store, not in it
+    again = stored.kept_pixels(out, "key-a", decode)
+    assert len(decoded) == 1  # the second server reads the kept file
+    assert torch.equal(again.images, first.images) and again.images.dtype == torch.uint8
+    assert torch.equal(again.labels, first.labels)
+    assert (again.names, again.positions, again.class_names, again.source, again.split) == (
+        first.names, first.positions, first.class_names, first.source, first.split
+    )  # fmt: skip
+    stored.kept_pixels(out, "key-b", decode)  # other images, spec or batch: decoded again
+    assert len(decoded) == 2
+    big = tmp_path / "big"
+    big.mkdir()
+    stored.kept_pixels(big, "key-a", decode, at_most=first.images.numel() - 1)
+    assert len(decoded) == 3 and not (tmp_path / f"big{stored.PIXELS_SUFFIX}").exists()
+    (tmp_path / f"outputs{stored.PIXELS_SUFFIX}").write_bytes(b"damaged")
+    assert torch.equal(stored.kept_pixels(out, "key-b", decode).images, first.images)
+    assert len(decoded) == 4  # a damaged file is decoded again and replaced
+    stored.kept_pixels(out, "key-b", decode)
+    assert len(decoded) == 4
+
+
+def test_the_page_keys_a_stores_pixels_by_its_folders_fingerprint(
+    source: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's read of a store's batch finds the kept pixels until the folder changes."""
+    weights = tmp_path / "tutorial.pt"
+    torch.save(models.build("tutorial").state_dict(), weights)
+    out = tmp_path / "outputs"
+    arguments = ["infer", "--model", "tutorial", "--weights", str(weights)]
+    assert main([*arguments, "--data", str(source.root), "--out", str(out)]) == 0
+    choice = service.DataChoice(kind="stored", outputs=str(out), size=6)
+    first = service.read_batch(service.open_source(choice), choice)
+    calls: list[int] = []
+    load_batch = data.load_batch
+    monkeypatch.setattr(data, "load_batch", lambda *a, **k: calls.append(1) or load_batch(*a, **k))
+    again = service.read_batch(service.open_source(choice), choice)
+    assert calls == [] and torch.equal(again.images, first.images)
+    (source.files[0]).write_bytes((source.files[1]).read_bytes())  # the folder changed
+    changed = service.read_batch(service.open_source(choice), choice)
+    assert calls == [1] and torch.equal(changed.images[0], changed.images[1])

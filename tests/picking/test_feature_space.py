@@ -133,9 +133,12 @@ def test_real_umap_gives_finite_seeded_points() -> None:
     """30 points: UMAP's exact-neighbour path, whose numba compile is what this costs (about
     35 CPU-seconds the first time, cached by numba afterwards)."""
     features = _features(n=30)
+    threads = torch.get_num_threads()
     points = embedding.project(features, "umap", seed=1)
     assert points.shape == (30, 2) and np.isfinite(points).all()
     assert np.array_equal(points, embedding.project(features, "umap", seed=1))
+    # numba's parallel steps set the OpenMP count torch reads; the projection puts it back.
+    assert torch.get_num_threads() == threads
 
 
 def test_colour_groups_by_true_predicted_and_correctness() -> None:

@@ -99,7 +99,7 @@ def test_rules_work_on_a_real_inference_result(tiny_cnn, random_batch):
     losses = inferred.losses.tolist()
     assert pick(inferred, "top_k_loss", k=3) == sorted(range(16), key=lambda i: -losses[i])[:3]
     for rule in RULES:
-        if rule not in ("true_class", "predicted_class", "judged"):
+        if rule not in ("true_class", "predicted_class", "judged", "label_threshold"):
             picked = pick(inferred, rule, k=4, anchor=2)
             assert len(picked) == 4 and all(isinstance(index, int) for index in picked)
 
@@ -313,3 +313,25 @@ def test_the_verdict_rule_picks_the_judged_images_in_index_order(result):
         pick(result, "judged", judged=judged, verdict="wrong")
     with pytest.raises(SelectionError, match="Triage tab"):
         pick(result, "judged", judged={}, verdict="fine")
+
+
+def test_the_label_threshold_rule_picks_by_each_labels_own_sigmoid(tiny_cnn, random_batch):
+    sigmoid = infer(tiny_cnn, random_batch.images, random_batch.labels, output="sigmoid")
+    label = 1
+    column = 1 / (1 + torch.exp(-sigmoid.logits[:, label].double()))
+    ordered = column.sort().values
+    threshold = float(ordered[7] + ordered[8]) / 2  # between two images: no rounding decides
+    expected = [i for i, p in enumerate(column.tolist()) if p >= threshold]
+    picked = pick(sigmoid, "label_threshold", k=16, class_index=label, threshold=threshold)
+    assert picked == expected and 0 < len(picked) < 16
+    assert (
+        pick(sigmoid, "label_threshold", k=2, class_index=label, threshold=threshold)
+        == (expected[:2])
+    )
+    with pytest.raises(SelectionError, match="out of range"):
+        pick(sigmoid, "label_threshold", class_index=99)
+    with pytest.raises(SelectionError, match="a probability, 0 to 1"):
+        pick(sigmoid, "label_threshold", class_index=0, threshold=1.5)
+    softmax = infer(tiny_cnn, random_batch.images, random_batch.labels)
+    with pytest.raises(SelectionError, match="needs a sigmoid"):
+        pick(softmax, "label_threshold", class_index=0)

@@ -2,7 +2,7 @@
 
 The page is parsed with the standard library's HTML parser; the browser test opens it in
 Debian's chromium with every request but the file itself refused, and writes a screenshot
-(``artifacts/report.png``; with ``GRADPICK_UPDATE_SCREENSHOTS=1`` also the docs' copy).
+(``artifacts/e2e-report.png``; with ``GRADPICK_UPDATE_SCREENSHOTS=1`` also the docs' copy).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from gradpick.models import zoo
 from gradpick.outputs import inference as infer
 from gradpick.share import export, report
 from gradpick.trust import CheckOptions, report_dict, run_checks
+from tests.serving import save_screenshot
 
 __all__: list[str] = []
 
@@ -137,7 +138,10 @@ def test_every_pick_has_its_image_map_and_overlay_embedded_as_pngs(
 def test_the_page_loads_nothing_from_elsewhere(document: str) -> None:
     page = Page(document)
     for tag, attrs in page.tags:
-        assert tag not in ("script", "link", "iframe", "object", "embed"), tag
+        if tag == "script":  # data, never code: the report's own record, and no src
+            assert attrs == {"type": "application/json", "id": "gradpick-report"}, attrs
+            continue
+        assert tag not in ("link", "iframe", "object", "embed"), tag
         for name in ("src", "href", "srcset", "poster", "data"):
             value = attrs.get(name)
             if value is not None and name == "src":
@@ -152,7 +156,8 @@ def test_the_page_loads_nothing_from_elsewhere(document: str) -> None:
 
 def test_user_strings_are_escaped(document: str) -> None:
     page = Page(document)
-    assert not [attrs for tag, attrs in page.tags if tag == "script"]
+    scripts = [attrs for tag, attrs in page.tags if tag == "script"]
+    assert scripts == [{"type": "application/json", "id": "gradpick-report"}]  # the record
     assert '<script>alert("x")' not in document and "<b>net</b>" not in document
     text = "".join(page.text)
     assert HOSTILE_NAME in text and HOSTILE_SOURCE in text and "<b>net</b>" in text
@@ -344,13 +349,7 @@ def test_chromium_opens_the_report_offline(
         drawn = page.evaluate(
             "() => [...document.images].map(i => i.complete && i.naturalWidth > 0)"
         )
-        artifacts = REPO / "artifacts"
-        artifacts.mkdir(exist_ok=True)
-        page.screenshot(path=str(artifacts / "report.png"), full_page=True)
-        if os.environ.get("GRADPICK_UPDATE_SCREENSHOTS") == "1":
-            page.screenshot(
-                path=str(REPO / "assets" / "screenshots" / "report.png"), full_page=True
-            )
+        save_screenshot(page, "report", docs=True, full_page=True)
         page.emulate_media(media="print")
         printed = page.evaluate("() => getComputedStyle(document.querySelector('details')).display")
         browser.close()
@@ -370,3 +369,18 @@ def test_of_batch_reports_a_batch_with_its_checks(generated_folder: Path) -> Non
     text = " ".join(page.text)
     assert "logit[cat] of class cat" in text and "Trust checks" in text
     assert f"{len(batch)} images" in text and batch.names[8] in text
+
+
+def test_a_sigmoid_models_report_shows_each_labels_own_probability(
+    generated_folder: Path,
+) -> None:
+    loaded = zoo.load_model("tutorial", device="cpu", output="sigmoid")
+    batch = data.load_batch(data.open_source(str(generated_folder), "test", loaded.spec), size=8)
+    document = report.of_batch(loaded, batch, [2], target="logit", classes=3)
+    table = document.split('data-role="probabilities">')[1].split("</table>")[0]
+    shown = re.findall(r'<td class="num">([0-9.]+%)</td>', table)
+    with torch.no_grad():
+        logits = loaded.module(batch.images[2:3].float() / 255)[0].double()
+    own = (1 / (1 + torch.exp(-logits))).sort(descending=True).values[: len(shown)]
+    assert shown == [f"{value:.1%}" for value in own.tolist()]
+    assert sum(float(text.rstrip("%")) for text in shown) != pytest.approx(100, abs=1)

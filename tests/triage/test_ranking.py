@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -186,3 +188,33 @@ def test_approximate_neighbours_find_most_of_the_brute_force_ones() -> None:
     )
     assert np.all(np.diff(found.similarities, axis=1) <= 1e-6)
     assert triage.nearest_neighbours(embeddings, labels, 12, k=10).exact  # small: exact
+
+
+def test_kept_neighbours_are_read_back_and_found_again_for_other_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second session reads the neighbours from the file; other embeddings, labels or k find
+    it stale; a damaged file is searched again. The triage is the same either way."""
+    probabilities, given, _, embeddings = _noisy_problem(seed=5, count=120)
+    path = tmp_path / "store.neighbours.npz"
+    first = triage.triage(probabilities, given, embeddings, neighbours_file=path)
+    plain = triage.triage(probabilities, given, embeddings)
+    np.testing.assert_array_equal(first.order, plain.order)
+    searches: list[int] = []
+    search = triage.nearest_neighbours
+    monkeypatch.setattr(
+        triage, "nearest_neighbours", lambda *a, **k: searches.append(1) or search(*a, **k)
+    )
+    again = triage.triage(probabilities, given, embeddings, neighbours_file=path)
+    assert searches == [] and again.neighbours is not None and first.neighbours is not None
+    np.testing.assert_array_equal(again.neighbours.indices, first.neighbours.indices)
+    np.testing.assert_array_equal(again.neighbours.label_shares, first.neighbours.label_shares)
+    np.testing.assert_array_equal(again.order, first.order)
+    relabelled = given.copy()
+    relabelled[0] = (relabelled[0] + 1) % probabilities.shape[1]
+    triage.triage(probabilities, relabelled, embeddings, neighbours_file=path)
+    triage.triage(probabilities, relabelled, embeddings, k=5, neighbours_file=path)
+    assert searches == [1, 1]
+    path.write_bytes(b"damaged")
+    triage.triage(probabilities, relabelled, embeddings, k=5, neighbours_file=path)
+    assert searches == [1, 1, 1] and not list(tmp_path.glob("*.partial*"))

@@ -68,7 +68,9 @@ def test_chunks_give_the_report_of_one_run(
 def test_one_class_per_pick_is_split_with_the_chunks(
     float64_cnn: nn.Module, float64_images: torch.Tensor
 ) -> None:
-    options = CheckOptions(methods=("gradient",), layers=1, baselines=("black",), ig_steps=8)
+    options = CheckOptions(
+        methods=("gradient", "integrated_gradients"), layers=1, baselines=("black",), ig_steps=8
+    )
     classes = [3, 7, 1]
     report = run_checks_in_chunks(float64_cnn, float64_images, [0, 1, 2], classes, options, chunk=2)
     assert report.classes.tolist() == classes
@@ -97,7 +99,9 @@ def test_the_joined_report_keeps_every_maps_and_name(
 def test_picks_that_fit_in_one_chunk_are_one_run(
     float64_cnn: nn.Module, float64_images: torch.Tensor
 ) -> None:
-    options = CheckOptions(methods=("gradient",), layers=1, baselines=("black",), ig_steps=4)
+    options = CheckOptions(
+        methods=("gradient", "integrated_gradients"), layers=1, baselines=("black",), ig_steps=4
+    )
     seen: list[tuple[int, int]] = []
     alone = run_checks_in_chunks(
         float64_cnn, float64_images, [3, 1], None, options, lambda *step: seen.append(step)
@@ -122,7 +126,9 @@ def test_a_chunk_size_below_one_is_refused_by_name(
 def test_one_class_for_every_pick_and_one_each_over_chunks_of_one(
     float64_cnn: nn.Module, float64_images: torch.Tensor
 ) -> None:
-    options = CheckOptions(methods=("gradient",), layers=1, baselines=("black",), ig_steps=4)
+    options = CheckOptions(
+        methods=("gradient", "integrated_gradients"), layers=1, baselines=("black",), ig_steps=4
+    )
     every = run_checks_in_chunks(float64_cnn, float64_images, [0, 1, 2], 6, options, chunk=2)
     assert every.classes.tolist() == [6, 6, 6]
     each = run_checks_in_chunks(float64_cnn, float64_images, [4, 5], [3, 7], options, chunk=1)

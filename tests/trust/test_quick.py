@@ -67,33 +67,75 @@ def test_class_sensitivity_is_spearman_of_two_autograd_maps(
         assert checks.picks[position].index == index
 
 
-def test_randomisation_is_against_a_hand_reinitialised_last_layer(
+def hand_cascade(model: nn.Sequential, names: list[str]) -> nn.Module:
+    """``model`` with the modules ``names`` (from the output down) redrawn by hand: the i-th
+    from N(0, rms^2) of each of its tensors, from a CPU generator seeded by
+    SeedSequence((seed 0, step i)), weight then bias."""
+    randomised = copy.deepcopy(model)
+    for step, name in enumerate(names):
+        layer = randomised.get_submodule(name)
+        state = int(np.random.SeedSequence((0, step)).generate_state(1)[0])
+        generator = torch.Generator().manual_seed(state)
+        with torch.no_grad():
+            for parameter in (layer.weight, layer.bias):
+                rms = parameter.square().mean().sqrt()
+                parameter.copy_(
+                    torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype) * rms
+                )
+    return randomised
+
+
+def test_randomisation_is_against_a_hand_cascade_down_to_the_automatic_layer(
     float64_cnn: nn.Module, float64_images: torch.Tensor
 ) -> None:
+    """The net's automatic layer is '4' (the Tanh after conv '3'): what feeds it is the Linear
+    '6' above it and conv '3' that makes its activation, redrawn in that order; the first conv
+    and its BatchNorm stay trained."""
     indices = [0, 3]
     held = predicted(float64_cnn, float64_images, indices)
     checks = quick_checks(
         float64_cnn, float64_images, indices, "gradient", "logit", held, budget_s=UNLIMITED
     )
-    # By hand: the last Linear redrawn from N(0, rms^2) of each of its tensors, from a CPU
-    # generator seeded by SeedSequence((seed 0, step 0)), weight then bias.
-    randomised = copy.deepcopy(float64_cnn)
-    last = randomised[-1]
-    assert isinstance(last, nn.Linear)
-    state = int(np.random.SeedSequence((0, 0)).generate_state(1)[0])
-    generator = torch.Generator().manual_seed(state)
-    with torch.no_grad():
-        for parameter in (last.weight, last.bias):
-            rms = parameter.square().mean().sqrt()
-            parameter.copy_(
-                torch.randn(parameter.shape, generator=generator, dtype=torch.float64) * rms
-            )
+    randomised = hand_cascade(float64_cnn, ["6", "3"])
     for position, index in enumerate(indices):
         image, target = float64_images[index], int(held[position])
         trained = hand_saliency(float64_cnn, image, target)
         moved = hand_saliency(randomised, image, target)
         expected = spearmanr(trained.ravel(), moved.ravel()).statistic
         assert figures(checks, "randomised")[position] == pytest.approx(expected, abs=1e-9)
+    badge = next(b for b in checks.picks[0].badges if b.check == "randomised")
+    assert "weights from the output down to 4 were redrawn at random" in badge.meaning
+
+
+def test_a_layer_maps_cascade_includes_its_own_layer(
+    float64_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    """Grad-CAM at conv '3': its own weights make the activation A, the Linear makes dA; at
+    BatchNorm '1' the cascade goes down to it, the first conv staying trained."""
+    example = float64_images[:1]
+    own = [id(m) for m in quick.cascade_layers(float64_cnn, example, "3")]
+    assert own == [id(float64_cnn[6]), id(float64_cnn[3])]
+    deeper = [id(m) for m in quick.cascade_layers(float64_cnn, example, "1")]
+    assert deeper == [id(float64_cnn[6]), id(float64_cnn[3]), id(float64_cnn[1])]
+    indices = [1, 2]
+    held = predicted(float64_cnn, float64_images, indices)
+    checks = quick_checks(
+        float64_cnn, float64_images, indices, "gradcam", "logit", held,
+        settings=MethodSettings(layer="3"), budget_s=UNLIMITED,
+    )  # fmt: skip
+    randomised = hand_cascade(float64_cnn, ["6", "3"])
+
+    def cam(model: nn.Module) -> np.ndarray:
+        maps = attribution.attribute(
+            model, float64_images, indices, target="logit", classes=held, method="gradcam",
+            layer="3",
+        ).maps  # fmt: skip
+        return maps.abs().amax(dim=1).flatten(1).numpy()
+
+    expected = [
+        spearmanr(a, b).statistic for a, b in zip(cam(float64_cnn), cam(randomised), strict=True)
+    ]
+    assert figures(checks, "randomised") == pytest.approx(expected, abs=1e-9, nan_ok=True)
 
 
 @pytest.mark.parametrize("method", ["gradient", "gradcam"])
@@ -144,7 +186,14 @@ def test_a_class_blind_map_fails_and_a_gradient_map_does_not(
     held = predicted(tiny_cnn, images, indices)
     blind = quick_checks(tiny_cnn, images, indices, Edges.name, "logit", held, budget_s=UNLIMITED)
     assert [pick.verdict for pick in blind.picks] == [FAILS] * 4
-    assert all("explains the image, not the class" in pick.reason for pick in blind.picks)
+    assert all(
+        "barely changes when the weights that feed it are random" in pick.reason
+        for pick in blind.picks
+    )
+    # Its class check can only warn (weak-only: good maps of two classes come close too).
+    assert all(
+        next(b for b in pick.badges if b.check == "class").verdict == WEAK for pick in blind.picks
+    )
     honest = quick_checks(tiny_cnn, images, indices, "gradient", "logit", held, budget_s=UNLIMITED)
     # Its class and randomisation badges pass (ROAD says little of a net with random weights).
     assert all(value < 0.7 for value in figures(honest, "class") + figures(honest, "randomised"))
@@ -189,7 +238,7 @@ def test_checks_that_do_not_fit_the_budget_point_to_the_trust_tab(
     none = quick_checks(tiny_cnn, images, [1], "gradient", "logit", held, budget_s=-1.0)
     assert none.skipped == ("class", "randomised", "road")
     (badge,) = none.picks[0].badges
-    assert badge.verdict == NOT_RUN and "Trust tab" in badge.label
+    assert badge.verdict == NOT_RUN and badge.label == "class, randomisation, ROAD"
     assert none.check_ms == ()  # what did not run costs nothing
     every = quick_checks(tiny_cnn, images, [1], "gradient", "logit", held, budget_s=UNLIMITED)
     assert every.skipped == () and figures(every, "road")[0] is not None
@@ -198,30 +247,49 @@ def test_checks_that_do_not_fit_the_budget_point_to_the_trust_tab(
     assert sum(ms for _, ms in every.check_ms) <= every.milliseconds
 
 
-def test_thresholds() -> None:
-    assert [verdict_of("class", value) for value in (0.2, 0.69, 0.7, 0.89, 0.9, 1.0)] == [
-        PASSES,
-        PASSES,
-        WEAK,
-        WEAK,
-        FAILS,
-        FAILS,
-    ]
-    assert verdict_of("randomised", math.nan) == WEAK
-    assert [verdict_of("completeness", value) for value in (0.01, 0.1, 0.3)] == [
-        PASSES,
-        WEAK,
-        FAILS,
-    ]
-    assert [verdict_of("road", value) for value in (0.2, 0.05, 0.0, -0.1)] == [
-        PASSES,
-        WEAK,
-        FAILS,
-        FAILS,
-    ]
-    # At the edges: passes below 0.05 and fails from 0.25; ROAD passes from 0.1, fails at 0.
-    edges = [("completeness", 0.05), ("completeness", 0.25), ("road", 0.1), ("road", 0.0)]
-    assert [verdict_of(check, value) for check, value in edges] == [WEAK, FAILS, PASSES, FAILS]
+@pytest.mark.parametrize(
+    ("method", "family"),
+    [("gradient", "input gradient"), ("smoothgrad", "input gradient"),
+     ("gradient_x_input", "gradient × input"), ("gradcam", "layer"),
+     ("layercam", "positive-gradient layer"), ("scorecam", "Score-CAM")],
+)  # fmt: skip
+def test_thresholds_per_family_at_their_edges(method: str, family: str) -> None:
+    """Below 'weak from' passes, from it weak, from 'fails from' fails, per the family's own."""
+    assert quick.family_of(method) == family
+    for check in ("class", "randomised"):
+        weak, fails = quick.THRESHOLDS[family][check]
+        assert 0 < weak < fails and (fails < 1 or fails == math.inf)
+        assert verdict_of(check, weak - 0.01, method) == PASSES
+        assert verdict_of(check, weak, method) == WEAK
+        # a map the same as its check's map (1.0) fails, unless the check is weak-only
+        assert verdict_of(check, 1.0, method) == (FAILS if fails < 1 else WEAK)
+        if fails < 1:
+            assert verdict_of(check, fails - 0.001, method) == WEAK
+            assert verdict_of(check, fails, method) == FAILS
+        assert verdict_of(check, math.nan, method) == WEAK
+
+
+def test_completeness_and_road_thresholds() -> None:
+    weak, fails = quick.THRESHOLDS["input gradient"]["completeness"]
+    ig = "integrated_gradients"
+    values = (weak / 2, weak, fails, fails * 2)
+    assert [verdict_of("completeness", v, ig) for v in values] == [PASSES, WEAK, FAILS, FAILS]
+    assert [verdict_of("road", value) for value in (0.2, 0.1, 0.05, 0.0, -0.1)] == [
+        PASSES, PASSES, WEAK, FAILS, FAILS,
+    ]  # fmt: skip
+
+
+def test_the_families_thresholds_differ_where_the_calibration_found_them_to() -> None:
+    """A layer map's randomisation figure is judged by the layer family's thresholds, not the
+    gradient's: the same figure can pass one and fail the other."""
+    layer = quick.THRESHOLDS["layer"]["randomised"]
+    gradient = quick.THRESHOLDS["input gradient"]["randomised"]
+    assert layer != gradient
+    between = (min(layer[1], gradient[1]) + max(layer[1], gradient[1])) / 2
+    assert {
+        verdict_of("randomised", between, "gradcam"),
+        verdict_of("randomised", between, "gradient"),
+    } >= {FAILS}
 
 
 def test_road_noise_follows_the_batch_index_when_given_the_picks_alone(
@@ -240,41 +308,62 @@ def test_road_noise_follows_the_batch_index_when_given_the_picks_alone(
     assert figures(elsewhere, "road") != pytest.approx(figures(whole, "road"), abs=1e-12)
 
 
-def test_spearman_badges_say_what_the_figure_means() -> None:
-    runner_up, randomised = "the runner-up class", "a randomised last layer"
-    assert quick._spearman_badge("class", 0.42) == Badge(
-        "class", PASSES, 0.42, "class ρ 0.42",
-        f"Spearman 0.42: differs from the map for {runner_up}, as it should",
-    )  # fmt: skip
-    assert quick._spearman_badge("randomised", 0.8) == Badge(
-        "randomised", WEAK, 0.8, "randomised ρ 0.80",
-        f"Spearman 0.80: partly the same as the map for {randomised}",
-    )  # fmt: skip
-    assert quick._spearman_badge("class", 0.95).meaning == (
-        "Spearman 0.95: barely changes when asked about the runner-up class: it explains the "
-        "image, not the class"
+def test_spearman_badges_say_what_was_measured_and_what_it_means() -> None:
+    weak, fails = quick.THRESHOLDS["input gradient"]["class"]
+    low = quick._spearman_badge("class", 0.12)
+    assert (low.check, low.verdict, low.figure, low.label) == (
+        "class",
+        PASSES,
+        0.12,
+        "class ρ 0.12",
     )
-    assert quick._spearman_badge("randomised", 0.91) == Badge(
-        "randomised", FAILS, 0.91, "randomised ρ 0.91",
-        "Spearman 0.91: barely changes when the last layer's weights are random: it ignores them",
-    )  # fmt: skip
+    assert low.meaning == (
+        "Spearman ρ 0.12 between this map and the same method's map for the runner-up class: "
+        "the map changes with the class asked about, as a map of the class should."
+    )
+    assert quick._spearman_badge("class", weak).meaning.endswith(
+        "the map changes only partly with the class: much of it is common to both classes."
+    )
+    assert quick._spearman_badge("class", 1.0).verdict == WEAK  # weak-only
+    randomised = quick._spearman_badge("randomised", 0.999, "gradcam", "layer3")
+    assert (randomised.verdict, randomised.label) == (FAILS, "randomised ρ 1.00")
+    assert randomised.meaning == (
+        "Spearman ρ 1.00 between this map and the map after the model's weights from the "
+        "output down to layer3 were redrawn at random: the map barely changes when the weights "
+        "that feed it are random: it shows the image or the architecture, not what the model "
+        "learned."
+    )
     constant = quick._spearman_badge("class", math.nan)
     assert (constant.verdict, constant.label) == (WEAK, "class ρ nan")
-    assert constant.meaning == "Spearman nan: the map is constant, so it has no order to compare"
+    assert constant.meaning.endswith(
+        "the map is constant (nothing for the class), so it has no order to compare."
+    )
+
+
+def test_gradient_x_input_badges_say_what_they_cannot_tell() -> None:
+    plain = quick._spearman_badge("randomised", 0.1, "gradient")
+    times_input = quick._spearman_badge("randomised", 0.1, "gradient_x_input")
+    assert "can tell a map that is the image alone" not in plain.meaning
+    assert times_input.meaning.endswith(
+        "Gradient × input is mostly the image itself (each pixel times its gradient): this "
+        "badge can tell a map that is the image alone, not whether the model's part of it is "
+        "right; read the gradient's badge for that."
+    )
 
 
 def test_completeness_badges_say_what_the_figure_means() -> None:
+    weak, fails = quick.THRESHOLDS["input gradient"]["completeness"]
     adds_up = "the attributions add up to F(x) − F(baseline)"
     does_not = "the attributions do not add up to F(x) − F(baseline): more path steps needed"
-    assert quick._completeness_badge(0.0123) == Badge(
-        "completeness", PASSES, 0.0123, "sum error 1%", f"1.2%: {adds_up}"
-    )
-    assert quick._completeness_badge(0.1) == Badge(
-        "completeness", WEAK, 0.1, "sum error 10%", f"10.0%: {does_not}"
-    )
-    assert quick._completeness_badge(0.5) == Badge(
-        "completeness", FAILS, 0.5, "sum error 50%", f"50.0%: {does_not}"
-    )
+    measured = "between the sum of the attributions and F(x) − F(baseline)"
+    assert quick._completeness_badge(weak / 2) == Badge(
+        "completeness", PASSES, weak / 2, f"sum error {weak / 2:.0%}",
+        f"{weak / 2:.1%} {measured}: {adds_up}",
+    )  # fmt: skip
+    assert quick._completeness_badge(fails * 2) == Badge(
+        "completeness", FAILS, fails * 2, f"sum error {fails * 2:.0%}",
+        f"{fails * 2:.1%} {measured}: {does_not}",
+    )  # fmt: skip
 
 
 def ig_checks(
@@ -443,10 +532,11 @@ def test_road_badges_say_what_the_gap_means(
     badges = [next(b for b in pick.badges if b.check == "road") for pick in checks.picks]
     hurts = "removing its top pixels hurts the class more than removing its bottom ones"
     no_more = "removing its top pixels hurts the class no more than removing its bottom ones"
+    measured = "(class probability with the bottom pixels removed minus with the top ones, by ROAD)"
     assert [(b.verdict, b.label, b.meaning) for b in badges] == [
-        (PASSES, "ROAD gap +0.30", f"+0.30: {hurts}"),
-        (WEAK, "ROAD gap +0.05", f"+0.05: {hurts}"),
-        (FAILS, "ROAD gap -0.20", f"-0.20: {no_more}"),
+        (PASSES, "ROAD gap +0.30", f"+0.30 {measured}: {hurts}"),
+        (WEAK, "ROAD gap +0.05", f"+0.05 {measured}: {hurts}"),
+        (FAILS, "ROAD gap -0.20", f"-0.20 {measured}: {no_more}"),
     ]
     assert [b.figure for b in badges] == pytest.approx([0.3, 0.05, -0.2], abs=1e-12)
 
@@ -471,8 +561,8 @@ def test_road_runs_only_when_its_measured_cost_per_pick_fits(
     assert slow.skipped == ("road",)
     assert [b.check for b in slow.picks[0].badges] == ["class", "randomised", "skipped"]
     assert slow.picks[0].badges[-1].meaning == (
-        "ROAD did not fit in this click's time budget (200,000 ms): the full checks are in the "
-        "Trust tab"
+        "ROAD did not fit in this click's time budget (200,000 ms): run them with the button "
+        "below the badges, or see the full checks in the Trust tab"
     )
     # Maps not shown yet cost no budget of their own: 0.9 s is enough for the map checks.
     tight = quick_checks(tiny_cnn, images, indices, "gradient", "logit", held, budget_s=0.9)
@@ -498,7 +588,7 @@ def test_the_map_checks_run_only_when_the_shown_maps_time_fits(
     none = checked(30_000.0)
     assert none.skipped == ("class", "randomised", "road")
     (note,) = none.picks[1].badges
-    assert (note.check, note.label) == ("skipped", "class, randomisation, ROAD: Trust tab")
+    assert (note.check, note.label) == ("skipped", "class, randomisation, ROAD")
 
 
 def test_the_shown_maps_and_logits_are_used_as_given(
@@ -530,3 +620,47 @@ def test_the_shown_maps_and_logits_are_used_as_given(
         logits=logits, budget_s=UNLIMITED,
     )  # fmt: skip
     assert figures(same, "class") == pytest.approx([1.0, 1.0], abs=1e-12)
+
+
+def test_making_the_randomised_copy_counts_in_the_budget(
+    float64_images: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy not made yet costs its parameters' bytes at the measured rate: at 1 byte a second
+    it does not fit 1,000 s, so the randomised check is not run (the class check is); once the
+    copy is made, the same budget runs it."""
+    model = freeze(copy.deepcopy(nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 10)).double()))
+    monkeypatch.setattr(quick, "_copy_rate", [1.0])
+    monkeypatch.setitem(quick._road_cost, (3, 32, 32), 1e9)  # ROAD never fits here
+    held = torch.tensor([2])
+    first = quick_checks(model, float64_images, [0], "gradient", "logit", held, budget_s=1000.0)
+    assert first.skipped == ("randomised", "road")
+    assert [check for check, _ in first.check_ms] == ["class"]
+    quick.randomised_copy(model, float64_images[:1], None)
+    second = quick_checks(model, float64_images, [0], "gradient", "logit", held, budget_s=1000.0)
+    assert second.skipped == ("road",)
+
+
+def test_methods_at_the_automatic_layer_share_one_copy(
+    tiny_cnn: nn.Module, float64_images: torch.Tensor
+) -> None:
+    example = float64_images[:1].float()
+    automatic = quick.randomised_copy(tiny_cnn, example, None)
+    assert quick.randomised_copy(tiny_cnn, example, "3") is automatic  # '3': its automatic layer
+    assert quick.randomised_copy(tiny_cnn, example, "2") is not automatic
+
+
+def test_checks_that_do_not_run_cost_no_layer_probe(
+    tiny_cnn: nn.Module, float64_images: torch.Tensor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big model's first click: finding the automatic layer is a forward of its own, so it
+    happens only when the randomised check runs."""
+
+    def refused(*_: object) -> None:
+        raise AssertionError("the layer was probed")
+
+    monkeypatch.setattr(quick, "_map_layer", refused)
+    found = quick_checks(
+        tiny_cnn, float64_images.float(), [1], "gradient", "logit", torch.tensor([3]),
+        budget_s=-1.0,
+    )  # fmt: skip
+    assert found.skipped == ("class", "randomised", "road")

@@ -110,7 +110,7 @@ def test_bad_method_settings_are_refused(settings: dict, message: str) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"methods": ("gradient", "occlusion")}, "Unknown attribution method 'occlusion'"),
+        ({"methods": ("gradient", "lime")}, "Unknown attribution method 'lime'"),
         ({"methods": ()}, "at least one attribution method"),
         ({"layers": 0}, "layers to randomise must be a whole number of at least 1"),
         ({"baselines": ()}, "at least one baseline"),
@@ -265,7 +265,7 @@ def test_methods_are_named_once_in_the_order_given() -> None:
     assert str(refused.value) == (
         "Unknown attribution method 'lime'; use one of gradient, gradient_x_input, smoothgrad, "
         "integrated_gradients, gradcam, gradcam_plus_plus, hirescam, xgradcam, layercam, "
-        "scorecam."
+        "scorecam, occlusion, rise."
     )
 
 
@@ -417,10 +417,13 @@ def test_the_report_of_a_hand_made_result_field_by_field() -> None:
         "completeness": [
             {"index": 4, "class": 3, "baseline": "black", "steps": 8, "automatic": False,
              "attribution_sum": 1.5, "output": 2.0, "baseline_output": 0.25,
-             "difference": 1.75, "delta": -0.25, "relative_error": 0.25 / 1.75},
+             "difference": 1.75, "delta": -0.25, "relative_error": 0.25 / 1.75,
+             "tolerance": None, "reached": True, "verdict": "14.3% error with 8 fixed steps"},
             {"index": 1, "class": 0, "baseline": "black", "steps": 8, "automatic": False,
              "attribution_sum": 0.5, "output": 1.0, "baseline_output": 1.0,
-             "difference": 0.0, "delta": 0.5, "relative_error": None},
+             "difference": 0.0, "delta": 0.5, "relative_error": None,
+             "tolerance": None, "reached": True,
+             "verdict": "infinite error with 8 fixed steps"},
         ],
         "faithfulness": {
             "steps": 2,
@@ -541,7 +544,7 @@ def test_every_check_runs_with_the_options_and_classes_given(tiny_cnn: nn.Module
     held = (predicted + 1) % 10
     settings = MethodSettings(samples=3, noise=0.3, steps=4)
     options = CheckOptions(
-        methods=("gradient", "smoothgrad"),
+        methods=("gradient", "smoothgrad", "integrated_gradients"),
         settings=settings,
         layers=1,
         baselines=("uniform_noise",),

@@ -105,3 +105,32 @@ def test_the_checks_run_after_the_maps_within_half_the_click_so_far(
     assert captions[0].startswith("#5") and "fails" not in captions[0]
     assert captions[1].startswith("#3") and captions[1].endswith("· fails: explains the image")
     assert 'data-verdict="fails"' in badge_lines(app)[1]
+
+
+def test_checks_that_did_not_fit_say_not_run_and_a_button_runs_them(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no time to spare every check is 'not run' and the button appears; pressing it runs
+    them all for these picks, with no budget, and they stay run on the next rerun."""
+    st.cache_data.clear()
+    budgets: list[float] = []
+    checks = heatmaps.run_quick_checks
+
+    def recorded(*args: Any, **kwargs: Any) -> QuickChecks:
+        budgets.append(args[8])
+        return checks(*args, **kwargs)
+
+    monkeypatch.setattr(heatmaps, "run_quick_checks", recorded)
+    monkeypatch.setattr(badges, "budget_s", lambda server_s: -1.0)
+    app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [5])
+    no_errors(app)
+    (line,) = badge_lines(app)
+    assert "not run" in line and "class ρ" not in line
+    app.button(key=keys.TRUST_BADGES_RUN).click().run()
+    no_errors(app)
+    (line,) = badge_lines(app)
+    assert "class ρ" in line and "randomised ρ" in line and "not run" not in line
+    assert budgets == [-1.0, float("inf")]
+    assert not [b for b in app.button if b.key == keys.TRUST_BADGES_RUN]
+    app.run()
+    assert "class ρ" in badge_lines(app)[0] and len(budgets) == 2  # kept, cached

@@ -39,3 +39,19 @@ def test_a_bar_redraws_at_most_once_per_interval_and_always_at_the_end(
     assert len(drawn) == 21
     assert drawn[0] == 0.0 and drawn[-1] == 1.0
     assert drawn == sorted(drawn)
+
+
+def test_a_batch_is_read_once_and_shared_not_copied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every session and run gets the one batch read (a copy per run would unpickle all its
+    pixels each time)."""
+    reads: list[int] = []
+
+    def read(source: Any, choice: Any, progress: Any = None) -> Any:
+        reads.append(1)
+        return object()
+
+    monkeypatch.setattr(cache.service, "read_batch", read)
+    cache.batch.clear()
+    first = cache.batch("shared-batch-key", None, None)
+    assert cache.batch("shared-batch-key", None, None) is first and reads == [1]
+    cache.batch.clear()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import streamlit as st
 import torch
@@ -15,6 +17,7 @@ from gradpick import data
 from gradpick.cli import main
 from gradpick.runtime import devices
 from gradpick.ui import config, heatmaps, keys, service
+from gradpick.ui.panels import compare as compare_panel
 from tests.app.test_app import captioned_indices, open_app, open_tab
 
 TUTORIAL = "tutorial:random-seed0"
@@ -164,3 +167,57 @@ def test_the_picks_maps_are_a_click_s_step_on_one_cpu_thread(
     _no_errors(app)
     assert threads == [heatmaps.STEP_CPU_THREADS]
     assert _map_captions(app)
+
+
+def _luminance(colour: str) -> float:
+    """WCAG relative luminance of a #rrggbb colour."""
+    channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def _contrast(one: str, other: str) -> float:
+    light, dark = sorted((_luminance(one), _luminance(other)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+@pytest.mark.parametrize("labelled", [True, False])
+def test_the_flip_matrix_is_equal_cells_with_large_high_contrast_counts(labelled: bool) -> None:
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 50, 3)).astype(np.float32)
+    labels = rng.integers(0, 3, 50) if labelled else None
+    sides = [
+        versus.Side(
+            positions=np.arange(50),
+            names=tuple(f"{i}.jpg" for i in range(50)),
+            labels=labels,
+            logits=logits[k],
+            class_names=("a", "b", "c"),
+            model={"name": f"m{k}"},
+            source={"description": "test"},
+        )
+        for k in range(2)
+    ]
+    pairing = versus.pair(*sides)
+    figure = compare_panel.flip_matrix(pairing)
+    trace = figure.data[0]
+    counts = [int(re.sub(r"<b>([\d,]+)</b>.*", r"\1", t).replace(",", "")) for t in trace.text]
+    first, second = pairing.first, pairing.second
+    if labelled:
+        right = [first == pairing.labels, second == pairing.labels]
+        expected = [
+            int((right[0] & right[1]).sum()),
+            int((right[0] & ~right[1]).sum()),
+            int((~right[0] & right[1]).sum()),
+            int((~right[0] & ~right[1]).sum()),
+        ]
+    else:
+        expected = [int((first == second).sum()), int((first != second).sum())]
+    assert counts == expected and sum(counts) == 50
+    assert [list(c) for c in trace.customdata] == [[i] for i in range(len(expected))]
+    assert trace.textfont.size >= 24
+    shapes = figure.layout.shapes
+    assert len(shapes) == len(expected)
+    assert len({(round(s.x1 - s.x0, 6), round(s.y1 - s.y0, 6)) for s in shapes}) == 1
+    for shape in shapes:
+        assert _contrast(trace.textfont.color, shape.fillcolor) >= 7  # WCAG AAA

@@ -62,6 +62,19 @@ def test_whole_batch_strategies_over_budget_are_skipped_with_a_reason(
     assert names == [FLOOR, "recompute", "vmap"]
 
 
+def test_a_sigmoid_models_loss_skips_the_strategy_without_bce(
+    tiny_cnn: nn.Module, batch: ImageBatch
+) -> None:
+    request = HeatmapRequest(output="sigmoid")  # its loss: the true label's bce
+    setup = experiments.Setup.of(batch, [3, 8], request, 0.01)
+    assert setup.target == "bce"
+    affordable, skipped = experiments.affordable_strategies(tiny_cnn, setup)
+    assert "vmap" not in affordable and skipped["vmap"] == "takes targets loss and logit, not bce"
+    runs = experiments.compare_all(tiny_cnn, setup, repeats=1)
+    assert [run.name for run in runs] == [FLOOR, *(n for n in STRATEGIES if n != "vmap")]
+    assert all(run.max_abs_difference < 1e-5 for run in runs)
+
+
 def test_whole_batch_strategies_estimated_too_slow_are_skipped(
     tiny_cnn: nn.Module, batch: ImageBatch
 ) -> None:

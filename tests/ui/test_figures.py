@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import numpy as np
 import pytest
@@ -217,3 +218,46 @@ def test_embedding_scatter_by_class_uses_the_class_colours() -> None:
     colours = {trace.name: trace.marker.color for trace in figure.data}
     assert colours == {CLASSES[i]: figures.CLASS_COLOURS[i] for i in (0, 1, 2)}
     assert figure.layout.yaxis.title.text == "UMAP 2"
+
+
+def test_a_scatter_draws_every_point_up_to_its_limit_and_a_seeded_sample_past_it() -> None:
+    assert figures.drawn_sample(10, at_most=10) is None
+    drawn = figures.drawn_sample(50, at_most=10, seed=3)
+    assert drawn is not None and len(drawn) == 10 == len(set(drawn.tolist()))
+    assert drawn.tolist() == sorted(drawn.tolist()) and drawn.min() >= 0 and drawn.max() < 50
+    assert np.array_equal(drawn, figures.drawn_sample(50, at_most=10, seed=3))
+    assert figures.sample_note(50, None) == ""
+    assert figures.sample_note(50, drawn).startswith("10 of 50 images drawn")
+
+
+def _customdata(figure: Any) -> list[int]:
+    return sorted(int(i) for trace in figure.data for i in trace.customdata)
+
+
+def test_sampled_scatters_draw_exactly_the_sample_and_say_so() -> None:
+    rng = np.random.default_rng(4)
+    count = 60
+    drawn = figures.drawn_sample(count, at_most=20)
+    assert drawn is not None
+    hover_lines = [str(i) for i in range(count)]
+    outputs = figures.outputs_scatter(
+        rng.random(count),
+        rng.random(count),
+        "loss",
+        rng.integers(0, 10, count),
+        rng.random(count) > 0.3,
+        CLASSES,
+        hover_lines,
+        drawn=drawn,
+    )
+    points = rng.random((count, 2))
+    groups = rng.integers(0, 3, count)
+    space = figures.embedding_scatter(points, groups, ["a", "b", "c"], hover_lines, "pca", 0, drawn)
+    for figure in (outputs, space):
+        assert _customdata(figure) == drawn.tolist()
+        assert figure.layout.title.text == f"20 of {count} images drawn (seeded sample)"
+    for trace in space.data:  # each drawn point where its image's projection puts it
+        rows = np.asarray(trace.customdata)
+        assert np.array_equal(np.asarray(trace.x), points[rows, 0])
+    whole = figures.embedding_scatter(points, groups, ["a", "b", "c"], hover_lines, "pca")
+    assert _customdata(whole) == list(range(count)) and whole.layout.title.text is None

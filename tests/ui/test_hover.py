@@ -64,6 +64,24 @@ def test_the_script_names_its_charts_the_atlas_and_its_layout() -> None:
         "charts": [".st-key-scatter_chart"],
         "atlas": "http://host/media/a.jpg",
         "columns": 7,
+        "indices": None,
         "display": hover.DISPLAY_SIDE,
         "tip": hover.TIP_ID,
     }
+
+
+def test_an_atlas_of_a_sample_names_the_batch_index_of_each_cell() -> None:
+    """A sampled scatter's atlas holds only the drawn images: cell i is batch index indices[i],
+    and the script looks the hovered point's index up there."""
+    images = _flat_images(5, 32)
+    layout = hover.atlas(images, [3, 10, 11, 40, 41])
+    assert layout.indices == (3, 10, 11, 40, 41)
+    sheet = _decoded(layout.jpeg)
+    for cell, image in enumerate(images):
+        row, column = divmod(cell, layout.columns)
+        centre = sheet[row * 32 + 16, column * 32 + 16]
+        assert np.abs(centre - image[:, 0, 0].astype(int)).max() <= 6, cell
+    html = hover.script([".st-key-scatter_chart"], "u", layout)
+    config = json.loads(html.split("const config = ", 1)[1].split(";\n", 1)[0])
+    assert config["indices"] == [3, 10, 11, 40, 41]
+    assert "config.indices.indexOf(index)" in html

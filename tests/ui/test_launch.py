@@ -46,11 +46,14 @@ from gradpick.ui import page
 found["frozen"] = gc.get_freeze_count() > 100_000
 service.read_batch = refuse  # what a cache miss of the batch calls
 stored.infer_and_keep = refuse  # and of its outputs
-base = service.DataChoice()
+from gradpick.ui import config
+
+hosted = config.hosted_mode(os.environ.get(config.HOSTED_ENV), Path.cwd())
+base = service.DataChoice(hosted=hosted)  # as the page opens it: a hosted page's own key
 source = cache.source(base.source_key, base)
-choice = service.default_batch(base, source)
+choice = service.default_batch(base, source, config.HOSTED_MAX_BATCH_SIZE if hosted else None)
 try:
-    page.infer_choice(choice, source, option, devices.resolve_device("auto"), keep=True)
+    page.infer_choice(choice, source, option, devices.resolve_device("auto"), keep=not hosted)
     found["batch"] = True
 except AssertionError:
     found["batch"] = False

@@ -138,3 +138,74 @@ def test_numbers_beyond_the_source_are_dropped_with_notes() -> None:
     fitted, notes = fit_to_source(View(seed=3, size=100, picks=(99, 100)), 10000, 10)
     assert fitted.picks == (99,) and "100" in notes[0]
     assert fit_to_source(FULL, 50000, 10) == (FULL, [])
+
+
+WIDGETS = Allowed(
+    kinds=LOCAL.kinds,
+    models=LOCAL.models,
+    strategies=LOCAL.strategies,
+    methods=LOCAL.methods,
+    targets=LOCAL.targets,
+    tabs=LOCAL.tabs,
+    views=LOCAL.views,
+    page_sizes=(100, 50),
+    projections=("pca", "umap"),
+    colourings=("true", "predicted"),
+)
+
+
+def test_the_layer_compare_queue_scale_and_switches_come_back_unchanged() -> None:
+    view = View(
+        kind="cifar10",
+        seed=0,
+        size=100,
+        layer="layer2.1.conv2",
+        compare="tiny",
+        suspect=3,
+        scale="shared",
+        badges=False,
+        memory=True,
+        per_page=50,
+        page=2,
+        projection="umap",
+        colour="predicted",
+    )
+    params = view.to_params()
+    assert params["layer"] == "layer2.1.conv2" and params["compare"] == "tiny"
+    assert (params["badges"], params["memory"], params["suspect"]) == ("off", "on", "3")
+    assert from_params(params, WIDGETS) == (view, [])
+    none = View(compare="none")
+    assert from_params(none.to_params(), WIDGETS) == (none, [])
+
+
+@pytest.mark.parametrize(
+    ("params", "said"),
+    [
+        ({"layer": "x; rm -rf /"}, "not a layer's name"),
+        ({"layer": "a" * 201}, "not a layer's name"),
+        ({"compare": "mine:evil"}, "'mine:evil' is not offered"),
+        ({"suspect": "0"}, "counts from 1"),
+        ({"suspect": "-2"}, "not a whole number"),
+        ({"scale": "log"}, "colour scale 'log'"),
+        ({"badges": "maybe"}, "badges 'maybe'"),
+        ({"per_page": "7"}, "thumbnails per page '7'"),
+        ({"page": "0"}, "counts from 1"),
+        ({"projection": "tsne"}, "projection 'tsne'"),
+        ({"colour": "loss"}, "colouring 'loss'"),
+    ],
+)
+def test_a_refused_widget_value_is_noted_and_left_at_its_default(
+    params: dict[str, str], said: str
+) -> None:
+    view, notes = from_params(params, WIDGETS)
+    assert view == View()
+    assert len(notes) == 1 and said in notes[0], notes
+
+
+def test_a_suspect_beyond_the_batch_is_dropped_with_a_note() -> None:
+    view, notes = fit_to_source(View(size=10, suspect=11), total=100, classes=10)
+    assert view.suspect is None and "suspect 11" in notes[0]
+    assert fit_to_source(View(size=10, suspect=10), total=100, classes=10) == (
+        View(size=10, suspect=10),
+        [],
+    )

@@ -182,6 +182,11 @@ def test_batch_table_and_titles_follow_the_inference_result(
     assert list(table["correct"]) == result.correct.tolist()
     names = batch.class_names
     assert list(table["predicted"]) == [names[p] for p in result.predictions.tolist()]
+    page = service.batch_table(batch, result, range(5, 9))  # a page keeps its images' indices
+    assert list(page["index"]) == [5, 6, 7, 8]
+    assert page.drop(columns="index").equals(
+        table.iloc[5:9].drop(columns="index").reset_index(drop=True)
+    )
     titles = service.describe_indices(batch, result, [4, 0])
     for title, index in zip(titles, [4, 0], strict=True):
         assert title.startswith(f"#{index} {names[int(batch.labels[index])]}→")

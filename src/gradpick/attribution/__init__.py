@@ -3,8 +3,9 @@
 Input-gradient methods (``gradpick.attribution.gradient``: the gradient, gradient x input,
 SmoothGrad, Integrated Gradients) give signed maps per pixel and channel; layer methods
 (``gradpick.attribution.cam``: Grad-CAM, Grad-CAM++, HiResCAM, XGrad-CAM, LayerCAM, Score-CAM)
-give class activation maps at one layer, upsampled to the input size. Maps are computed per
-picked image and never depend on which other images were picked.
+give class activation maps at one layer, upsampled to the input size; perturbation methods
+(``gradpick.attribution.perturbation``: occlusion, RISE) score altered copies of the image.
+Maps are computed per picked image and never depend on which other images were picked.
 
 A method declares its label, its parameters (default, lower bound, the explorer's range, help)
 and the unit of its maps; ``METHODS`` lists them by name, and the explorer builds its controls
@@ -40,6 +41,7 @@ from gradpick.attribution.gradient import (
     IntegratedGradients,
     SmoothGrad,
 )
+from gradpick.attribution.perturbation import Occlusion, PerturbationMethod, Rise
 from gradpick.errors import InputError
 from gradpick.gradients.request import GradientRequest
 
@@ -58,12 +60,17 @@ __all__ = [
     "IntegratedGradients",
     "LayerCAM",
     "LayerMethod",
+    "Occlusion",
     "Parameter",
+    "PerturbationMethod",
+    "Rise",
     "ScoreCAM",
     "SmoothGrad",
     "XGradCAM",
     "attribute",
     "build",
+    "default_target",
+    "forward_cost",
     "get",
 ]
 
@@ -80,6 +87,8 @@ METHODS: dict[str, type[AttributionMethod]] = {
         XGradCAM,
         LayerCAM,
         ScoreCAM,
+        Occlusion,
+        Rise,
     )
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
@@ -96,6 +105,37 @@ def get(name: str) -> type[AttributionMethod]:
         raise InputError(
             f"Unknown attribution method '{name}'; use one of {', '.join(METHOD_NAMES)}."
         ) from None
+
+
+def default_target(method: str, labelled: bool = True, class_given: bool = False) -> str:
+    """The target ``method`` explains when none is given: the one rule of the library, the CLI,
+    the explorer and the report.
+
+    Layer methods (Grad-CAM and kin) explain the logit of the predicted class, as
+    pytorch-grad-cam does; input-gradient methods the loss on the true label, or the predicted
+    class's logit when the images have no labels (``labelled=False``). A chosen class
+    (``class_given``) is always explained by its logit. Example::
+
+        default_target("gradcam")   # 'logit'
+        default_target("gradient")  # 'loss'
+    """
+    chosen = get(method).default_target
+    return chosen if labelled and not class_given else "logit"
+
+
+def forward_cost(method: AttributionMethod, request: GradientRequest) -> str | None:
+    """What a method of many forwards per pick (Score-CAM, occlusion, RISE) will cost, said
+    before it runs, the same words in the CLI and the explorer; None for a method of one forward
+    (and backward) per pick. Example: ``forward_cost(Occlusion(), request)`` is 'Occlusion
+    runs 3,152 forwards (197 per pick × 16 picks)' for 16 picks at 32 px."""
+    if not isinstance(method, PerturbationMethod | LayerMethod):
+        return None
+    forwards = method.forwards(request)
+    per_pick = forwards // request.count
+    if per_pick <= 1:
+        return None
+    picks = f"{request.count:,} pick" + ("" if request.count == 1 else "s")
+    return f"{method.label} runs {forwards:,} forwards ({per_pick:,} per pick × {picks})"
 
 
 def build(name: str, settings: Mapping[str, Any], layer: str | None = None) -> AttributionMethod:
@@ -119,7 +159,7 @@ def attribute(
     images: torch.Tensor,
     indices: Sequence[int] | torch.Tensor,
     labels: Sequence[int] | torch.Tensor | None = None,
-    target: str = "loss",
+    target: str | None = None,
     classes: int | Sequence[int] | torch.Tensor | None = None,
     method: str = "gradient",
     strategy: str = "recompute",
@@ -135,6 +175,9 @@ def attribute(
 ) -> Attribution:
     """Attribution maps of ``images[indices]`` for ``target`` by ``method`` (see ``METHODS``).
 
+    ``target`` None is the method's default (``default_target``): the logit of the predicted
+    class for the layer methods, the loss for the others.
+
     * ``gradient``: d target / d image, the engine's plain result.
     * ``gradient_x_input``: the gradient times the image.
     * ``smoothgrad``: the mean gradient over ``samples`` copies with Gaussian noise of standard
@@ -145,6 +188,9 @@ def attribute(
     * ``gradcam``, ``gradcam_plus_plus``, ``hirescam``, ``xgradcam``, ``layercam``: class
       activation maps at ``layer`` (None: chosen automatically) from its activation and
       d target / d activation; ``scorecam`` from masked forwards, ``batch_size`` at a time.
+    * ``occlusion``, ``rise``: the target's drop when a square is hidden (grey), and the
+      target under seeded random masks (``seed``), ``batch_size`` altered images at a time;
+      their own settings (window, stride, masks, cell) through ``get(method)(...)``.
 
     Arguments shared with ``input_gradients`` mean the same there; ``strategy`` and
     ``measure_memory`` apply to both engine calls. The settings a method does not take are
@@ -168,7 +214,7 @@ def attribute(
         images,
         indices,
         labels=labels,
-        target=target,
+        target=target or default_target(method, labels is not None, classes is not None),
         classes=classes,
         strategy=strategy,
         device=device,

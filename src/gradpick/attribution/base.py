@@ -97,6 +97,9 @@ class AttributionMethod(ABC):
     parameters: ClassVar[tuple[Parameter, ...]] = ()
     takes_layer: ClassVar[bool] = False
     """Whether the method works at a layer (``layer=`` in its constructor)."""
+    default_target: ClassVar[str] = "loss"
+    """What the method explains when no target is given (see ``attribution.default_target``):
+    the loss for input-gradient methods, whose signed maps show what would lower or raise it."""
 
     def __init__(self, **settings: object) -> None:
         known = {parameter.name for parameter in self.parameters}

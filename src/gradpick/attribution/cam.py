@@ -53,6 +53,10 @@ class LayerMethod(AttributionMethod):
     """A class activation map at one layer: ``layer`` by its dotted name, None for automatic."""
 
     takes_layer: ClassVar[bool] = True
+    default_target: ClassVar[str] = "logit"
+    """The explained class's logit, as pytorch-grad-cam does: a map keeps only the activations
+    that raise its target (a ReLU), and a confident, correct image has almost nothing that
+    raises its loss, so the loss would leave most maps all zero."""
 
     def __init__(self, layer: str | None = None, **settings: object) -> None:
         super().__init__(**settings)

@@ -11,7 +11,22 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from gradpick.cli import bench, check, check_deploy, compare, eval, grads, infer, report, train
+from gradpick.cli import (
+    badges,
+    bench,
+    bench_planted,
+    bench_slices,
+    check,
+    check_deploy,
+    compare,
+    eval,
+    grads,
+    infer,
+    layers,
+    report,
+    slices,
+    train,
+)
 from gradpick.cli import triage as triage_command
 from gradpick.cli.arguments import Commands, Handler
 from gradpick.errors import GradpickError
@@ -23,12 +38,17 @@ SUBCOMMANDS: list[Callable[[Commands], None]] = [
     eval.register,
     infer.register,
     grads.register,
+    layers.register,
     check.register,
     report.register,
     bench.register,
     check_deploy.register,
+    badges.register,
+    bench_planted.register,
+    bench_slices.register,
     compare.register,
     triage_command.register,
+    slices.register,
 ]
 
 

@@ -14,7 +14,7 @@ from gradpick.gradients import strategies
 from gradpick.gradients.engine import TARGETS
 from gradpick.models import shipped as models
 from gradpick.models import zoo
-from gradpick.models.spec import InputSpec
+from gradpick.models.spec import RESIZE_MODES, InputSpec
 from gradpick.models.zoo import LoadedModel, SpecOverrides, given_overrides
 from gradpick.outputs.inference import fit_classes, labels_fit, output_names
 from gradpick.runtime.devices import DEVICE_CHOICES
@@ -130,7 +130,8 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
 
 MODEL_HELP = (
     "resnet20 or tutorial (shipped), torchvision:NAME[:WEIGHTS] (e.g. torchvision:resnet18:"
-    "IMAGENET1K_V1), timm:NAME or package.module:factory (default: the best shipped model)"
+    "IMAGENET1K_V1), timm:NAME, hf:DIR_OR_HUB_NAME (a Hugging Face classifier) or "
+    "package.module:factory (default: the best shipped model)"
 )
 
 
@@ -190,6 +191,20 @@ def add_model_arguments(
     spec.add_argument(
         "--std", nargs="+", type=float, metavar="S", help="per-channel std (3)", **own
     )
+    spec.add_argument(
+        "--resize-mode",
+        choices=RESIZE_MODES,
+        help="crop: shorter side then centre crop (the default); warp: stretch to the input "
+        "size, as Hugging Face's ViT processor does",
+        **own,
+    )
+    spec.add_argument(
+        "--output",
+        choices=zoo.OUTPUT_KINDS,
+        help="softmax: exclusive classes (the default); sigmoid: independent labels of a "
+        "multi-label model (read from a Hugging Face config's problem_type)",
+        **own,
+    )
 
 
 def load_model(args: argparse.Namespace) -> LoadedModel:
@@ -211,7 +226,12 @@ def load_models(args: argparse.Namespace, count: int) -> list[LoadedModel]:
             flags.get("weights"),
             args.device,
             **given_overrides(
-                flags.get("input_size"), flags.get("resize"), flags.get("mean"), flags.get("std")
+                flags.get("input_size"),
+                flags.get("resize"),
+                flags.get("mean"),
+                flags.get("std"),
+                resize_mode=flags.get("resize_mode"),
+                output=flags.get("output"),
             ),
         )
         for flags in chosen
@@ -220,7 +240,14 @@ def load_models(args: argparse.Namespace, count: int) -> list[LoadedModel]:
 
 def spec_overrides(args: argparse.Namespace) -> SpecOverrides:
     """The input-spec flags that were given."""
-    return given_overrides(args.input_size, args.resize, args.mean, args.std)
+    return given_overrides(
+        args.input_size,
+        args.resize,
+        args.mean,
+        args.std,
+        resize_mode=getattr(args, "resize_mode", None),
+        output=getattr(args, "output", None),
+    )
 
 
 def own_names(loaded: LoadedModel) -> tuple[str, ...]:
@@ -256,7 +283,13 @@ def fitted_to_model(batch: data.ImageBatch, loaded: LoadedModel, target: str) ->
 def add_method_arguments(parser: argparse.ArgumentParser) -> None:
     """What to explain and how: ``--target``, ``--class``, ``--strategy``, and the attribution
     method with its settings and layer (``--method``, ``--setting NAME=VALUE``, ``--layer``)."""
-    parser.add_argument("--target", default="loss", choices=TARGETS)
+    parser.add_argument(
+        "--target",
+        choices=TARGETS,
+        help="what the maps explain: loss (cross-entropy with the label), logit, or bce (a "
+        "sigmoid model's binary cross-entropy of the label; default: the method's, the logit of "
+        "the predicted class for the layer methods, the loss for the others; logit with --class)",
+    )
     parser.add_argument(
         "--class",
         dest="class_",
@@ -314,9 +347,13 @@ def _method_settings(pairs: list[str], method: str) -> dict[str, float | int]:
 
 def method_of(args: argparse.Namespace) -> attribution.AttributionMethod:
     """The ``gradpick.attribution`` method ``--method``, ``--setting`` and ``--layer`` ask for,
-    checked before any work is done."""
+    checked before any work is done; a ``--target`` left out becomes the method's default
+    (``attribution.default_target``)."""
     settings = _method_settings(args.setting, args.method)
-    return attribution.build(args.method, settings, args.layer)
+    method = attribution.build(args.method, settings, args.layer)
+    if args.target is None:
+        args.target = attribution.default_target(method.name, class_given=args.class_ is not None)
+    return method
 
 
 def batch_description(source: data.ImageSource, args: argparse.Namespace, count: int) -> str:

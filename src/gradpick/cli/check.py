@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from gradpick import attribution, data
@@ -74,6 +75,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     positions = data.batch_positions(len(source), args.start, args.size, args.seed)
     indices = parse_indices(args.indices, len(positions))
     loaded = load_model(args)
+    # a sigmoid model's label is read by its own sigmoid in the curves, not by a softmax
+    options = replace(options, output=loaded.output)
+    source = source.at_spec(loaded.spec)  # read at the model's own input size
     class_names = output_class_names(source, loaded)
     classes = class_argument(args.class_, class_names, "logit")
     # A batch index seeds SmoothGrad's noise and the random orders, so the batch is read up to

@@ -19,6 +19,7 @@ from gradpick.cli.arguments import (
     positive_int,
 )
 from gradpick.errors import InputError
+from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs import store_format as store
 from gradpick.picking.rules import parse_indices
 from gradpick.share import export
@@ -63,6 +64,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         source: dict[str, Any] = dict(pairing.source)
     else:
         first, second = load_models(args, 2)
+        for loaded in (first, second):
+            refuse_sigmoid(loaded.output, "Compare")
         images = data_source(args.data, args.split)
         positions = data.batch_positions(len(images), args.start, args.size, args.seed)
         pairing = versus.pair(
@@ -90,7 +93,7 @@ def _report(
 ) -> dict[str, Any]:
     confusion = versus.confusion_difference(pairing)
     return {
-        "models": {"first": pairing.models[0], "second": pairing.models[1]},
+        "models": versus.model_summaries(pairing),
         "source": source,
         "images": len(pairing),
         "class_names": list(pairing.class_names),
@@ -114,6 +117,10 @@ def _summary(report: dict[str, Any], out: Path, drift_out: Path | None) -> None:
     counts = ", ".join(
         f"{name.replace('_', ' ')} {count:,}" for name, count in report["flips"].items()
     )
+    for role, model in zip(("first", "second"), report["models"], strict=True):
+        accuracy = model["accuracy"]
+        score = "no labels" if accuracy is None else f"accuracy {accuracy:.2%}"
+        print(f"{role}:  {model['name']} ({score})")
     print(f"{report['images']:,} images: {counts}")
     if report["maps"] is not None:
         rows = report["maps"]["rows"]

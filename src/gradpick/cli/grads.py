@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from gradpick import attribution, data, units
+from gradpick.attribution import notes
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
@@ -26,7 +27,7 @@ from gradpick.gradients.engine import REDUCTIONS, GradientResult
 from gradpick.gradients.layers import LAYER_STRATEGIES
 from gradpick.gradients.request import GradientRequest
 from gradpick.models.zoo import LoadedModel
-from gradpick.outputs.inference import as_model_input
+from gradpick.outputs.inference import as_model_input, infer
 from gradpick.picking.rules import parse_indices
 from gradpick.runtime.measure import MemoryFigure, MemoryReport
 from gradpick.share import export
@@ -149,9 +150,15 @@ def _cmd_grads(args: argparse.Namespace) -> int:
         reduction=args.reduction,
         measure_memory=args.measure_memory,
     )
+    cost = attribution.forward_cost(method, request)
+    if cost is not None:
+        print(f"cost: {cost}", flush=True)
     attributed = method.attribute(request)
     result = attributed.gradients
     print(f"model: {loaded.describe()}")
+    flat_model = notes.model_note(infer(loaded.module, batch.images[rows]).logits, loaded.name)
+    if flat_model is not None:
+        print(f"note: {flat_model}")
     print(f"images: {len(indices):,} picked from {batch_description(source, args, len(positions))}")
     if attributed.layer_maps is not None:
         grid = "x".join(str(side) for side in attributed.layer_maps.shape[1:])
@@ -162,6 +169,9 @@ def _cmd_grads(args: argparse.Namespace) -> int:
     heading = "max |grad|" if method.name == attribution.Gradient.name else "max |map|"
     names = [batch.names[row] for row in rows]
     _print_gradients(result, magnitudes, indices, names, batch.class_names, heading)
+    quantity = export.quantity(result.target, classes, batch.class_names)
+    for line in notes.grouped_notes(notes.map_notes(attributed, quantity), list(map(str, indices))):
+        print(f"note: {line}")
     print(
         f"{result.strategy} (reduction {result.reduction}): "
         f"{result.timing:,.1f} ms on {result.device}"

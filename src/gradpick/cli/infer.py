@@ -22,6 +22,7 @@ from gradpick.cli.arguments import (
 )
 from gradpick.errors import InputError
 from gradpick.models.zoo import LoadedModel
+from gradpick.multilabel import per_label_lines
 from gradpick.outputs import store_format as store
 from gradpick.outputs import stores as stored
 from gradpick.outputs.inference import infer_source
@@ -43,14 +44,21 @@ def _cmd_infer(args: argparse.Namespace) -> int:
     if out is not None:
         return _infer_to_store(args, out, loaded, source, positions)
     inferred = infer_source(
-        loaded.module, source, positions, args.batch_size, progress=reading_progress
+        loaded.module,
+        source,
+        positions,
+        args.batch_size,
+        progress=reading_progress,
+        output=loaded.output,
     )
     result = inferred.result
     print(f"model: {loaded.describe()}")
     print(f"images: {batch_description(source, args, len(positions))}")
     for note in inferred.notes:
         print(f"note: {note}")
-    if result.accuracy is not None and result.correct is not None:
+    if loaded.output == "sigmoid" and result.labels is not None:
+        print(per_label_lines(result.logits, result.labels, source.class_names))
+    elif result.accuracy is not None and result.correct is not None:
         print(f"accuracy: {result.accuracy:.2%} ({int(result.correct.sum()):,} of {len(result):,})")
     print(
         f"time: {result.milliseconds:,.1f} ms on {result.device} (batch size {args.batch_size}), "
@@ -174,7 +182,8 @@ def register(commands: Commands) -> None:
         "--out",
         metavar="DIR",
         help="store the outputs: one Parquet row per image (position, name, label, prediction, "
-        "confidence, loss, logits) in DIR, written whole or not at all",
+        "confidence, loss, logits; a sigmoid model's also each label's probability) in DIR, "
+        "written whole or not at all",
     )
     parser.add_argument(
         "--embeddings",

@@ -7,9 +7,12 @@ page is ``gradpick.share.report.build_report``'s, written through a temporary fi
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TextIO
 
 from gradpick import data
+from gradpick.attribution import AttributionMethod
 from gradpick.cli.arguments import (
     Commands,
     add_batch_arguments,
@@ -27,9 +30,10 @@ from gradpick.errors import InputError
 from gradpick.gradients import strategies
 from gradpick.picking.rules import parse_indices
 from gradpick.share import export, report
+from gradpick.trust.engine import CHECKABLE, MethodSettings
 from gradpick.trust.report import CheckOptions
 
-__all__ = ["output_path", "register", "run"]
+__all__ = ["output_path", "register", "run", "say"]
 
 
 def output_path(text: str) -> Path:
@@ -40,6 +44,27 @@ def output_path(text: str) -> Path:
     if not path.parent.is_dir():
         raise InputError(f"--out: the folder {path.parent} does not exist.")
     return path
+
+
+def say(step: str, stream: TextIO | None = None) -> None:
+    """One step of a long report: on a terminal it overwrites the last; in a log or a pipe,
+    where that would run the steps together, one line each."""
+    out = stream or sys.stderr
+    out.write(f"\r\033[K{step}" if out.isatty() else f"{step}\n")
+    out.flush()
+
+
+def _check_options(args: argparse.Namespace, method: AttributionMethod) -> CheckOptions | None:
+    """The checks of the maps the report shows: ``--methods`` (default: the shown method) at
+    the shown layer and settings; None without ``--check``."""
+    if not args.check:
+        if args.methods or args.layers is not None:
+            raise InputError("--methods and --layers choose what --check checks; add --check.")
+        return None
+    settings = MethodSettings.from_chosen({**method.settings, "layer": args.layer})
+    return CheckOptions(
+        methods=tuple(args.methods or [method.name]), settings=settings, layers=args.layers
+    )
 
 
 def register(commands: Commands) -> None:
@@ -68,7 +93,20 @@ def register(commands: Commands) -> None:
     parser.add_argument(
         "--check",
         action="store_true",
-        help="also run the trust checks with gradpick check's defaults and add their summary",
+        help="also run the trust checks on the maps shown (the method and layer above) and add "
+        "their tables",
+    )
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=CHECKABLE,
+        metavar="METHOD",
+        help="with --check: the methods to check (default: --method, the one shown)",
+    )
+    parser.add_argument(
+        "--layers",
+        type=int,
+        help="with --check: randomise only this many layers from the output (default: all)",
     )
     parser.add_argument("--out", required=True, metavar="FILE.html", help="the report to write")
     parser.set_defaults(handler=run)
@@ -78,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     """Compute the picks' maps and write the report; the exit status."""
     out = output_path(args.out)
     method = method_of(args)
-    checks = CheckOptions() if args.check else None
+    checks = _check_options(args, method)
     loaded = load_model(args)
     source = data_source(args.data, args.split, loaded.spec)
     positions = data.batch_positions(len(source), args.start, args.size, args.seed)
@@ -120,7 +158,10 @@ def run(args: argparse.Namespace) -> int:
             args.seed,
         ),
         shared_scale=args.shared_scale,
+        progress=say,
     )
+    if sys.stderr.isatty():  # end the step line a terminal kept overwriting
+        sys.stderr.write("\n")
     report.write_report(out, document)
     print(f"model: {loaded.describe()}")
     print(f"images: {len(indices):,} picked from {batch_description(source, args, len(positions))}")

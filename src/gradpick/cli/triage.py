@@ -19,7 +19,7 @@ import numpy as np
 from gradpick.cli.arguments import Commands, positive_int
 from gradpick.outputs import store_format as store
 from gradpick.triage.ranking import NEIGHBOURS, sample_warning, triage_store
-from gradpick.triage.verdicts import VerdictBook, split_stale, write_relabelling
+from gradpick.triage.verdicts import VerdictBook, accept_suggestions, split_stale, write_relabelling
 
 __all__ = ["register", "summary"]
 
@@ -44,6 +44,14 @@ def summary(opened: store.OpenedStore, found: Any, frame: Any, k: int) -> dict[s
         else "the store has no embeddings, so neighbour agreement was skipped; infer with "
         "--embeddings to use it",
         "sample_warning": sample_warning(opened.metadata),
+        "slices_file": found.slices_file,
+        "explained_by_slice": 0
+        if found.explained_by_slice is None
+        else int((found.explained_by_slice > 0).sum()),
+        "slices_note": None
+        if found.slices_file is None
+        else f"read the slices in {found.slices_file}: errors of a verified slice are likely "
+        "the model's, so they are marked explained_by_slice and not flagged",
     }
 
 
@@ -77,7 +85,7 @@ def _cmd_triage(args: argparse.Namespace) -> int:
     opened = store.open_store(args.outputs)
     found, frame = triage_store(opened, k=args.k)
     info = summary(opened, found, frame, args.k)
-    for note in (info["sample_warning"], info["neighbours_note"]):
+    for note in (info["sample_warning"], info["neighbours_note"], info["slices_note"]):
         if note:
             print(f"note: {note}", file=sys.stderr)
     print(
@@ -94,9 +102,29 @@ def _cmd_triage(args: argparse.Namespace) -> int:
         text = json.dumps(info, indent=2) + "\n"
         _atomic(Path(args.json), lambda path: path.write_text(text, encoding="utf-8"))
         print(f"wrote {args.json}")
+    if args.accept:
+        print(_accept(opened, frame))
     if args.export:
         print(_export(opened, frame, args.export))
     return 0
+
+
+def _accept(opened: store.OpenedStore, frame: Any) -> str:
+    """Every flagged image's suggested label recorded as its verdict, unless it has one."""
+    flagged = frame[frame["flagged"]]
+    recorded, kept = accept_suggestions(
+        VerdictBook.beside(opened.path),
+        zip(
+            flagged["position"].astype(np.int64).tolist(),
+            flagged["name"].tolist(),
+            flagged["suggested_label"].astype(np.int64).tolist(),
+            strict=True,
+        ),
+    )
+    line = f"accepted {len(recorded):,} suggested label(s) of {len(flagged):,} flagged as verdicts"
+    if kept:
+        line += f"; {len(kept):,} already judged, kept as they were"
+    return line
 
 
 def register(commands: Commands) -> None:
@@ -112,5 +140,11 @@ def register(commands: Commands) -> None:
     parser.add_argument("--out", help="the suspects, one row per image (.parquet)")
     parser.add_argument("--json", help="a summary: counts, neighbours, the in-sample warning")
     parser.add_argument("--export", help="the relabelling CSV (name,old,new) from the verdicts")
+    parser.add_argument(
+        "--accept",
+        choices=("flagged",),
+        help="record the suggested label of every flagged image as its verdict ('label wrong'), "
+        "unless it already has one; --export then lists them",
+    )
     parser.add_argument("--k", type=positive_int, default=NEIGHBOURS, help="neighbours per image")
     parser.set_defaults(handler=_cmd_triage)

@@ -1,5 +1,6 @@
 """Image sources at any model's input size: CIFAR-10, ImageFolder trees and uploads.
 
+Hugging Face datasets' Parquet shards are a source too (``parquet_folder``).
 Every source reads at an ``InputSpec`` (``DEFAULT_SPEC``, 32x32, is the built-ins'): each image
 is decoded, converted to RGB and resized and centre-cropped by ``spec.prepare`` into uint8
 [3, H, W]; models receive floats in [0, 1] (``ImageBatch.float_images``) and normalise inside,
@@ -45,6 +46,7 @@ from gradpick.data.folders import (
     image_folder,
     open_source,
 )
+from gradpick.data.parquet import ParquetSource, is_parquet_dataset, parquet_folder
 from gradpick.data.sources import (
     CACHE_DIR_ENV,
     CIFAR10_CLASSES,
@@ -87,6 +89,7 @@ __all__ = [
     "FolderSource",
     "ImageBatch",
     "ImageSource",
+    "ParquetSource",
     "ProgressCallback",
     "ReadReport",
     "UploadSource",
@@ -104,8 +107,10 @@ __all__ = [
     "image_folder",
     "images_from_files",
     "images_from_paths",
+    "is_parquet_dataset",
     "load_batch",
     "open_source",
+    "parquet_folder",
     "read",
     "read_chunk",
     "read_class_names",

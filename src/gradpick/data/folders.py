@@ -1,4 +1,5 @@
-"""Opening local folders: ImageFolder trees, train/test trees and ``cifar-10-batches-py``.
+"""Opening local folders: ImageFolder trees, train/test trees, ``cifar-10-batches-py`` and
+Hugging Face Parquet datasets (``gradpick.data.parquet``).
 
 Opening a folder lists and sorts its files (ImageFolder order) and decodes nothing; a
 ``cifar-10-batches-py`` folder is small enough to be read into memory at once.
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from gradpick.data.decoding import DEFAULT_SPEC
+from gradpick.data.parquet import is_parquet_dataset, parquet_folder
 from gradpick.data.sources import CIFAR10_CLASSES, ArraySource, FolderSource, ImageSource
 from gradpick.errors import DataError, InputError
 from gradpick.models.spec import InputSpec
@@ -109,12 +111,15 @@ def open_source(
     """Open a local path of any supported kind.
 
     Accepts an ImageFolder tree, a folder holding ``train``/``test`` ImageFolder trees, a
-    ``cifar-10-batches-py`` folder or the folder that contains one. ``split`` picks the tree or
-    batches of that split; a plain ImageFolder tree is read whole, and its ``split`` is None, so
-    nothing downstream records a split the images are not.
+    ``cifar-10-batches-py`` folder or the folder that contains one, or a Hugging Face dataset's
+    Parquet shards (a folder as the Hub lays it out, or one .parquet file). ``split`` picks the
+    tree, batches or shards of that split; a plain ImageFolder tree is read whole, and its
+    ``split`` is None, so nothing downstream records a split the images are not.
     """
     check_split(split)
     path = Path(location).expanduser()
+    if is_parquet_dataset(path):
+        return parquet_folder(path, split, spec)
     if not path.is_dir():
         raise DataError(f"{path}: no such folder.")
     for candidate in (path, path / "cifar-10-batches-py"):

@@ -14,7 +14,9 @@ of a dummy image (``probe``) chooses it: for a transformer, the input of the las
 (the norm before it: after the last attention, patch tokens never reach a class token, so
 maps there are identically zero); otherwise the last module with a spatial output before the
 global pooling. Token outputs ``[N, prefix + h*w, C]`` and channels-last ``[N, h, w, C]``
-(Swin) become ``[N, C, h, w]`` from the input size and the patch grid.
+(Swin) become ``[N, C, h, w]`` from the input size and the patch grid. A model that names its
+own layer (a ``default_layer`` attribute, as ``gradpick.models.hf.HFLogits`` does per
+family) gets it.
 
 Example::
 
@@ -274,7 +276,9 @@ def _run_probe(
         if info is not None:
             layers.pop(info.name, None)
             layers[info.name] = info  # a module called twice keeps its last call
-    chosen = automatic[-1] if automatic and automatic[-1] else None
+    named = getattr(inner, "default_layer", None)  # a wrapper that knows its family's layer
+    chosen = named if isinstance(named, str) and named in layers else None
+    chosen = chosen or (automatic[-1] if automatic and automatic[-1] else None)
     if chosen is None and layers:
         chosen = next(reversed(layers))
     return Probe(tuple(layers.values()), chosen, frozenset(reached))

@@ -29,9 +29,12 @@ __all__ = [
     "Target",
 ]
 
-Target = Literal["loss", "logit"]
+Target = Literal["loss", "logit", "bce"]
 Reduction = Literal["sum", "mean"]
-TARGETS: tuple[Target, ...] = ("loss", "logit")
+TARGETS: tuple[Target, ...] = ("loss", "logit", "bce")
+"""``loss``: softmax cross-entropy of the label; ``logit``: a class's logit; ``bce``: a label's
+binary cross-entropy, ``log(1 + exp(-z))`` when present, ``log(1 + exp(z))`` when absent (a
+sigmoid, multi-label model's own loss, one label at a time)."""
 REDUCTIONS: tuple[Reduction, ...] = ("sum", "mean")
 
 Indices = Sequence[int] | torch.Tensor
@@ -52,6 +55,17 @@ def _class_tensor(values: Sequence[int] | torch.Tensor | int, what: str) -> torc
     if not _is_integral(tensor):
         raise InputError(f"{what} must be whole numbers (class indices), not {tensor.dtype}.")
     return tensor.reshape(-1).to(torch.long).cpu()
+
+
+def _multi_hot(labels: Sequence[int] | torch.Tensor, count: int) -> torch.Tensor:
+    """[N, labels] of 0 and 1, one row per image: which labels each image has."""
+    tensor = torch.as_tensor(labels)
+    if tensor.shape[0] != count or not bool(((tensor == 0) | (tensor == 1)).all()):
+        raise InputError(
+            f"Multi-hot labels must be [images, labels] of 0 and 1 with one row per image "
+            f"({count}); got {list(tensor.shape)}."
+        )
+    return tensor.to(torch.long).cpu()
 
 
 def _as_index_tensor(indices: Indices, size: int) -> torch.Tensor:
@@ -140,7 +154,12 @@ class GradientRequest:
 
         ``versus`` (with target 'logit' and ``classes``) makes each target the difference of
         two logits, z[class] - z[versus]: a contrast such as "suggested label over given"."""
-        strategies.get(strategy)
+        chosen = strategies.get(strategy)
+        if target in TARGETS and target not in chosen.targets:
+            raise InputError(
+                f"Strategy '{strategy}' takes targets {' and '.join(chosen.targets)}; use "
+                f"recompute for {target}."
+            )
         check_images(images, check_values=False)
         if not images.is_floating_point():
             raise InputError(
@@ -162,17 +181,19 @@ class GradientRequest:
             raise InputError("The MPS device has no float64; use float32 or the CPU.")
         index_tensor = _as_index_tensor(indices, int(images.shape[0]))
         label_tensor = None
-        if labels is not None:
+        if labels is not None and target == "bce" and torch.as_tensor(labels).dim() == 2:
+            label_tensor = _multi_hot(labels, int(images.shape[0]))
+        elif labels is not None:
             label_tensor = _class_tensor(labels, "Labels")
             if label_tensor.numel() != images.shape[0]:
                 raise InputError(
                     f"Got {label_tensor.numel()} labels for {images.shape[0]} images; "
                     "give one label per image."
                 )
-        elif target == "loss":
+        elif target in ("loss", "bce"):
             raise InputError(
-                "target='loss' needs the true labels; pass labels=..., or use target='logit' "
-                "for unlabelled images."
+                f"target='{target}' needs the true labels; pass labels=..., or use "
+                "target='logit' for unlabelled images."
             )
         class_tensor = None if classes is None else _per_index(classes, index_tensor, "class")
         versus_tensor = None
@@ -224,12 +245,26 @@ class GradientRequest:
     def given_classes(self, order: slice) -> torch.Tensor | None:
         """The class each target of rows ``order`` is fixed to (label or class), or None when
         the predicted class is used."""
-        if self.target == "loss":
+        if self.target == "loss" or (
+            self.target == "bce"
+            and self.classes is None
+            and self.labels is not None
+            and self.labels.dim() == 1
+        ):
             assert self.labels is not None
             return self.labels[self.indices[order]]
         if self.classes is not None:
             return self.classes[order]
         return None
+
+    def _present(self, rows: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+        """Whether label ``classes[i]`` is present in image ``rows[i]`` (0 or 1): a multi-hot
+        row's entry, or for one label per image whether it is that label."""
+        assert self.labels is not None
+        labels = self.labels.to(classes.device)
+        if labels.dim() == 2:
+            return labels[rows.to(classes.device), classes]
+        return (labels[rows.to(classes.device)] == classes).long()
 
     def picked_targets(
         self, logits: torch.Tensor, order: slice
@@ -258,6 +293,13 @@ class GradientRequest:
             classes = logits.detach().argmax(dim=1)
         if self.target == "loss":
             values = F.cross_entropy(logits, classes, reduction="none")
+        elif self.target == "bce":
+            assert self.labels is not None
+            values = F.binary_cross_entropy_with_logits(
+                logits.gather(1, classes.unsqueeze(1)).squeeze(1),
+                self._present(rows, classes).to(logits.dtype),
+                reduction="none",
+            )
         else:
             values = logits.gather(1, classes.unsqueeze(1)).squeeze(1)
             if versus is not None:

@@ -176,6 +176,8 @@ class Strategy:
     alone, which never needs a budget."""
     counts_saved: bool = True
     """Whether autograd's saved-tensor hooks see its saved tensors (torch.func's do not)."""
+    targets: tuple[str, ...] = ("loss", "logit", "bce")
+    """The targets it computes (``GradientRequest.build`` refuses the others)."""
 
     @property
     def whole_batch(self) -> bool:
@@ -215,6 +217,7 @@ REGISTRY: dict[str, Strategy] = {
             chunks=True,
             help="torch.func.vmap(grad(...)), one image per call",
             counts_saved=False,
+            targets=("loss", "logit"),
         ),
     )
 }

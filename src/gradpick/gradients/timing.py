@@ -79,16 +79,26 @@ def floor_gradients(request: GradientRequest) -> torch.Tensor:
     """
     picked = request.picked_images.detach().requires_grad_(True)
     logits = request.model(picked)
+    labels = None if request.labels is None else request.labels[request.indices].to(logits.device)
     if request.target == "loss":
-        assert request.labels is not None  # the request's validation insists on labels
-        wanted = request.labels[request.indices].to(logits.device)
-        total = F.cross_entropy(logits, wanted, reduction="sum")
+        assert labels is not None  # the request's validation insists on labels
+        total = F.cross_entropy(logits, labels, reduction="sum")
     else:
-        if request.classes is None:
-            chosen = logits.detach().argmax(dim=1)
-        else:
+        if request.classes is not None:
             chosen = request.classes.to(logits.device)
-        total = logits.gather(1, chosen.unsqueeze(1)).sum()
+        elif request.target == "bce" and labels is not None and labels.dim() == 1:
+            chosen = labels  # each image's own label
+        else:
+            chosen = logits.detach().argmax(dim=1)
+        chosen_logits = logits.gather(1, chosen.unsqueeze(1)).squeeze(1)
+        total = chosen_logits.sum()
+        if request.target == "bce":  # -t log σ(z) - (1 - t) log(1 - σ(z)), t: label present
+            assert labels is not None
+            rows = torch.arange(len(chosen), device=logits.device)
+            present = labels[rows, chosen] if labels.dim() == 2 else (labels == chosen).long()
+            truth = present.to(logits.dtype)
+            bce = -truth * F.logsigmoid(chosen_logits) - (1 - truth) * F.logsigmoid(-chosen_logits)
+            total = bce.sum()
         if request.versus is not None:
             total = total - logits.gather(1, request.versus.to(logits.device).unsqueeze(1)).sum()
     (gradients,) = torch.autograd.grad(total, picked)

@@ -1,7 +1,8 @@
 """What a model takes: input size, resize policy, normalisation and class names.
 
 Every model gradpick serves comes with an ``InputSpec``. Images are prepared by the spec alone
-(decode, convert to RGB, resize the shorter side to ``resize``, centre-crop to ``size``) into
+(decode, convert to RGB, resize the shorter side to ``resize``, centre-crop to ``size``; or,
+with ``resize_mode="warp"``, stretch to the input size as Hugging Face's ViT processor does) into
 uint8 pixels; the model receives them as floats in [0, 1] and normalises inside (``mean`` and
 ``std`` live in a wrapper module), so every gradient is with respect to those pixels at the
 model's own input size.
@@ -24,7 +25,7 @@ from PIL import Image
 
 from gradpick.errors import InputError
 
-__all__ = ["InputSpec", "parse_size", "to_rgb"]
+__all__ = ["RESIZE_MODES", "InputSpec", "parse_size", "to_rgb"]
 
 INTERPOLATIONS = {
     "bilinear": Image.Resampling.BILINEAR,
@@ -32,6 +33,11 @@ INTERPOLATIONS = {
     "nearest": Image.Resampling.NEAREST,
 }
 """PIL filters by the names torchvision's weights metadata and timm's data configs use."""
+
+RESIZE_MODES = ("crop", "warp")
+"""``crop``: keep the aspect ratio, shorter side to ``resize``, centre crop (torchvision, timm);
+``warp``: stretch to exactly the input size, or to ``resize`` rows and the width in
+proportion, then centre crop (Hugging Face's ViT, DeiT and BEiT processors)."""
 
 MAX_SIDE = 4096
 """Larger model inputs are refused: one image would be 200 MB of float pixels."""
@@ -86,6 +92,9 @@ class InputSpec:
     when unset, so ``resize=256, size=(224, 224)`` is the usual 256 -> 224 centre crop), never
     so small that the crop would leave the image, then the centre ``size`` is cut out.
     ``mean``/``std`` are applied inside the model's wrapper, not to the pixels.
+    ``resize_mode="warp"`` stretches the image to ``size`` instead (aspect ratio not kept),
+    or with ``resize`` set to ``resize`` x ``round(width * resize / height)`` before the crop:
+    ``resize=256, size=(224, 224)`` is DeiT's 256x256 stretch then 224 crop.
     """
 
     size: tuple[int, int] = (32, 32)
@@ -94,6 +103,7 @@ class InputSpec:
     std: tuple[float, ...] | None = None
     interpolation: str = "bilinear"
     class_names: tuple[str, ...] = field(default=())
+    resize_mode: str = "crop"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", parse_size(self.size))
@@ -109,6 +119,10 @@ class InputSpec:
             raise InputError(
                 f"Unknown interpolation '{self.interpolation}'; use one of "
                 f"{', '.join(INTERPOLATIONS)}."
+            )
+        if self.resize_mode not in RESIZE_MODES:
+            raise InputError(
+                f"Unknown resize mode '{self.resize_mode}'; use one of {', '.join(RESIZE_MODES)}."
             )
         object.__setattr__(self, "mean", mean)
         object.__setattr__(self, "std", std)
@@ -129,10 +143,13 @@ class InputSpec:
 
     def describe(self) -> str:
         """E.g. '224x224 (shorter side 256, centre crop, bilinear), mean ..., std ...'."""
-        text = (
-            f"{self.height}x{self.width} (shorter side {self.shorter_side}, centre crop, "
-            f"{self.interpolation})"
-        )
+        if self.resize_mode == "warp":
+            stretched = self.warped_size()
+            steps = f"stretched to {stretched[1]}x{stretched[0]}"
+            steps += ", centre crop" if stretched != (self.width, self.height) else ""
+        else:
+            steps = f"shorter side {self.shorter_side}, centre crop"
+        text = f"{self.height}x{self.width} ({steps}, {self.interpolation})"
         if self.mean is not None and self.std is not None:
             mean = ", ".join(f"{value:.4g}" for value in self.mean)
             std = ", ".join(f"{value:.4g}" for value in self.std)
@@ -140,7 +157,9 @@ class InputSpec:
         return text
 
     def to_json(self) -> dict[str, object]:
-        """The spec as plain JSON values (stored outputs and reports carry it)."""
+        """The spec as plain JSON values (stored outputs and reports carry it); the resize mode
+        only when it is not the default crop, so earlier stores keep their identity."""
+        warp = {"resize_mode": self.resize_mode} if self.resize_mode != "crop" else {}
         return {
             "size": list(self.size),
             "resize": self.resize,
@@ -148,6 +167,7 @@ class InputSpec:
             "std": None if self.std is None else list(self.std),
             "interpolation": self.interpolation,
             "class_names": list(self.class_names),
+            **warp,
         }
 
     @classmethod
@@ -162,13 +182,31 @@ class InputSpec:
             std=None if std is None else tuple(std),  # type: ignore[arg-type]
             interpolation=str(value.get("interpolation", "bilinear")),
             class_names=tuple(value.get("class_names", ())),  # type: ignore[arg-type]
+            resize_mode=str(value.get("resize_mode", "crop")),
+        )
+
+    def warped_size(self) -> tuple[int, int]:
+        """(width, height) a ``warp`` stretches every image to before its centre crop."""
+        if self.resize is None:
+            return self.width, self.height
+        return max(self.width, round(self.width * self.resize / self.height)), max(
+            self.height, int(self.resize)
         )
 
     def scaled_size(self, width: int, height: int) -> tuple[int, int]:
-        """(width, height) after the resize step, large enough to hold the centre crop."""
-        scale = max(
-            self.shorter_side / min(width, height), self.height / height, self.width / width
-        )
+        """(width, height) after the resize step, large enough to hold the centre crop.
+
+        When the shorter side decides, the longer one is ``int(shorter * long / short)``, as
+        torchvision's ``Resize`` and Hugging Face's processors compute it (rounded down).
+        """
+        if self.resize_mode == "warp":
+            return self.warped_size()
+        short = self.shorter_side / min(width, height)
+        scale = max(short, self.height / height, self.width / width)
+        if scale == short:
+            long = int(self.shorter_side * max(width, height) / min(width, height))
+            scaled = (self.shorter_side, long) if width <= height else (long, self.shorter_side)
+            return max(self.width, scaled[0]), max(self.height, scaled[1])
         return (
             max(self.width, round(width * scale)),
             max(self.height, round(height * scale)),
@@ -179,12 +217,12 @@ class InputSpec:
         rgb = to_rgb(image)
         width, height = rgb.size
         note = None
-        if min(width, height) < self.shorter_side or width < self.width or height < self.height:
+        target = self.scaled_size(width, height)
+        if target[0] > width or target[1] > height:
             note = (
                 f"{name}: {width}x{height} pixels is smaller than the model's input "
                 f"({self.width}x{self.height}); it was upscaled."
             )
-        target = self.scaled_size(width, height)
         if target != (width, height):
             rgb = rgb.resize(target, INTERPOLATIONS[self.interpolation])
         left = (target[0] - self.width) // 2

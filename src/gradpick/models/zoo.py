@@ -11,6 +11,9 @@
   from the weights' metadata;
 - ``timm:NAME``: a timm model (``pip install 'gradpick[timm]'``), never pretrained-downloaded:
   random weights or a file, spec from ``timm.data.resolve_data_config``;
+- ``hf:PATH_OR_NAME``: a Hugging Face transformers classifier (``pip install 'gradpick[hf]'``),
+  a ``save_pretrained`` folder or a Hub name from the local cache, spec from its image
+  processor (``gradpick.models.hf``);
 - ``package.module:factory``: the user's own callable returning an ``nn.Module``.
 
 Normalisation runs inside the served module (``Normalized``), so gradients are with respect
@@ -42,6 +45,7 @@ from torch import nn
 
 from gradpick.data import CIFAR10_CLASSES
 from gradpick.errors import InputError, ModelError
+from gradpick.models import hf
 from gradpick.models import shipped as models
 from gradpick.models import weights as weights_io
 from gradpick.models.spec import INTERPOLATIONS, InputSpec
@@ -52,6 +56,7 @@ __all__ = [
     "IMAGENET_STD",
     "LoadedModel",
     "Normalized",
+    "OUTPUT_KINDS",
     "RANDOM_WEIGHTS_SEED",
     "SpecOverrides",
     "from_factory",
@@ -63,6 +68,9 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGENET_SPEC = InputSpec(size=(224, 224), resize=256, mean=IMAGENET_MEAN, std=IMAGENET_STD)
 """The usual ImageNet evaluation recipe, for a torchvision model without a weights enum."""
+OUTPUT_KINDS = ("softmax", "sigmoid")
+"""How a classifier's logits become scores: exclusive classes, or independent labels
+(multi-label: each label's own sigmoid)."""
 RANDOM_WEIGHTS_SEED = 0
 """Seed of a model served without weights (torchvision, timm, a built-in's stand-in): the same
 network every run."""
@@ -80,6 +88,8 @@ class SpecOverrides(TypedDict, total=False):
     mean: Sequence[float]
     std: Sequence[float]
     class_names: Sequence[str]
+    resize_mode: str
+    output: str
 
 
 def given_overrides(
@@ -88,6 +98,8 @@ def given_overrides(
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     class_names: Sequence[str] | None = None,
+    resize_mode: str | None = None,
+    output: str | None = None,
 ) -> SpecOverrides:
     """Only the spec values that were given (a flag left out, an empty field): the command line
     and the explorer collect them the same way."""
@@ -102,6 +114,10 @@ def given_overrides(
         overrides["std"] = std
     if class_names:
         overrides["class_names"] = class_names
+    if resize_mode:
+        overrides["resize_mode"] = resize_mode
+    if output:
+        overrides["output"] = output
     return overrides
 
 
@@ -129,7 +145,7 @@ class LoadedModel:
     spec: InputSpec
     name: str
     kind: str
-    """'built-in', 'torchvision', 'timm' or 'factory'."""
+    """'built-in', 'torchvision', 'timm', 'hf' or 'factory'."""
     classes: int
     """Outputs per image, from one probe forward at load time."""
     weights: str | None = None
@@ -140,6 +156,8 @@ class LoadedModel:
     """How the weights were found, for ``describe``: 'shipped weights', 'the torch hub cache'."""
     card: dict[str, Any] | None = field(default=None, compare=False)
     """The shipped model card of a built-in model; None for any other weights."""
+    output: str = "softmax"
+    """'softmax' (exclusive classes) or 'sigmoid' (independent labels, multi-label)."""
 
     def describe(self) -> str:
         """One line: the name, whose weights, and the input spec."""
@@ -149,20 +167,23 @@ class LoadedModel:
             weights = self.weights_origin or f"weights {self.weights}"
         else:
             weights = f"random weights, seed {RANDOM_WEIGHTS_SEED}, untrained"
-        return f"{self.name} ({weights}); input {self.spec.describe()}"
+        labels = "; independent labels (sigmoid)" if self.output == "sigmoid" else ""
+        return f"{self.name} ({weights}); input {self.spec.describe()}{labels}"
 
     @property
     def store_identity(self) -> str:
         """What decides whether stored outputs are this model's: name, weights, input spec.
 
         Random weights are seeded, so they are named by their seed; a factory's own weights
-        by its name alone.
+        by its name alone. A sigmoid model's identity says so: its stored probabilities are
+        not the same model's softmax ones.
         """
         weights = self.weights_sha256 or (
             "own-weights" if self.kind == "factory" else f"random-seed{RANDOM_WEIGHTS_SEED}"
         )
         spec = json.dumps(self.spec.to_json(), sort_keys=True).encode()
-        return f"{self.name}:{weights}:{hashlib.sha256(spec).hexdigest()[:12]}"
+        output = "" if self.output == "softmax" else f":{self.output}"
+        return f"{self.name}:{weights}:{hashlib.sha256(spec).hexdigest()[:12]}{output}"
 
     def identity(self) -> dict[str, Any]:
         """Plain JSON naming the exact model: sidecars and stored outputs carry it."""
@@ -177,6 +198,7 @@ class LoadedModel:
             "trained_on": None if self.card is None else self.card.get("trained_on"),
             "classes": self.classes,
             "input_spec": self.spec.to_json(),
+            **({"output": self.output} if self.output != "softmax" else {}),
         }
 
     def check_images(self, images: torch.Tensor) -> None:
@@ -203,6 +225,7 @@ class _Built:
     card: dict[str, Any] | None = None
     normalizes_inside: bool = False
     """The module standardises its input itself (the built-ins): no mean/std may be added."""
+    output: str = "softmax"
 
 
 def _weights_label(weights: WeightsSource) -> str:
@@ -456,6 +479,23 @@ def _timm(name: str, weights: WeightsSource | None, class_names: Sequence[str]) 
     return _Built(module, spec, path, digest, "" if path is None else f"weights {path}")
 
 
+# ----------------------------------------------------------------------------- Hugging Face
+
+
+def _hf(name: str, weights: WeightsSource | None, class_names: Sequence[str]) -> _Built:
+    if weights is not None:
+        raise InputError(f"hf:{name} reads its weights from its own folder; drop the weights file.")
+    found = hf.load(name, tuple(class_names))
+    return _Built(
+        found.module,
+        found.spec,
+        found.weights,
+        found.weights_sha256,
+        found.origin,
+        output=found.output,
+    )
+
+
 # ----------------------------------------------------------------------------- factories
 
 
@@ -505,10 +545,10 @@ def _kind(name: str) -> str:
         return "built-in"
     prefix, _, rest = name.partition(":")
     if prefix and rest:
-        return prefix if prefix in ("torchvision", "timm") else "factory"
+        return prefix if prefix in ("torchvision", "timm", "hf") else "factory"
     raise ModelError(
         f"Unknown model '{name}'; use {', '.join(models.ARCHITECTURES)}, torchvision:NAME"
-        "[:WEIGHTS], timm:NAME or package.module:factory."
+        "[:WEIGHTS], timm:NAME, hf:PATH_OR_NAME or package.module:factory."
     )
 
 
@@ -529,6 +569,8 @@ def _override(built: _Built, name: str, overrides: SpecOverrides) -> InputSpec:
             changes[key] = tuple(overrides[key])
     if overrides.get("class_names"):
         changes["class_names"] = tuple(overrides["class_names"])
+    if "resize_mode" in overrides:
+        changes["resize_mode"] = overrides["resize_mode"]
     return replace(spec, **changes) if changes else spec
 
 
@@ -564,6 +606,7 @@ RESOLVERS: dict[str, Callable[[str, WeightsSource | None, Sequence[str]], _Built
     "built-in": _built_in,
     "torchvision": _torchvision,
     "timm": _timm,
+    "hf": _hf,
     "factory": _factory,
 }
 """One resolver per kind of model name; each returns the module frozen and unwrapped."""
@@ -581,7 +624,8 @@ def load_model(
 
     ``weights`` is a state_dict file (``.pt``/``.pth`` read with ``weights_only=True``, or
     ``.safetensors``) or its bytes. ``overrides`` (``SpecOverrides``: ``input_size``,
-    ``resize``, ``mean``, ``std``, ``class_names``) replace what the model's metadata says.
+    ``resize``, ``mean``, ``std``, ``class_names``, ``resize_mode``) replace what the model's
+    metadata says; ``output`` ('softmax' or 'sigmoid') says how its logits become scores.
     A built-in without ``weights`` gets its shipped weights, or with ``stand_in`` seeded random
     ones (seed ``RANDOM_WEIGHTS_SEED``, as torchvision and timm models without weights): the
     explorer offers that stand-in while no trained weights ship, where the command line refuses
@@ -593,7 +637,7 @@ def load_model(
     if unknown:
         raise InputError(f"Unknown spec setting(s): {', '.join(sorted(unknown))}.")
     kind = _kind(name)
-    rest = name.partition(":")[2] if kind in ("torchvision", "timm") else name
+    rest = name.partition(":")[2] if kind in ("torchvision", "timm", "hf") else name
     if stand_in and (kind != "built-in" or weights is not None):
         raise InputError(f"{name}: a stand-in is a built-in model without a weights file.")
     class_names = tuple(overrides.get("class_names", ()))
@@ -608,6 +652,9 @@ def load_model(
     target = resolve_device(device)
     module = weights_io.freeze(module).to(target)
     classes = _probe(module, spec, name, target)
+    output = overrides.get("output") or built.output
+    if output not in OUTPUT_KINDS:
+        raise InputError(f"Unknown output '{output}'; use one of {', '.join(OUTPUT_KINDS)}.")
     return LoadedModel(
         module=module,
         spec=spec,
@@ -618,4 +665,5 @@ def load_model(
         weights_sha256=built.weights_sha256,
         weights_origin=built.weights_origin,
         card=built.card,
+        output=output,
     )

@@ -31,6 +31,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -44,6 +45,7 @@ import torch
 from torch import nn
 
 from gradpick import data
+from gradpick.data.parquet import ShardRows, row_of_name
 from gradpick.errors import ClusterError, DataError, GradpickError, InputError
 from gradpick.models import shipped as models
 from gradpick.models import zoo
@@ -111,17 +113,24 @@ def source_rows(
     source: data.ImageSource, positions: Sequence[int], classes: int
 ) -> tuple[Path, list[Row]]:
     """The source's root and its (position, relative name, label) rows, which Ray workers read
-    by themselves; only a folder of image files has them. Labels as in-process inference keeps
-    them (``source_labels``: none unless the folder's classes are the model's ``classes``)."""
-    root = getattr(source, "root", None)
-    if root is None:
+    by themselves: a folder of image files, or of Parquet shards (Hub layout), has them. Labels
+    as in-process inference keeps them (``source_labels``: none unless the folder's classes are
+    the model's ``classes``)."""
+    found = getattr(source, "root", None)
+    names = source.names(positions)
+    # a save_to_disk folder's rows are named after its Arrow files, which workers do not read
+    if found is None or any(".arrow#" in name for name in names[:1]):
         raise InputError(
-            f"Ray workers read image files; {source.description} is not a folder of images. "
-            "Give --data an ImageFolder tree (root/<class>/<image>)."
+            f"Ray workers read image files and Parquet shards; {source.description} is "
+            "neither. Give --data an ImageFolder tree (root/<class>/<image>) or a Hugging Face "
+            "dataset's Parquet shards (datasets' to_parquet, or the Hub's folder)."
         )
+    root = Path(found)
+    if root.is_file():  # one Parquet file: its rows are named under its folder
+        root = root.parent
     labels = source_labels(source, positions, classes)
     label_list = [None] * len(positions) if labels is None else labels.tolist()
-    return Path(root), list(zip(positions, source.names(positions), label_list, strict=True))
+    return root, list(zip(positions, names, label_list, strict=True))
 
 
 def local_object_store_bytes(total_memory: int | None = None) -> int:
@@ -140,7 +149,9 @@ class ImageReader:
 
     A URI (``s3://bucket/images``, ``gs://...``, ``hdfs://...``) is opened with
     ``pyarrow.fs.FileSystem.from_uri``, so workers on other machines read the same files the
-    driver listed; a plain path must be readable on every worker (a shared file system).
+    driver listed; a plain path must be readable on every worker (a shared file system). A
+    Parquet source's names (``shard.parquet#row``, Hub layout) are rows of its shards, each
+    shard opened once per reader (``gradpick.data.parquet.ShardRows``).
     """
 
     def __init__(self, root: str) -> None:
@@ -163,8 +174,25 @@ class ImageReader:
                 "read the source at the same path: a shared file system, or a file system URI "
                 "such as s3://bucket/images."
             )
+        self._shards: dict[str, ShardRows] = {}
+        self._opening = threading.Lock()
+
+    def _shard(self, shard: str) -> ShardRows:
+        with self._opening:
+            if shard not in self._shards:
+                try:
+                    handle = self.filesystem.open_input_file(f"{self.base}/{shard}")
+                except OSError as error:
+                    raise DataError(
+                        f"{shard}: cannot read it under {self.root} ({error})."
+                    ) from None
+                self._shards[shard] = ShardRows(handle, shard)
+            return self._shards[shard]
 
     def read(self, name: str) -> bytes:
+        row = row_of_name(name)
+        if row is not None:
+            return self._shard(row[0]).image_bytes(row[1], name)
         try:
             with self.filesystem.open_input_file(f"{self.base}/{name}") as handle:
                 return bytes(handle.readall())
@@ -193,9 +221,10 @@ def infer_batch(
     device: torch.device,
     threads: ThreadPoolExecutor | None = None,
     embeddings: bool = False,
+    output: str = "softmax",
 ) -> Any:
     """Store rows (``output_table``) for one pyarrow batch of (position, name, label) rows;
-    an image that cannot be read has no row.
+    an image that cannot be read has no row. ``output``: the model's output kind.
 
     The same function runs in every Ray worker and in the single-process baseline, so the two
     differ only in who schedules the batches.
@@ -205,7 +234,7 @@ def infer_batch(
     pixels = list(threads.map(prepare, names) if threads is not None else map(prepare, names))
     kept = [row for row, image in enumerate(pixels) if image is not None]
     if not kept:
-        return output_schema(embeddings=embeddings).empty_table()
+        return output_schema(embeddings=embeddings, output=output).empty_table()
     rows = rows.take(kept)
     names = [names[row] for row in kept]
     label_values = rows.column("label")
@@ -216,10 +245,10 @@ def infer_batch(
     positions = rows.column("position").to_pylist()
     if not embeddings:
         result = infer(model, images, labels, batch_size=len(names), device=device)
-        return output_table(positions, names, labels, result.logits)
+        return output_table(positions, names, labels, result.logits, output=output)
     with torch.inference_mode():
         logits, features = logits_and_embeddings(model, as_model_input(images.to(device)))
-    return output_table(positions, names, labels, logits, features)
+    return output_table(positions, names, labels, logits, features, output=output)
 
 
 class BatchInference:
@@ -236,6 +265,7 @@ class BatchInference:
         use_gpu: bool,
         cpus: float,
         embeddings: bool = False,
+        output: str = "softmax",
     ) -> None:
         self.reader = ImageReader(root)
         self.spec = spec
@@ -243,10 +273,18 @@ class BatchInference:
         self.model = models.freeze(recipe()).to(self.device)
         self.threads = ThreadPoolExecutor(int(cpus)) if cpus >= 2 else None
         self.embeddings = embeddings
+        self.output = output
 
     def __call__(self, rows: Any) -> Any:
         return infer_batch(
-            self.model, self.spec, self.reader, rows, self.device, self.threads, self.embeddings
+            self.model,
+            self.spec,
+            self.reader,
+            rows,
+            self.device,
+            self.threads,
+            self.embeddings,
+            self.output,
         )
 
 
@@ -596,6 +634,7 @@ def _run_pipeline(
                         "use_gpu": options.gpus_per_worker > 0,
                         "cpus": options.cpus_per_worker,
                         "embeddings": embeddings,
+                        "output": writer.output,
                     },
                     compute=ActorPoolStrategy(size=options.workers),
                     batch_size=options.batch_size,

@@ -1,5 +1,10 @@
 """Batched inference, run once per batch: logits, probabilities, predictions and losses.
 
+The probabilities follow the model's output kind (``gradpick.models.zoo.OUTPUT_KINDS``): a
+softmax over exclusive classes, or for a multi-label model each label's own sigmoid,
+p_c = 1 / (1 + exp(-z_c)), whose loss is the binary cross-entropy against the label (present)
+and every other (absent).
+
 Runs under ``torch.inference_mode()`` so no graph is built or kept; the gradient step later
 recomputes only the images a user picks (see ``gradpick.gradients.engine``). ``infer`` takes a
 tensor
@@ -22,6 +27,7 @@ from torch import nn
 
 from gradpick.data import CIFAR10_CLASSES, ImageBatch, ImageSource, ReadReport, stream
 from gradpick.errors import InputError, ModelError
+from gradpick.models.zoo import OUTPUT_KINDS
 from gradpick.runtime.devices import device_for
 from gradpick.runtime.measure import Stopwatch
 
@@ -31,6 +37,7 @@ __all__ = [
     "capture_embeddings",
     "check_images",
     "check_logits",
+    "check_output",
     "embedding_layer",
     "fit_classes",
     "infer",
@@ -40,6 +47,7 @@ __all__ = [
     "labels_fit",
     "logits_and_embeddings",
     "output_names",
+    "probabilities_of",
     "OutputChunk",
     "ProgressCallback",
     "result_from_logits",
@@ -65,6 +73,9 @@ class InferenceResult:
     features: torch.Tensor | None = None
     """Penultimate-layer features [N, D] (the input of the model's last ``nn.Linear``), when
     asked for (``infer(..., features=True)``) and the model has such a layer."""
+    output: str = "softmax"
+    """``softmax``: ``probabilities`` sum to one per image; ``sigmoid``: one per label,
+    independent, the prediction the top label and the confidence its probability."""
 
     def __len__(self) -> int:
         return int(self.logits.shape[0])
@@ -84,9 +95,14 @@ class InferenceResult:
 
     @property
     def entropies(self) -> torch.Tensor:
-        """Entropy of each prediction in nats: 0 when certain, log(classes) when uniform."""
+        """Entropy of each prediction in nats: 0 when certain, log(classes) when uniform; for
+        independent labels the sum of each label's binary entropy (log 2 each at p = 0.5)."""
         probabilities = self.probabilities.clamp_min(1e-12)
-        return -(probabilities * probabilities.log()).sum(dim=1)
+        entropy = -(probabilities * probabilities.log())
+        if self.output == "sigmoid":
+            absent = (1 - self.probabilities).clamp_min(1e-12)
+            entropy = entropy - absent * absent.log()
+        return entropy.sum(dim=1)
 
 
 def as_model_input(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -153,14 +169,17 @@ def infer(
     device: str | torch.device | None = None,
     progress: ProgressCallback | None = None,
     features: bool = False,
+    output: str = "softmax",
 ) -> InferenceResult:
     """Run ``model`` over all images in batches without building a graph.
 
     ``images`` may be uint8 (converted per batch, so 50,000 images never exist as floats at once)
     or float in [0, 1], and are given to the model in its own dtype. Outputs come back on the
     CPU in float32. ``features=True`` also keeps the penultimate-layer features of the same
-    pass (``capture_embeddings``); a model without an ``nn.Linear`` then has none.
+    pass (``capture_embeddings``); a model without an ``nn.Linear`` then has none. ``output``
+    (``OUTPUT_KINDS``) says how the logits become probabilities.
     """
+    check_output(output)
     check_images(images, check_values=False)
     if labels is not None and labels.shape != (images.shape[0],):
         raise InputError(f"Expected {images.shape[0]} labels, got shape {tuple(labels.shape)}.")
@@ -189,7 +208,7 @@ def infer(
         raise InputError(f"The model's outputs for image {first_bad} are not finite.")
     _check_labels(labels, logits.shape[1])
     return result_from_logits(
-        logits, labels, run_device, watch.milliseconds, _stacked(captured, total)
+        logits, labels, run_device, watch.milliseconds, _stacked(captured, total), output
     )
 
 
@@ -219,19 +238,44 @@ def _check_labels(labels: torch.Tensor | None, classes: int) -> None:
         )
 
 
+def check_output(output: str) -> None:
+    """Refuse an output kind that is not one of ``OUTPUT_KINDS``."""
+    if output not in OUTPUT_KINDS:
+        raise InputError(f"Unknown output '{output}'; use one of {', '.join(OUTPUT_KINDS)}.")
+
+
+def probabilities_of(logits: torch.Tensor, output: str = "softmax") -> torch.Tensor:
+    """Scores of [N, classes] logits by the model's output kind: a softmax over exclusive
+    classes, or each label's own sigmoid (``sigmoid``: independent labels)."""
+    check_output(output)
+    return torch.sigmoid(logits) if output == "sigmoid" else logits.softmax(dim=1)
+
+
 def result_from_logits(
     logits: torch.Tensor,
     labels: torch.Tensor | None,
     device: torch.device | str,
     milliseconds: float,
     features: torch.Tensor | None = None,
+    output: str = "softmax",
 ) -> InferenceResult:
-    """Probabilities, predictions and losses derived from float32 CPU logits, one way only."""
-    probabilities = logits.softmax(dim=1)
+    """Probabilities, predictions and losses derived from float32 CPU logits, one way only.
+
+    ``softmax``: cross-entropy of the label. ``sigmoid``: p_c = sigmoid(z_c) per label, and the
+    loss the mean over labels of the binary cross-entropy of a one-hot target (the label
+    present, every other absent), as ``BCEWithLogitsLoss`` averages it.
+    """
+    probabilities = probabilities_of(logits, output)
     confidences, predictions = probabilities.max(dim=1)
     losses = None
     if labels is not None:
-        losses = F.cross_entropy(logits, labels.to(torch.long), reduction="none")
+        target = labels.to(torch.long)
+        if output == "sigmoid":
+            present = F.one_hot(target, logits.shape[1]).to(logits.dtype)
+            losses = F.binary_cross_entropy_with_logits(logits, present, reduction="none")
+            losses = losses.mean(dim=1)
+        else:
+            losses = F.cross_entropy(logits, target, reduction="none")
     return InferenceResult(
         logits=logits,
         probabilities=probabilities,
@@ -242,6 +286,7 @@ def result_from_logits(
         device=str(device),
         milliseconds=milliseconds,
         features=features,
+        output=output,
     )
 
 
@@ -388,11 +433,13 @@ def infer_source(
     embeddings: bool = False,
     workers: int | None = None,
     progress: ProgressCallback | None = None,
+    output: str = "softmax",
 ) -> SourceInference:
     """``infer`` straight from a source: only the outputs are kept, never the images.
 
     Labels come from the source (dropped when its classes are not the model's outputs).
     """
+    check_output(output)
     run_device = device_for(model, device)
     report = ReadReport(source.spec)
     total = len(source) if positions is None else len(positions)
@@ -423,7 +470,9 @@ def infer_source(
             f"{classes}; their labels are ignored.",
         )
     return SourceInference(
-        result=result_from_logits(all_logits, labels, run_device, watch.milliseconds),
+        result=result_from_logits(
+            all_logits, labels, run_device, watch.milliseconds, output=output
+        ),
         positions=tuple(kept),
         embeddings=outputs[1][: len(kept)] if len(outputs) > 1 else None,
         notes=notes,

@@ -11,6 +11,12 @@ publishing one never deletes anything but that earlier version (and says so, ``r
 The source's root is recorded absolute, and relative to the store, so the store opens from any
 working folder and still finds its images when the two were moved together (``source_root``).
 
+A sigmoid (multi-label) model's store says so in its metadata (``output``: ``sigmoid``,
+``store_output``) and carries one more column, ``probabilities``: each label's own sigmoid. Its
+``prediction`` is the top label, ``confidence`` that label's probability and ``loss`` the mean
+binary cross-entropy against the label (``gradpick.outputs.inference.result_from_logits``);
+nothing in it is a softmax, and readers that compare exclusive classes refuse it.
+
 Read it back with ``open_store`` or any Parquet reader, e.g.
 ``pyarrow.dataset.dataset("outputs/").to_table().to_pandas()``.
 """
@@ -29,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from gradpick._version import __version__
 from gradpick.errors import DataError
 from gradpick.models.spec import InputSpec
+from gradpick.models.zoo import OUTPUT_KINDS
+from gradpick.outputs.inference import result_from_logits
 
 __all__ = [
     "METADATA_KEY",
@@ -48,6 +55,7 @@ __all__ = [
     "source_root",
     "store_is_current",
     "store_metadata",
+    "store_output",
     "stored_batch",
 ]
 
@@ -71,8 +79,11 @@ def _pa() -> Any:
     return pyarrow
 
 
-def output_schema(metadata: dict[str, Any] | None = None, embeddings: bool = False) -> Any:
-    """The Parquet schema of stored outputs; ``metadata`` goes under the ``gradpick`` key."""
+def output_schema(
+    metadata: dict[str, Any] | None = None, embeddings: bool = False, output: str = "softmax"
+) -> Any:
+    """The Parquet schema of stored outputs; ``metadata`` goes under the ``gradpick`` key. A
+    sigmoid model's rows also hold each label's probability (``probabilities``)."""
     pa = _pa()
     fields = [
         pa.field("position", pa.int64(), nullable=False),
@@ -83,6 +94,8 @@ def output_schema(metadata: dict[str, Any] | None = None, embeddings: bool = Fal
         pa.field("loss", pa.float32()),
         pa.field("logits", pa.list_(pa.float32()), nullable=False),
     ]
+    if output == "sigmoid":
+        fields.append(pa.field("probabilities", pa.list_(pa.float32()), nullable=False))
     if embeddings:
         fields.append(pa.field("embedding", pa.list_(pa.float32()), nullable=False))
     encoded = None if metadata is None else {METADATA_KEY: json.dumps(metadata).encode()}
@@ -96,23 +109,24 @@ def output_table(
     logits: torch.Tensor,
     embeddings: torch.Tensor | None = None,
     metadata: dict[str, Any] | None = None,
+    output: str = "softmax",
 ) -> Any:
     """Rows for one batch of images from their logits (prediction, confidence and loss derived).
 
-    The derivation matches ``gradpick.outputs.inference.infer``: softmax in float32, argmax,
-    cross-entropy
-    with the label (null where there is none).
+    Derived by ``gradpick.outputs.inference.result_from_logits``, as ``infer`` derives them:
+    in float32, for ``output`` ``softmax`` (argmax, its probability, cross-entropy with the
+    label) or ``sigmoid`` (top label, its sigmoid, mean binary cross-entropy, and every label's
+    sigmoid in ``probabilities``); the loss is null where there is no label.
     """
     pa = _pa()
     logits = logits.detach().to("cpu", torch.float32)
-    probabilities = logits.softmax(dim=1)
-    confidences, predictions = probabilities.max(dim=1)
-    count = int(logits.shape[0])
     if labels is not None:
         labels = labels.to("cpu", torch.long)
-        losses = F.cross_entropy(logits, labels, reduction="none")
+    derived = result_from_logits(logits, labels, "cpu", 0.0, output=output)
+    count = int(logits.shape[0])
+    if labels is not None and derived.losses is not None:
         label_column = pa.array(labels.numpy(), type=pa.int64())
-        loss_column = pa.array(losses.numpy(), type=pa.float32())
+        loss_column = pa.array(derived.losses.numpy(), type=pa.float32())
     else:
         label_column = pa.nulls(count, type=pa.int64())
         loss_column = pa.nulls(count, type=pa.float32())
@@ -120,14 +134,16 @@ def output_table(
         pa.array(list(positions), type=pa.int64()),
         pa.array(list(names), type=pa.string()),
         label_column,
-        pa.array(predictions.numpy(), type=pa.int64()),
-        pa.array(confidences.numpy(), type=pa.float32()),
+        pa.array(derived.predictions.numpy(), type=pa.int64()),
+        pa.array(derived.confidences.numpy(), type=pa.float32()),
         loss_column,
         _list_column(logits),
     ]
+    if output == "sigmoid":
+        columns.append(_list_column(derived.probabilities))
     if embeddings is not None:
         columns.append(_list_column(embeddings.detach().to("cpu", torch.float32)))
-    schema = output_schema(metadata, embeddings=embeddings is not None)
+    schema = output_schema(metadata, embeddings=embeddings is not None, output=output)
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -187,7 +203,8 @@ class StoreWriter:
             "gradpick_version": __version__,
             **_with_roots(metadata, self.out),
         }
-        self.schema = output_schema(self.metadata, embeddings=embeddings)
+        self.output = store_output(self.metadata)
+        self.schema = output_schema(self.metadata, embeddings=embeddings, output=self.output)
         self.partial = self.out.parent / f".{self.out.name}.partial-{uuid.uuid4().hex[:12]}"
         self.discarded = self._remove_leftovers()
         self.rows = 0
@@ -212,7 +229,7 @@ class StoreWriter:
         """Add metadata known only at the end (e.g. the files a pass skipped); parts written
         before are given it when the store is published, so every part says the same."""
         self.metadata = {**self.metadata, **values}
-        self.schema = output_schema(self.metadata, embeddings=self._embeddings)
+        self.schema = output_schema(self.metadata, embeddings=self._embeddings, output=self.output)
 
     def write(self, table: Any) -> None:
         """Queue one batch of rows (from ``output_table``); parts are flushed every PART_ROWS."""
@@ -406,8 +423,10 @@ class OpenedStore:
         return int(self.table.num_rows)
 
 
-def open_store(path: str | Path) -> OpenedStore:
-    """Read a store, sorted by position, refusing anything gradpick did not write."""
+def open_store(path: str | Path, columns: Sequence[str] | None = None) -> OpenedStore:
+    """Read a store, sorted by position, refusing anything gradpick did not write; ``columns``:
+    read only these of its columns (those it has; ``position`` always), as the explorer's page
+    needs only the outputs of its images, not their names and labels again."""
     _pa()  # a clear message when pyarrow is missing
     import pyarrow.dataset as ds
 
@@ -426,8 +445,29 @@ def open_store(path: str | Path) -> OpenedStore:
             f"{metadata.get('gradpick_version', '?')}; this gradpick reads format {STORE_FORMAT}. "
             "Infer again to rewrite it."
         )
-    table = dataset.to_table().sort_by("position")
+    model = metadata.get("model")
+    model_output = model.get("output", "softmax") if isinstance(model, dict) else "softmax"
+    if "output" not in metadata and model_output != "softmax":
+        raise DataError(
+            f"{path}: written by gradpick {metadata.get('gradpick_version', '?')} for a "
+            f"{model_output} (multi-label) model with softmax confidences and losses, as if its "
+            "labels were exclusive. Infer again to store each label's own probability."
+        )
+    store_output(metadata)  # an unknown output kind is refused, not misread
+    if columns is not None:
+        held = dataset.schema.names
+        columns = ["position", *(c for c in columns if c in held and c != "position")]
+    table = dataset.to_table(columns=columns).sort_by("position")
     return OpenedStore(table=table, metadata=metadata, path=path)
+
+
+def store_output(metadata: dict[str, Any]) -> str:
+    """How a store's logits became its probabilities: ``softmax`` (exclusive classes; also
+    every store written before the kind was recorded) or ``sigmoid`` (independent labels)."""
+    output = metadata.get("output", "softmax")
+    if output not in OUTPUT_KINDS:
+        raise DataError(f"The store's output kind {output!r} is not one of {OUTPUT_KINDS}.")
+    return str(output)
 
 
 def store_metadata(
@@ -444,12 +484,14 @@ def store_metadata(
     is a ``gradpick.data.ImageSource``; its fingerprint is taken now, before inference starts,
     so a folder edited during the run reads as changed afterwards. ``batch`` (``start``,
     ``size``, ``seed`` as ``gradpick.data.batch_positions`` takes them) names the batch the
-    rows are, so the explorer opens the store on that batch (``stored_batch``).
+    rows are, so the explorer opens the store on that batch (``stored_batch``). The model's
+    output kind (its ``output``, softmax when absent) is recorded as the store's ``output``.
     """
     if "identity" not in model:
         raise ValueError("model metadata needs an 'identity'")
     metadata = {
         "model": model,
+        "output": model.get("output", "softmax"),
         "input_spec": spec.to_json(),
         "source": {**source.origin(), "count": len(source), "fingerprint": source.fingerprint()},
         "class_names": list(source.class_names),

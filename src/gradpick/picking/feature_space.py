@@ -26,6 +26,7 @@ import torch
 
 from gradpick.errors import InputError, SelectionError
 from gradpick.outputs.inference import InferenceResult
+from gradpick.runtime.devices import cpu_threads
 
 __all__ = [
     "COLOURINGS",
@@ -96,7 +97,11 @@ def umap(features: torch.Tensor, seed: int = 0) -> np.ndarray:
         metric="cosine",
         random_state=seed,
     )
-    return np.asarray(reducer.fit_transform(values.float().numpy()), dtype=np.float32)
+    # umap-learn's parallel steps reset the OpenMP thread count that torch reads, for the
+    # calling thread: keep the count torch had, so later tensor work does not oversubscribe.
+    with cpu_threads(torch.get_num_threads()):
+        points = reducer.fit_transform(values.float().numpy())
+    return np.asarray(points, dtype=np.float32)
 
 
 def project(features: torch.Tensor, method: str = "pca", seed: int = 0) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from gradpick.errors import SelectionError
+from gradpick.multilabel import pick_by_label
 from gradpick.outputs.inference import InferenceResult
 from gradpick.picking.feature_space import nearest_neighbours
 from gradpick.triage.verdicts import VERDICTS
@@ -40,6 +41,7 @@ RULES = (
     "random",
     "nearest_neighbours",
     "judged",
+    "label_threshold",
 )
 MERGE_MODES = ("replace", "add", "remove")
 _TOKEN = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
@@ -59,6 +61,22 @@ def _whole(name: str, value: object, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
         raise SelectionError(f"{name} must be a whole number of at least {least}; got {value!r}.")
     return int(value)
+
+
+def _over_threshold(
+    result: InferenceResult, class_index: int | None, threshold: float
+) -> list[int]:
+    """The images whose sigmoid probability for the label is at least ``threshold``."""
+    if result.output != "sigmoid":
+        raise SelectionError(
+            "Picking by a label's probability and a threshold needs a sigmoid (multi-label) "
+            "model, whose labels are scored each on its own; this model's classes are "
+            "exclusive (softmax): pick by predicted class or least confident instead."
+        )
+    if not 0.0 <= threshold <= 1.0:
+        raise SelectionError(f"The threshold is a probability, 0 to 1; got {threshold}.")
+    label = _check_class(result, class_index, "label")
+    return [int(index) for index in pick_by_label(result.logits, label, threshold).tolist()]
 
 
 def _check_class(result: InferenceResult, class_index: int | None, role: str) -> int:
@@ -102,6 +120,7 @@ def pick(
     anchor: int | None = None,
     judged: Mapping[int, str] | None = None,
     verdict: str | None = None,
+    threshold: float = 0.5,
 ) -> list[int]:
     """Up to ``k`` indices chosen by ``rule`` (see ``RULES``); empty when none qualify.
 
@@ -111,7 +130,10 @@ def pick(
     ``seed``, sorted; ``nearest_neighbours`` image ``anchor`` and the k - 1 images closest to it
     by cosine similarity of their penultimate-layer features (``result.features``), closest first;
     ``judged`` the first k images (index order) whose verdict in ``judged`` (index -> verdict,
-    ``gradpick.triage.verdicts.VERDICTS``) is ``verdict``, or that have any verdict when it is None.
+    ``gradpick.triage.verdicts.VERDICTS``) is ``verdict``, or that have any verdict when it is None;
+    ``label_threshold``, for a sigmoid (multi-label) model, the first k images whose own
+    probability for label ``class_index`` is at least ``threshold``
+    (``gradpick.multilabel.pick_by_label``).
     """
     if rule not in RULES:
         raise SelectionError(f"Unknown rule '{rule}'; use one of {', '.join(RULES)}.")
@@ -134,6 +156,8 @@ def pick(
         chosen = _neighbours(result, anchor, k)
     elif rule == "judged":
         chosen = _judged(result, judged, verdict)
+    elif rule == "label_threshold":
+        chosen = _over_threshold(result, class_index, threshold)
     else:
         generator = np.random.default_rng(_whole("seed", seed, least=0))
         chosen = sorted(generator.choice(len(result), size=min(k, len(result)), replace=False))

@@ -31,6 +31,7 @@ import torch
 
 from gradpick import attribution
 from gradpick.attribution import Attribution
+from gradpick.attribution.notes import note_texts
 from gradpick.data import ImageBatch
 from gradpick.errors import InputError
 from gradpick.outputs.inference import as_model_input
@@ -104,6 +105,7 @@ FIELDS: dict[str, str] = {
     "class_names": "the names of those classes",
     "method": "{name, label, settings} of the attribution method",
     "layer": "{name, grid: [h, w]} of a layer method's layer, or None for an input-gradient one",
+    "notes": "one entry per map: None, or why the map is all zero or constant, in words",
     "strategy": "the gradient strategy",
     "reduction": "'sum' or 'mean'",
     "device": "where the gradients were computed",
@@ -180,9 +182,12 @@ def of_picks(
 
 
 def quantity(target: str, chosen: int | None, class_names: Sequence[str]) -> str:
-    """The differentiated quantity in words: 'loss', 'logit[predicted]' or e.g. 'logit[cat]'."""
+    """The differentiated quantity in words: 'loss', 'logit[predicted]', e.g. 'logit[cat]', or
+    a label's binary cross-entropy, 'bce[true label]' or e.g. 'bce[cat]'."""
     if target == "loss":
         return "loss"
+    if target == "bce":
+        return f"bce[{'true label' if chosen is None else class_name(class_names, chosen)}]"
     return f"logit[{'predicted' if chosen is None else class_name(class_names, chosen)}]"
 
 
@@ -278,6 +283,7 @@ def metadata(export: Export, gradients_file: str | None = None) -> dict[str, Any
         "layer": None
         if result.layer_maps is None
         else {"name": result.layer, "grid": list(result.layer_maps.shape[1:])},
+        "notes": note_texts(result, export.quantity),
         "strategy": step.strategy,
         "reduction": step.reduction,
         "device": step.device,

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch
 
 from gradpick import attribution
 from gradpick.attribution import AttributionMethod
+from gradpick.attribution.notes import MapNote, map_notes, model_note
 from gradpick.data import ImageBatch
 from gradpick.errors import InputError
 from gradpick.gradients.request import GradientRequest
@@ -30,6 +32,7 @@ from gradpick.models.zoo import LoadedModel
 from gradpick.outputs import inference as infer
 from gradpick.runtime.measure import MemoryReport
 from gradpick.share import export
+from gradpick.share.record import embedded_record, shareable
 from gradpick.show import render
 from gradpick.show.html import (
     Figure,
@@ -38,8 +41,9 @@ from gradpick.show.html import (
     img_tag,
     key_values,
     memory_rows,
-    trust_summary,
 )
+from gradpick.show.trust_tables import trust_summary
+from gradpick.trust.command import badge_rows
 from gradpick.trust.report import CheckOptions, TrustReport, report_dict, run_checks
 
 __all__ = [
@@ -98,6 +102,7 @@ table.bars td.num { width: 16%; }
 .box table + h3 { margin-top: 16px; }
 .ok { color: #1a7f37; font-weight: 600; }
 .wrong { color: #b3261e; font-weight: 600; }
+.note { color: #8a4b00; background: #fff4e5; border-radius: 6px; padding: 6px 10px; }
 .legend { display: flex; align-items: center; gap: 8px; font-size: 12px; color: #515154; }
 details pre { white-space: pre-wrap; font-size: 11px; background: #fff; padding: 10px;
   border: 1px solid #d2d2d7; border-radius: 8px; }
@@ -174,12 +179,21 @@ def _method_section(record: Mapping[str, Any]) -> str:
     settings = ", ".join(f"{name} = {value}" for name, value in method["settings"].items())
     rows = [
         ("method", f"{method['label']} ({method['name']})"),
+        *_layer_row(record["layer"]),
         ("settings", settings or "none"),
         ("explained", f"{record['quantity']} ({record['target']})"),
         ("map values", unit),
         ("strategy", f"{record['strategy']}, reduction {record['reduction']}"),
     ]
     return f'<div class="box"><h3>Method</h3>{key_values(rows)}</div>'
+
+
+def _layer_row(layer: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The layer a layer method's maps come from, with its grid; none for pixel maps."""
+    if layer is None:
+        return []
+    grid = "×".join(str(side) for side in layer["grid"])
+    return [("layer", f"{layer['name']} ({grid} grid, upsampled to the image)")]
 
 
 def _readouts_section(record: Mapping[str, Any], memory: MemoryReport | None) -> str:
@@ -217,6 +231,7 @@ def _pick_section(
     figure: Figure,
     probabilities: torch.Tensor,
     class_names: Sequence[str],
+    note: MapNote | None = None,
 ) -> str:
     index, name = record["indices"][row], record["image_names"][row]
     labels = record["labels"]
@@ -230,7 +245,7 @@ def _pick_section(
         )
     captions = {
         "image": "image",
-        "saliency": f"saliency 0–{figure.limit:.3g}",
+        "saliency": note.short if note is not None else f"saliency 0–{figure.limit:.3g}",
         "overlay": "overlay",
     }
     panels = "".join(
@@ -250,6 +265,9 @@ def _pick_section(
         f"<p>predicted <b>{escape(export.class_name(class_names, predicted))}</b> "
         f"({float(probabilities[predicted]):.1%}){verdict}</p>"
     )
+    if note is not None:
+        prediction += f'<p class="note">{escape(note.text)}</p>'
+
     return (
         f'<section class="pick" data-pick="{escape(index)}">'
         f"<div><h3>#{escape(index)} · <code>{escape(name)}</code></h3>"
@@ -266,6 +284,8 @@ def build_report(
     trust: TrustReport | None = None,
     title: str | None = None,
     shared_scale: bool = False,
+    model_note: str | None = None,
+    badges: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The report of ``content``'s picks as one HTML document (a str), needing no network.
 
@@ -273,9 +293,14 @@ def build_report(
     pick order (``gradpick.outputs.inference.infer(model, images).probabilities``); ``card`` is the
     model
     card (``LoadedModel.card``) and ``trust`` the checks of the same picks, when they ran. The
-    numbers are the export schema's (``export.metadata``), which the page also carries whole.
+    numbers are the export schema's (``export.metadata``), which the page also carries whole,
+    as JSON (``gradpick.share.record``), with no absolute local path. ``model_note`` is said above
+    the maps (``attribution.notes.model_note``); a map that shows nothing says why. ``badges``
+    are the explorer's verdicts of the same maps (``gradpick.trust.command.badge_rows``), shown
+    and kept with the checks.
     """
-    record = export.metadata(content)
+    record = shareable(export.metadata(content))
+    card = shareable(card) if card else card
     k = record["k"]
     if probabilities.dim() != 2 or probabilities.shape[0] != k:
         raise InputError(
@@ -286,17 +311,23 @@ def build_report(
     pictures = figures(content.result.maps, _pixels(content.images), shared_scale)
     method = record["method"]["label"]
     heading = title or f"{method} of {k} pick{'s' if k != 1 else ''}"
+    said = map_notes(content.result, record["quantity"])
     picks = "".join(
-        _pick_section(row, record, pictures[row], probabilities[row], content.class_names)
+        _pick_section(
+            row, record, pictures[row], probabilities[row], content.class_names, said[row]
+        )
         for row in range(k)
     )
+    warning = "" if model_note is None else f'<p class="note">{escape(model_note)}</p>'
+    checked = None if trust is None else {**report_dict(trust), "badges": list(badges)}
     scale = "one scale shared by all picks" if shared_scale else "each pick its own scale"
     checks = ""
     if trust is not None:
-        summary = trust_summary(report_dict(trust), content.class_names)
+        summary = trust_summary(checked or {}, content.class_names)
         checks = f'<h2>Trust checks</h2><div class="box">{summary}</div>'
 
     full = json.dumps(record, indent=2, default=str)
+    embedded = embedded_record({"picks": record, "checks": checked, "model_note": model_note})
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -308,12 +339,12 @@ def build_report(
         '<div class="grid">'
         f"{_model_section(record['model'], card)}{_data_section(record)}"
         f"{_method_section(record)}{_readouts_section(record, content.memory)}</div>"
-        f"<h2>Picks</h2>"
+        f"{warning}<h2>Picks</h2>"
         f'<p class="legend">{_colour_strip()} saliency: the largest |value| over the '
         f"channels, 0 to the limit under each map ({escape(scale)}).</p>"
         f"{picks}{checks}"
         "<h2>All fields</h2><details><summary>The export schema's JSON of these picks</summary>"
-        f"<pre>{escape(full)}</pre></details>"
+        f"<pre>{escape(full)}</pre></details>{embedded}"
         f"<footer>Written by gradpick {escape(record['versions'].get('gradpick', ''))}. "
         "This file is self-contained: it loads nothing from the network.</footer>"
         "</main></body></html>\n"
@@ -336,24 +367,34 @@ def of_batch(
     batch: ImageBatch,
     indices: Sequence[int],
     method: AttributionMethod | None = None,
-    target: str = "loss",
+    target: str | None = None,
     classes: int | None = None,
     strategy: str = "recompute",
     measure_memory: bool = True,
     checks: CheckOptions | None = None,
     source: Mapping[str, Any] | None = None,
     shared_scale: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> str:
     """The report of ``batch[indices]`` under ``loaded``: maps by ``method`` (the plain
-    gradient when None) for ``target`` and ``classes`` as ``input_gradients`` takes them, the
+    gradient when None) for ``target`` (None: the method's default, ``attribution.default_target``)
+    and ``classes`` as ``input_gradients`` takes them, the
     trust checks with ``checks`` when given, and ``source`` as the export's record of where the
-    batch came from (default: the batch's source, all of it).
+    batch came from (default: the batch's source, all of it). ``progress`` is told each step
+    in words as it starts ('maps', then each check and randomised layer).
 
     The engine gets the whole batch, so SmoothGrad's noise is seeded by the batch index and the
     maps are the explorer's for the same batch; 'recompute' forwards only the picks.
     """
     picks = [int(index) for index in indices]
     loaded.check_images(batch.images)
+    method = method or attribution.Gradient()
+    if checks is not None:  # a sigmoid model's labels are read by their own sigmoid
+        checks = replace(checks, output=loaded.output)
+    if target is None:
+        target = attribution.default_target(
+            method.name, batch.labels is not None, classes is not None
+        )
     request = GradientRequest.build(
         loaded.module,
         batch.float_images(),
@@ -364,7 +405,9 @@ def of_batch(
         strategy=strategy,
         measure_memory=measure_memory,
     )
-    result = (method or attribution.Gradient()).attribute(request)
+    say = progress or (lambda step: None)
+    say(f"maps: {method.label}")
+    result = method.attribute(request)
     content = export.Export(
         result,
         indices=picks,
@@ -381,7 +424,28 @@ def of_batch(
     trust = (
         None
         if checks is None
-        else run_checks(loaded.module, request.images, picks, classes, checks)
+        else run_checks(
+            loaded.module,
+            request.images,
+            picks,
+            classes,
+            checks,
+            progress=lambda done, total: say(f"checks: randomised {done} of {total} layers"),
+            stage=lambda name: say(f"checks: {name}"),
+            class_names=batch.class_names,
+        )
     )
-    probabilities = infer.infer(loaded.module, batch.images[picks]).probabilities
-    return build_report(content, probabilities, loaded.card, trust, shared_scale=shared_scale)
+    badges = []
+    if checks is not None:
+        say("checks: trust badges")
+        badges = badge_rows(loaded.module, request.images, picks, classes, checks)
+    outputs = infer.infer(loaded.module, batch.images[picks], output=loaded.output)
+    return build_report(
+        content,
+        outputs.probabilities,
+        loaded.card,
+        trust,
+        shared_scale=shared_scale,
+        model_note=model_note(outputs.logits, loaded.name),
+        badges=badges,
+    )

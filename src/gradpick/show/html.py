@@ -10,9 +10,9 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,16 +36,16 @@ __all__ = [
     "key_values",
     "memory_rows",
     "png_bytes",
-    "trust_summary",
 ]
 
 DISPLAY_SIDE = 128
 """Panels are drawn this many pixels high (``render.fit``: whole-pixel enlargement, no blur)."""
 
 
-def class_name(class_names: Sequence[str], index: int) -> str:
-    """The source's name for a model class, or the number when the source has fewer classes."""
-    return class_names[index] if 0 <= index < len(class_names) else str(index)
+def class_name(class_names: Sequence[str], index: int, unnamed: str = "{}") -> str:
+    """The source's name for a model class, or ``unnamed`` with the number filled in when the
+    source has fewer classes."""
+    return class_names[index] if 0 <= index < len(class_names) else unnamed.format(index)
 
 
 def escape(value: object) -> str:
@@ -144,114 +144,6 @@ def data_table(header: Sequence[str], rows: Iterable[Sequence[object]], numeric:
         for row in rows
     )
     return f'<table class="data"><tr>{head}</tr>{body}</table>'
-
-
-def _number(value: float | None, digits: int = 3) -> str:
-    return "n/a" if value is None else f"{value:.{digits}g}"
-
-
-def _spread(values: Mapping[str, float | None]) -> str:
-    mean, std = values["mean"], values["std"]
-    return "n/a" if mean is None else f"{mean:.3f} ± {std or 0.0:.3f}"
-
-
-def trust_summary(record: Mapping[str, Any], class_names: Sequence[str] = ()) -> str:
-    """The trust checks as HTML tables, from the record ``gradpick check`` writes
-    (``gradpick.trust.report.report_dict``)."""
-    parts = ["<h3>Randomisation test</h3>"]
-    parts.append(
-        '<p class="lead">Similarity of each map to the map of the model with its layers '
-        "randomised (mean ± std over the picks). A map that stays similar does not depend on "
-        "what the model learned.</p>"
-    )
-    rows = []
-    for method, curve in record["randomisation"].items():
-        first, last = curve["steps"][0], curve["steps"][-1]
-        rows.append(
-            (
-                method,
-                curve["mode"],
-                f"{first['layer']}",
-                _spread(first["spearman"]),
-                f"{last['randomised_layers']} layers",
-                _spread(last["spearman"]),
-                _spread(last["ssim"]),
-            )
-        )
-    parts.append(
-        data_table(
-            (
-                "method",
-                "mode",
-                "first randomised",
-                "its Spearman",
-                "then randomised",
-                "Spearman",
-                "SSIM",
-            ),
-            rows,
-            numeric=4,
-        )
-    )
-    parts.append("<h3>Completeness (Integrated Gradients)</h3>")
-    parts.append(
-        data_table(
-            ("index", "class", "baseline", "steps", "sum", "F(x) − F(baseline)", "error"),
-            (
-                (
-                    row["index"],
-                    class_name(class_names, row["class"]),
-                    row["baseline"],
-                    row["steps"],
-                    _number(row["attribution_sum"], 4),
-                    _number(row["difference"], 4),
-                    "n/a" if row["relative_error"] is None else f"{row['relative_error']:.2%}",
-                )
-                for row in record["completeness"]
-            ),
-            numeric=4,
-        )
-    )
-    faithful = record["faithfulness"]
-    parts.append("<h3>Faithfulness (deletion lower, insertion higher is better)</h3>")
-    parts.append(
-        data_table(
-            ("method", "deletion AUC", "random order", "insertion AUC", "random order"),
-            (
-                (
-                    method,
-                    _spread(row["deletion_auc"]),
-                    _spread(row["random_deletion_auc"]),
-                    _spread(row["insertion_auc"]),
-                    _spread(row["random_insertion_auc"]),
-                )
-                for method, row in faithful["methods"].items()
-            ),
-            numeric=4,
-        )
-    )
-    maps = record["class_maps"]
-    parts.append("<h3>Top classes</h3>")
-    parts.append(
-        data_table(
-            ("index", "top classes (probability)"),
-            (
-                (
-                    index,
-                    ", ".join(
-                        f"{class_name(class_names, c)} {p:.1%}"
-                        for c, p in zip(classes, probabilities, strict=True)
-                    ),
-                )
-                for index, classes, probabilities in zip(
-                    record["indices"], maps["top_classes"], maps["top_probabilities"], strict=True
-                )
-            ),
-        )
-    )
-    times = ", ".join(f"{name} {ms:,.0f} ms" for name, ms in record["milliseconds"].items())
-    parts.append(f'<p class="lead">Time per check: {escape(times)}.</p>')
-    return "".join(parts)
 
 
 def memory_rows(memory: MemoryReport | None) -> list[tuple[str, str]]:

@@ -36,16 +36,23 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from gradpick.errors import InputError
+from gradpick.multilabel import refuse_sigmoid
+from gradpick.outputs.store_format import store_output
 from gradpick.runtime.devices import cpu_threads
+from gradpick.show.notebook import triage_html
 
 __all__ = [
     "EXACT_ROWS",
@@ -56,6 +63,8 @@ __all__ = [
     "Neighbours",
     "Triage",
     "confident_learning",
+    "explained_by_slices",
+    "kept_neighbours",
     "list_matrix",
     "nearest_neighbours",
     "sample_warning",
@@ -174,6 +183,51 @@ def nearest_neighbours(
     )
 
 
+def kept_neighbours(
+    path: Path,
+    embeddings: np.ndarray | torch.Tensor,
+    labels: np.ndarray,
+    classes: int,
+    k: int = NEIGHBOURS,
+) -> Neighbours:
+    """``nearest_neighbours`` kept in the file ``path`` (beside a store: 50,000 rows take a
+    second or more, each session and server would pay it again). The file names a digest of
+    the embeddings, labels, classes and k it was found for, so any other input finds it stale
+    and replaces it; it holds plain arrays (read without pickle), written whole or not at all.
+    Keeping is best effort: an unwritable place costs the next session the search."""
+    matrix = np.ascontiguousarray(np.asarray(embeddings, dtype=np.float32))
+    given = np.ascontiguousarray(labels, dtype=np.int64)
+    digest = hashlib.sha256(matrix.tobytes())
+    digest.update(given.tobytes())
+    digest.update(f"{classes}|{k}".encode())
+    key = digest.hexdigest()
+    with (
+        contextlib.suppress(OSError, ValueError, KeyError, EOFError),
+        np.load(path, allow_pickle=False) as kept,
+    ):
+        if str(kept["key"]) == key:
+            return Neighbours(
+                indices=kept["indices"],
+                similarities=kept["similarities"],
+                label_shares=kept["label_shares"],
+                exact=bool(kept["exact"]),
+            )
+    found = nearest_neighbours(matrix, given, classes, k)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial.npz")
+    with contextlib.suppress(OSError):
+        np.savez(
+            partial,
+            key=np.asarray(key),
+            indices=found.indices,
+            similarities=found.similarities,
+            label_shares=found.label_shares,
+            exact=np.asarray(found.exact),
+        )
+        os.replace(partial, path)
+    partial.unlink(missing_ok=True)
+    return found
+
+
 def _exact(unit: torch.Tensor, k: int, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
     count = int(unit.shape[0])
     indices = np.empty((count, k), dtype=np.int64)
@@ -267,6 +321,37 @@ class Triage:
     confident: ConfidentLearning
     neighbours: Neighbours | None
     """None without embeddings: the score is then the self-confidence alone."""
+    class_names: tuple[str, ...] = ()
+    """The classes' names, for the displays (empty: classes by number)."""
+    explained_by_slice: np.ndarray | None = None
+    """[N] the rank of the verified slice (``gradpick.slices``) whose error the image is, 0 for
+    none; None when no slices were read. An explained image is never flagged: its error is
+    likely the model's, not its label's."""
+    slices_file: str | None = None
+    """The slices file this triage read, or None."""
+
+    def name(self, index: int) -> str:
+        """Class ``index`` by its name when known."""
+        names = self.class_names
+        return names[index] if 0 <= index < len(names) else f"class {index}"
+
+    def __repr__(self) -> str:
+        """One line, not the arrays: a notebook cell ending in a triage stays short."""
+        top = int(self.order[0]) if len(self.order) else None
+        first = (
+            ""
+            if top is None
+            else f"; most suspect: row {top}, given {self.name(int(self.given[top]))}, "
+            f"suggested {self.name(int(self.suggested[top]))}"
+        )
+        return (
+            f"Triage({len(self.given):,} images, {int(self.flagged.sum()):,} flagged as label "
+            f"issues{first})"
+        )
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the most suspect images as a table (``gradpick.show.notebook``)."""
+        return triage_html(self)
 
     def table(
         self,
@@ -291,6 +376,11 @@ class Triage:
         }
         if self.neighbours is not None:
             columns["neighbour_agreement"] = self.neighbours.agreement(self.given)
+        if self.explained_by_slice is not None:
+            explained = self.explained_by_slice
+            columns["explained_by_slice"] = pd.array(
+                [int(r) if r > 0 else None for r in explained], dtype="Int64"
+            )
         if class_names is not None:
             named = np.asarray(list(class_names), dtype=object)
             columns["given_class"] = named[self.given]
@@ -306,8 +396,10 @@ def triage(
     embeddings: np.ndarray | torch.Tensor | None = None,
     k: int = NEIGHBOURS,
     weight: float = NEIGHBOUR_WEIGHT,
+    neighbours_file: Path | None = None,
 ) -> Triage:
-    """Rank images by how likely their given label is wrong (see the module's docstring)."""
+    """Rank images by how likely their given label is wrong (see the module's docstring);
+    ``neighbours_file``: keep the neighbours there (``kept_neighbours``), the costly part."""
     probabilities, labels = _checked(probabilities, labels)
     count, classes = probabilities.shape
     confident = confident_learning(probabilities, labels)
@@ -318,7 +410,11 @@ def triage(
     neighbours = None
     evidence = probabilities
     if embeddings is not None:
-        neighbours = nearest_neighbours(embeddings, labels, classes, k)
+        neighbours = (
+            nearest_neighbours(embeddings, labels, classes, k)
+            if neighbours_file is None
+            else kept_neighbours(neighbours_file, embeddings, labels, classes, k)
+        )
         votes = neighbours.indices.shape[1]
         score = score - weight * np.log(neighbours.agreement(labels) + 1.0 / votes)
         evidence = (probabilities + neighbours.label_shares) / 2
@@ -341,11 +437,16 @@ def triage(
     )
 
 
-def triage_store(opened: Any, k: int = NEIGHBOURS) -> tuple[Triage, Any]:
+def triage_store(opened: Any, k: int = NEIGHBOURS, slices: bool = True) -> tuple[Triage, Any]:
     """Triage a store's rows (``gradpick.outputs.store_format.open_store``): the result and the
-    DataFrame of
-    its rows, most suspect first, with class names from the store. Rows without a label are
-    left out, since there is no given label to doubt."""
+    DataFrame of its rows, most suspect first, with class names from the store.
+
+    Rows without a label are left out, since there is no given label to doubt. With ``slices``
+    (the default), the verified slices kept beside the store explain their errors
+    (``explained_by_slices``). A sigmoid model's store is refused: its labels are not exclusive
+    classes, so no softmax says which label an image should have."""
+    whose = f"the store {opened.path} holds a sigmoid model's outputs: it"
+    refuse_sigmoid(store_output(opened.metadata), "Label triage", whose)
     table = opened.table
     labels_column = table.column("label")
     if labels_column.null_count == len(table):
@@ -361,13 +462,48 @@ def triage_store(opened: Any, k: int = NEIGHBOURS) -> tuple[Triage, Any]:
     embeddings = (
         list_matrix(table.column("embedding")) if "embedding" in table.column_names else None
     )
+    names = opened.metadata.get("class_names")
     found = triage(probabilities, labels, embeddings, k=k)
+    if names:
+        found = replace(found, class_names=tuple(names))
+    positions = table.column("position").to_numpy()
+    if slices:
+        found = explained_by_slices(found, opened, positions, probabilities.argmax(axis=1))
     frame = found.table(
-        positions=table.column("position").to_numpy(),
+        positions=positions,
         names=table.column("name").to_pylist(),
         class_names=opened.metadata.get("class_names"),
     )
     return found, frame
+
+
+def explained_by_slices(
+    found: Triage, opened: Any, positions: np.ndarray, predictions: np.ndarray
+) -> Triage:
+    """``found`` with the slices kept beside the store applied (``gradpick slices``): an image
+    whose error (prediction not its given label) belongs to a verified slice is explained by
+    that slice and not flagged. Unchanged when there is no current slices file."""
+    from gradpick.slices.stored import read_beside
+
+    kept, path = read_beside(opened)
+    if kept is None:
+        return found
+    rank_of: dict[int, int] = {}
+    for row in kept.get("slices", []):
+        if row.get("verified"):
+            for position in row.get("positions", []):
+                rank_of.setdefault(int(position), int(row["rank"]))
+    wrong = predictions != found.given
+    explained = np.array(
+        [rank_of.get(int(p), 0) if w else 0 for p, w in zip(positions, wrong, strict=True)],
+        dtype=np.int64,
+    )
+    return replace(
+        found,
+        flagged=found.flagged & (explained == 0),
+        explained_by_slice=explained,
+        slices_file=str(path),
+    )
 
 
 def sample_warning(metadata: dict[str, Any]) -> str | None:

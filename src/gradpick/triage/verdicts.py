@@ -31,9 +31,11 @@ from gradpick.errors import InputError
 from gradpick.outputs import sidecar as beside
 
 __all__ = [
+    "ACCEPTED_NOTE",
     "VERDICTS",
     "Verdict",
     "VerdictBook",
+    "accept_suggestions",
     "split_stale",
     "stale_verdicts",
     "write_relabelling",
@@ -47,6 +49,8 @@ VERDICTS = {
 }
 """Each verdict's stored name and how the page says it."""
 SUFFIX = ".verdicts.sqlite"
+ACCEPTED_NOTE = "suggested label accepted in bulk (gradpick triage --accept flagged)"
+"""The note of a verdict recorded by ``accept_suggestions``, so it reads as such later."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS verdicts (
@@ -127,6 +131,28 @@ class VerdictBook:
     def latest(self) -> dict[int, Verdict]:
         """The verdict in force for each judged position (the most recent one)."""
         return {verdict.position: verdict for verdict in self.history()}
+
+
+def accept_suggestions(
+    book: VerdictBook, suggestions: Iterable[tuple[int, str, int]]
+) -> tuple[list[Verdict], list[Verdict]]:
+    """Record 'label wrong' with the suggested class for each ``(position, name, suggested)``
+    that has no verdict in force on that image yet, in one transaction; a verdict already given
+    (a person's 'fine', say) is kept, never overruled. Returns (recorded, kept). The explorer
+    shows the recorded ones as it shows any verdict; ``write_relabelling`` exports them."""
+    latest = book.latest()
+    recorded, kept = [], []
+    for position, name, suggested in suggestions:
+        earlier = latest.get(int(position))
+        if earlier is not None and earlier.name == name:
+            kept.append(earlier)
+            continue
+        recorded.append(
+            Verdict(int(position), name, "label_wrong", int(suggested), note=ACCEPTED_NOTE)
+        )
+    if recorded:
+        book.record_all(recorded)
+    return recorded, kept
 
 
 def stale_verdicts(verdicts: Mapping[int, Verdict], names: Sequence[str]) -> list[Verdict]:

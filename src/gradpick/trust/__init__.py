@@ -9,10 +9,12 @@
 * ``report``: all of them at once, and the JSON report ``gradpick check`` writes.
 * ``chunks``: all of them over any number of picks, a few at a time, as one report.
 * ``quick``: the cheap checks behind the explorer's badges, within a time budget per click.
+* ``agreement``: whether a shown map's peak lies where occlusion finds the evidence.
 
 Every map comes from the attribution methods through ``engine.attribute_maps``.
 """
 
+from gradpick.trust.agreement import PeakAgreement, occlusion_agreement
 from gradpick.trust.chunks import run_checks_in_chunks
 from gradpick.trust.completeness import Completeness, completeness
 from gradpick.trust.contrastive import ClassMaps, class_maps
@@ -32,6 +34,7 @@ __all__ = [
     "Completeness",
     "Curves",
     "MethodSettings",
+    "PeakAgreement",
     "QuickChecks",
     "RandomisationCurve",
     "RoadCurves",
@@ -42,6 +45,7 @@ __all__ = [
     "completeness",
     "faithfulness",
     "impute",
+    "occlusion_agreement",
     "quick_checks",
     "randomisation_test",
     "report_dict",

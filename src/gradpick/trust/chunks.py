@@ -121,6 +121,7 @@ def join_reports(parts: Sequence[TrustReport]) -> TrustReport:
         milliseconds={
             check: sum(part.milliseconds[check] for part in parts) for check in first.milliseconds
         },
+        class_names=first.class_names,
     )
 
 
@@ -132,6 +133,7 @@ def run_checks_in_chunks(
     options: CheckOptions | None = None,
     progress: Progress | None = None,
     chunk: int = CHUNK,
+    class_names: Sequence[str] = (),
 ) -> TrustReport:
     """``run_checks`` on ``images[indices]``, ``chunk`` picks at a time, joined into one report.
 
@@ -153,7 +155,13 @@ def run_checks_in_chunks(
 
         parts.append(
             run_checks(
-                model, images, indices[start : start + chunk], part_classes, options, advance
+                model,
+                images,
+                indices[start : start + chunk],
+                part_classes,
+                options,
+                advance,
+                class_names=class_names,
             )
         )
     return join_reports(parts)

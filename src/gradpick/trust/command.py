@@ -7,6 +7,7 @@ the picks, and hands them to ``run`` as plain values.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,10 +17,12 @@ import torch
 from torch import nn
 
 from gradpick.data import ProgressCallback
+from gradpick.trust.engine import held_classes, served_view
 from gradpick.trust.faithfulness import RANDOM
+from gradpick.trust.quick import VERDICT_WORDS, quick_checks, verdict_rows
 from gradpick.trust.report import CheckOptions, TrustReport, report_dict, run_checks
 
-__all__ = ["run", "summary", "write_json"]
+__all__ = ["badge_rows", "run", "summary", "write_json"]
 
 
 def _mean(values: dict[str, Any]) -> str:
@@ -36,13 +39,18 @@ def summary(record: dict[str, Any]) -> str:
             f"{_mean(first['ssim'])}   all {last['randomised_layers']} layers: "
             f"{_mean(last['spearman'])} / {_mean(last['ssim'])}"
         )
-    lines.append("completeness (IG: sum of attributions vs F(x) - F(baseline)):")
+    if not record["completeness"]:
+        lines.append(
+            "completeness: not run (it checks Integrated Gradients, not among the methods)"
+        )
+    else:
+        lines.append("completeness (IG: sum of attributions vs F(x) - F(baseline)):")
     for row in record["completeness"]:
         error = "n/a" if row["relative_error"] is None else f"{row['relative_error']:.2%}"
         lines.append(
             f"  #{row['index']:<5} {row['baseline']:<14} {row['steps']:>5} steps  "
             f"sum {row['attribution_sum']:>9.4g}  difference {row['difference']:>9.4g}  "
-            f"error {error}"
+            f"error {error}" + ("" if row["reached"] else f"  {row['verdict']}")
         )
     faithful = record["faithfulness"]
     lines.append(f"faithfulness (AUC, mean over picks; {RANDOM} order in brackets):")
@@ -71,6 +79,47 @@ def summary(record: dict[str, Any]) -> str:
             parts.append(f"{kind} {mean} ({flagged} of {len(rows)})")
         lines.append(f"  {method:<22} " + "  ".join(parts))
     return "\n".join(lines)
+
+
+def badge_rows(
+    model: nn.Module,
+    images: torch.Tensor,
+    indices: Sequence[int],
+    classes: int | None,
+    options: CheckOptions,
+) -> list[dict[str, Any]]:
+    """The explorer's trust badges of every pick and method (``quick.verdict_rows``), with no
+    time budget: each map explains the held class's logit, as every other check here does."""
+    held = held_classes(served_view(model), images, indices, classes)
+    rows: list[dict[str, Any]] = []
+    for method in options.methods:
+        found = quick_checks(
+            model,
+            images,
+            indices,
+            method,
+            "logit",
+            held,
+            options.settings,
+            budget_s=math.inf,
+            output=options.output,
+        )
+        rows += verdict_rows(found)
+    return rows
+
+
+def _badge_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = ["trust badges (the explorer's verdicts; picks per verdict):"]
+    for method in dict.fromkeys(row["method"] for row in rows):
+        for check in dict.fromkeys(row["check"] for row in rows if row["method"] == method):
+            verdicts = [r["verdict"] for r in rows if (r["method"], r["check"]) == (method, check)]
+            counts = "  ".join(
+                f"{word} {verdicts.count(word)}"
+                for word in VERDICT_WORDS.values()
+                if verdicts.count(word)
+            )
+            lines.append(f"  {method:<22} {check:<13} {counts}")
+    return lines
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:
@@ -103,8 +152,10 @@ def run(
         **context,
         **record,
         "class_names": [_name(class_names, index) for index in record["classes"]],
+        "badges": badge_rows(model, images, indices, classes, options),
     }
     print(summary(record))
+    print("\n".join(_badge_lines(record["badges"])))
     write_json(out, record)
     print(f"\nwrote {out}")
     return result

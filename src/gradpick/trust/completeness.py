@@ -69,6 +69,28 @@ class Completeness:
     """F(x): the explained logit at the image."""
     baseline_output: float
     """F(baseline): the explained logit at the baseline."""
+    tolerance: float | None = None
+    """The relative error automatic mode aimed at (None for fixed steps)."""
+
+    @property
+    def reached(self) -> bool:
+        """Whether the error is within ``tolerance`` (True when there was none to reach)."""
+        return self.tolerance is None or self.relative_error <= self.tolerance
+
+    @property
+    def verdict(self) -> str:
+        """What this image's figure means, in words: a miss is reported, not raised, so one
+        image that converges slowly keeps the other images' figures."""
+        error = _percent(self.relative_error)
+        if self.tolerance is None:
+            return f"{error} error with {self.steps:,} fixed steps"
+        if self.reached:
+            return f"within {_percent(self.tolerance)} at {self.steps:,} steps"
+        return (
+            f"did not reach {_percent(self.tolerance)} within {self.steps:,} steps (still "
+            f"{error}, F(x) - F(baseline) = {self.difference:.4g}): the path integral "
+            "converges slowly here; more steps or another baseline may reach it"
+        )
 
     @property
     def difference(self) -> float:
@@ -86,6 +108,11 @@ class Completeness:
         if self.difference == 0:
             return 0.0 if self.delta == 0 else math.inf
         return abs(self.delta) / abs(self.difference)
+
+
+def _percent(share: float) -> str:
+    """0.05 as '5%', 0.0005 as '0.05%': three significant digits, so small tolerances show."""
+    return f"{100 * share:.3g}%" if math.isfinite(share) else "infinite"
 
 
 class _Shifted(nn.Module):
@@ -151,7 +178,8 @@ def completeness(
 
     ``steps``: a fixed number of midpoint-rule points, or ``"auto"``: the fewest of 16, 32,
     64, ... (at most ``max_steps``) whose relative error is at most ``tolerance``, per image.
-    Raises InputError when an image cannot reach the tolerance within the cap.
+    An image that cannot reach the tolerance within the cap keeps its last figure, with
+    ``reached`` False and a ``verdict`` that says so; the other images are unaffected.
     """
     check_baseline(baseline)
     automatic = steps == "auto"
@@ -187,16 +215,10 @@ def completeness(
                 attribution_sum=float(maps.cpu().double().sum()),
                 output=float(outputs[position]),
                 baseline_output=float(outputs[count + position]),
+                tolerance=tolerance if automatic else None,
             )
-            if not automatic or row.relative_error <= tolerance:
+            if row.reached:
                 break
         assert row is not None
-        if automatic and row.relative_error > tolerance:
-            raise InputError(
-                f"Integrated Gradients did not reach {tolerance:.1%} relative error for image "
-                f"{index} within {max_steps:,} steps (still {row.relative_error:.1%}, "
-                f"F(x) - F(baseline) = {row.difference:.4g}); raise the step cap or the "
-                "tolerance, or try another baseline."
-            )
         rows.append(row)
     return rows

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError
-from gradpick.outputs.inference import call_model
+from gradpick.outputs.inference import call_model, probabilities_of
 from gradpick.trust.engine import check_count, picked_images, served_view
 
 __all__ = [
@@ -82,11 +82,14 @@ def class_maps(
     indices: Sequence[int],
     top: int = DEFAULT_TOP,
     contrast: tuple[int, int] | Sequence[tuple[int, int]] | torch.Tensor | None = None,
+    output: str = "softmax",
 ) -> ClassMaps:
     """The maps of the ``top`` most likely classes of each pick and of a contrast A - B.
 
     ``contrast``: one (A, B) pair for every pick, one pair per pick, or None for each pick's
-    most likely class against its runner-up. Maps come back on the images' device.
+    most likely class against its runner-up. Maps come back on the images' device. ``output``:
+    the model's output kind, how the top classes' probabilities are read (a sigmoid model's
+    labels each by its own sigmoid).
     """
     served = served_view(model)
     picked = picked_images(served, images, indices).requires_grad_(True)
@@ -99,7 +102,7 @@ def class_maps(
             )
         outputs = int(logits.shape[1])
         check_count("The number of top classes", top, outputs)
-        best = logits.detach().softmax(dim=1).topk(top, dim=1)
+        best = probabilities_of(logits.detach(), output).topk(top, dim=1)
         pairs = _contrast_pairs(contrast, best.indices.cpu(), outputs).to(logits.device)
         difference = logits.gather(1, pairs[:, :1]) - logits.gather(1, pairs[:, 1:])
         targets = [logits.gather(1, best.indices[:, r : r + 1]) for r in range(top)]

@@ -39,9 +39,12 @@ __all__ = [
 ]
 
 METHODS: tuple[str, ...] = tuple(
-    name for name in attribution.METHOD_NAMES if name not in attribution.LAYER_METHODS
+    name
+    for name, method in attribution.METHODS.items()
+    if issubclass(method, attribution.InputGradientMethod)
 )
-"""The methods the checks run by default: the input-gradient ones."""
+"""The methods the checks run by default: the input-gradient ones (the perturbation methods
+cost hundreds of forwards per pick, and a check repeats them per randomised layer)."""
 CHECKABLE: tuple[str, ...] = attribution.METHOD_NAMES
 """Every method a check can be asked to run: the layer methods too (at ``MethodSettings.layer``).
 

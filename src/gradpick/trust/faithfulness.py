@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from gradpick.errors import InputError
+from gradpick.outputs.inference import probabilities_of
 from gradpick.trust.baselines import BLUR_SIGMA, blurred, seeded_generator
 from gradpick.trust.engine import (
     check_count,
@@ -93,12 +94,14 @@ def faithfulness(
     classes: int | Sequence[int] | torch.Tensor | None = None,
     steps: int = DEFAULT_STEPS,
     seed: int = 0,
+    output: str = "softmax",
 ) -> dict[str, Curves]:
     """Deletion and insertion curves of ``images[indices]`` for each pixel order, plus random.
 
     ``orders`` maps a name (an attribution method) to pixel positions [k, H * W], most important
     first (``attribution_order``). ``classes``: the class whose probability is read (default:
-    the model's prediction on the unchanged image).
+    the model's prediction on the unchanged image); for a sigmoid model (``output``) its label's
+    own sigmoid, never a softmax over labels that are not exclusive.
     """
     check_count("Deletion and insertion steps", steps, MAX_CURVE_STEPS)
     if RANDOM in orders:
@@ -128,7 +131,8 @@ def faithfulness(
         inserted = canvas * (1 - taken) + picked * taken
         batch = torch.cat([deleted, inserted]).reshape(-1, *picked.shape[1:])
         logits = logits_of(served, batch)
-        probabilities.append(logits.softmax(dim=1).gather(1, chosen).squeeze(1).cpu().double())
+        scores = probabilities_of(logits, output)
+        probabilities.append(scores.gather(1, chosen).squeeze(1).cpu().double())
     table = torch.stack(probabilities, dim=1).view(2, len(named), count, steps + 1)
     return {
         name: Curves(fractions, table[0, position], table[1, position])

@@ -9,16 +9,19 @@ documented in the README's "Trust checks" section and docs/trust-fields.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from gradpick.attribution import LAYER_METHODS, IntegratedGradients
 from gradpick.errors import InputError
+from gradpick.outputs.inference import check_output
 from gradpick.runtime.devices import device_for
 from gradpick.runtime.measure import Stopwatch
+from gradpick.show.html import class_name
 from gradpick.show.notebook import trust_html
 from gradpick.trust.baselines import BASELINES, BLUR_SIGMA
 from gradpick.trust.completeness import (
@@ -80,6 +83,9 @@ __all__ = [
     "run_checks",
 ]
 
+IG = IntegratedGradients.name
+"""The one method the completeness check applies to."""
+
 
 @dataclass(frozen=True)
 class CheckOptions:
@@ -101,6 +107,9 @@ class CheckOptions:
     road_noise: float = ROAD_NOISE
     """Standard deviation of the noise ROAD adds to the filled pixels (images' units)."""
     seed: int = 0
+    output: str = "softmax"
+    """The model's output kind: a sigmoid (multi-label) model's held label is read by its own
+    sigmoid in the deletion, insertion and ROAD curves and the top labels, not by a softmax."""
 
     def __post_init__(self) -> None:
         """Refuse bad options before any check runs, with the checks' own messages."""
@@ -117,6 +126,7 @@ class CheckOptions:
         check_count("The number of top classes", self.top, None)
         object.__setattr__(self, "road_shares", check_shares(self.road_shares))
         object.__setattr__(self, "road_noise", check_noise(self.road_noise))
+        check_output(self.output)
 
 
 @dataclass(frozen=True)
@@ -137,10 +147,28 @@ class TrustReport:
     """SmoothGrad's noise standard deviation for each pick [k]: noise x (max - min)."""
     milliseconds: dict[str, float]
     """Wall time of each check, device synchronised."""
+    class_names: tuple[str, ...] = ()
+    """The model's class names, for the displays (empty: classes by number)."""
+
+    def __repr__(self) -> str:
+        """One line, not the tensors: a notebook cell ending in a report stays short."""
+        layer = self.options.settings.layer or "automatic"
+        at = f" (layer methods at {layer})" if _any_layer_method(self.options.methods) else ""
+        classes = ", ".join(
+            class_name(self.class_names, int(c), "class {}") for c in self.classes[:5]
+        )
+        more = ", ..." if len(self.indices) > 5 else ""
+        return (
+            f"TrustReport({len(self.indices)} picks explained as {classes}{more}; methods "
+            f"{', '.join(self.options.methods)}{at}; checks {', '.join(self.milliseconds)})"
+        )
 
     def _repr_html_(self) -> str:
         """Jupyter shows the maps and the summary tables (``gradpick.show.notebook``)."""
-        return trust_html(self, report_dict(self))
+        layer = self.options.settings.layer or "the automatic layer"
+        return trust_html(
+            self, report_dict(self), layer if _any_layer_method(self.options.methods) else None
+        )
 
 
 def run_checks(
@@ -150,14 +178,20 @@ def run_checks(
     classes: int | Sequence[int] | torch.Tensor | None = None,
     options: CheckOptions | None = None,
     progress: Progress | None = None,
+    stage: Callable[[str], None] | None = None,
+    class_names: Sequence[str] = (),
 ) -> TrustReport:
-    """Every trust check on ``images[indices]``; ``progress`` follows the randomisation steps."""
+    """Every trust check on ``images[indices]``; ``progress`` follows the randomisation steps,
+    and ``stage`` is told each check's name as it starts (a long run says where it is);
+    ``class_names`` name the classes in the report's displays."""
     options = options or CheckOptions()
+    announce = stage or (lambda name: None)
     indices = [int(index) for index in indices]
     served = served_view(model)
     held = held_classes(served, images, indices, classes)
     times: dict[str, float] = {}
     device = device_for(served, None)
+    announce("randomisation")
     with Stopwatch(device) as watch:
         curves = randomisation_test(
             served,
@@ -172,7 +206,11 @@ def run_checks(
             progress,
         )
     times["randomisation"] = watch.milliseconds
+    if IG in options.methods:
+        announce("completeness")
     with Stopwatch(device) as watch:
+        # Completeness is a property of Integrated Gradients alone: asked of other methods,
+        # it would check a map nobody looks at.
         rows = [
             row
             for baseline in options.baselines
@@ -187,14 +225,25 @@ def run_checks(
                 options.max_steps,
                 options.seed,
             )
+            if IG in options.methods
         ]
-    times["completeness"] = watch.milliseconds
+    if rows:
+        times["completeness"] = watch.milliseconds
+    announce("faithfulness")
     with Stopwatch(device) as watch:
         orders = {method: attribution_order(curve.original) for method, curve in curves.items()}
         faithful = faithfulness(
-            served, images, indices, orders, held, options.deletion_steps, options.seed
+            served,
+            images,
+            indices,
+            orders,
+            held,
+            options.deletion_steps,
+            options.seed,
+            output=options.output,
         )
     times["faithfulness"] = watch.milliseconds
+    announce("ROAD")
     with Stopwatch(device) as watch:
         imputed = road(
             served,
@@ -205,11 +254,14 @@ def run_checks(
             options.road_shares,
             options.road_noise,
             options.seed,
+            output=options.output,
         )
     times["road"] = watch.milliseconds
+    announce("class maps")
     with Stopwatch(device) as watch:
-        maps = class_maps(served, images, indices, options.top)
+        maps = class_maps(served, images, indices, options.top, output=options.output)
     times["class_maps"] = watch.milliseconds
+    announce("class sensitivity")
     with Stopwatch(device) as watch:
         sensitivity = class_sensitivity(
             served,
@@ -234,7 +286,12 @@ def run_checks(
         road=imputed,
         noise_std=noise_std(images, indices, options.settings),
         milliseconds=times,
+        class_names=tuple(class_names),
     )
+
+
+def _any_layer_method(methods: Sequence[str]) -> bool:
+    return any(method in LAYER_METHODS for method in methods)
 
 
 def _number(value: float) -> float | None:
@@ -289,6 +346,9 @@ def _completeness_dict(row: Completeness) -> dict[str, Any]:
         "difference": row.difference,
         "delta": row.delta,
         "relative_error": _number(row.relative_error),
+        "tolerance": row.tolerance,
+        "reached": row.reached,
+        "verdict": row.verdict,
     }
 
 

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradpick.errors import InputError
+from gradpick.outputs.inference import probabilities_of
 from gradpick.trust.baselines import seeded_generator
 from gradpick.trust.engine import held_classes, logits_of, picked_images, served_view
 
@@ -226,6 +227,7 @@ def road(
     noise: float = ROAD_NOISE,
     seed: int = 0,
     seeds: Sequence[int] | None = None,
+    output: str = "softmax",
 ) -> dict[str, RoadCurves]:
     """MoRF and LeRF curves of ``images[indices]`` for each pixel order.
 
@@ -235,7 +237,8 @@ def road(
     probability is read (default: the model's prediction on the unchanged image). ``noise``:
     the standard deviation added to the filled pixels (0 for plain linear imputation).
     ``seeds``: the batch index each pick's noise is seeded by, when ``images`` holds the picks
-    alone (default: ``indices``).
+    alone (default: ``indices``). ``output``: the model's output kind; a sigmoid model's label
+    is read by its own sigmoid.
     """
     fractions = check_shares(shares)
     noise = check_noise(noise)
@@ -266,7 +269,8 @@ def road(
         jitter = (noise * draws[:, position]).to(picked.dtype).repeat(2 * len(orders), 1, 1, 1)
         batch = filled + jitter * removed.unsqueeze(1).to(picked.dtype)
         logits = logits_of(served, batch)
-        probabilities.append(logits.softmax(dim=1).gather(1, chosen).squeeze(1).cpu().double())
+        scores = probabilities_of(logits, output)
+        probabilities.append(scores.gather(1, chosen).squeeze(1).cpu().double())
     table = torch.stack(probabilities, dim=1).view(2, len(orders), count, len(fractions))
     steps = torch.tensor(fractions, dtype=torch.float64)
     return {

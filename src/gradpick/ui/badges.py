@@ -1,16 +1,17 @@
 """Trust badges beside the explorer's maps: a verdict per pick from ``gradpick.trust.quick``.
 
 Each map gets one coloured label per check (passes / weak / fails) with its figure; hovering a
-label shows what the figure means (a ``title`` tooltip). A failing map is drawn dimmed, its
-reason in its caption. The checks run with the click once its maps are sent, within half of
-the click's server time up to then (``quick.BUDGET_SHARE``; a check that does not fit is left to
-the Trust tab, and says so), and are cached like the maps; the switch turns them off, and then
-nothing runs.
+label shows what was measured and what it means (a ``title`` tooltip). A failing map is drawn
+dimmed, its reason in its caption. The checks run with the click once its maps are sent, within
+half of the click's server time up to then (``quick.BUDGET_SHARE``): a check that does not fit
+shows "not run", and a button runs it (with no budget) for those picks; the badges are cached
+like the maps; the switch turns them off, and then nothing runs.
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,7 +19,7 @@ import streamlit as st
 
 from gradpick.attribution import Attribution
 from gradpick.trust.quick import BUDGET_SHARE, FAILS, NOT_RUN, PASSES, WEAK, QuickChecks
-from gradpick.ui import cache, keys
+from gradpick.ui import cache, keys, state
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.session import Loaded
@@ -43,15 +44,16 @@ DIMMED = 0.35
 
 
 def switch() -> bool:
-    """The badges' on/off switch (on by default)."""
+    """The badges' on/off switch (on by default, from the session: a link may turn it off)."""
+    state.start_at(st.session_state, keys.TRUST_BADGES, True)
     return st.toggle(
         "Trust badges",
-        value=True,
         key=keys.TRUST_BADGES,
         help="A verdict per map from cheap checks run with each click: does the map change "
-        "for the runner-up class and with a randomised last layer (Spearman of |map|: below "
-        "0.7 passes, 0.9 and above fails), IG's completeness, ROAD when time allows. Off: "
-        "no check runs.",
+        "for the runner-up class, and when the weights that feed it (from the output down to "
+        "its layer) are random (Spearman of |map|, with thresholds per method family "
+        "calibrated on known-good and known-bad maps: gradpick bench-badges), IG's "
+        "completeness, ROAD when time allows. Off: no check runs.",
     )
 
 
@@ -68,7 +70,15 @@ def checks(
     server_s: float,
 ) -> QuickChecks | None:
     """The checks of the shown maps, ``server_s`` being the click's server time before them
-    (None when they failed, with the reason on the page)."""
+    (None when they failed, with the reason on the page); in full, with no budget, once the
+    run button was pressed for these picks and settings."""
+    wanted = (tuple(picked), request)
+    full: list[tuple[tuple[int, ...], HeatmapRequest]] = st.session_state.setdefault(
+        keys.TRUST_BADGES_FULL, []
+    )
+    if st.session_state.get(keys.TRUST_BADGES_RUN) and wanted not in full:
+        full.append(wanted)
+    unlimited = wanted in full
     with guarded("The trust badges"):
         return cache.quick_checks(
             loaded.key,
@@ -76,10 +86,11 @@ def checks(
             str(loaded.device),
             tuple(picked),
             request,
+            unlimited,
             loaded.model,
             loaded.batch,
             shown,
-            budget_s(server_s),
+            math.inf if unlimited else budget_s(server_s),
             loaded.result.logits,
         )
     return None
@@ -143,6 +154,13 @@ def draw(found: QuickChecks | None, titles: Sequence[str]) -> None:
             unsafe_allow_html=True,
         )
         st.caption(caption(found))
+        if found.skipped:
+            st.button(
+                "Run the checks that did not fit",
+                key=keys.TRUST_BADGES_RUN,
+                help="Runs " + ", ".join(found.skipped) + " for these maps with no time budget "
+                "(this click may then take a while); the result is kept like the maps'.",
+            )
 
 
 def caption(found: QuickChecks) -> str:
@@ -150,6 +168,7 @@ def caption(found: QuickChecks) -> str:
     each = "".join(f", {check} {ms:,.0f} ms" for check, ms in found.check_ms)
     timing = f"{found.milliseconds:,.0f} ms" + (f"; {each[2:]}" if each else "")
     return (
-        f"Trust badges ({timing}): hover a label for its meaning; a failing map is dimmed. The "
-        "full checks are in the Trust tab."
+        f"Trust badges ({timing}): hover a label for what was measured and what it means; a "
+        "failing map is dimmed. Thresholds and error rates: docs, Trust checks. The full checks "
+        "are in the Trust tab."
     )

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gradpick.errors import InputError
+from gradpick.models.zoo import OUTPUT_KINDS
 from gradpick.units import MB
 
 __all__ = [
     "CLASSES_ENV",
+    "OUTPUT_ENV",
     "CLOUD_ROOT",
     "HOSTED_ENV",
     "HOSTED_MAX_BATCH_SIZE",
@@ -40,6 +42,7 @@ HOSTED_ENV = "GRADPICK_HOSTED"
 MODEL_ENV = "GRADPICK_MODEL"
 WEIGHTS_ENV = "GRADPICK_WEIGHTS"
 CLASSES_ENV = "GRADPICK_CLASSES"
+OUTPUT_ENV = "GRADPICK_OUTPUT"
 CLOUD_ROOT = Path("/mount/src")
 """Streamlit Community Cloud runs every app from /mount/src/<repository>."""
 
@@ -62,6 +65,8 @@ class UserModelArgs:
     resize: int | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
+    output: str | None = None
+    """``sigmoid`` for independent labels (multi-label), ``softmax``; None: the model's own."""
 
 
 @dataclass(frozen=True)
@@ -109,9 +114,10 @@ def hosted_mode(setting: str | None, cwd: Path) -> bool:
 
 
 def parse_user_model(argv: Sequence[str], env: Mapping[str, str]) -> UserModelArgs | None:
-    """``--model/--weights/--classes`` from the script's argv, unknown arguments ignored; each
-    falls back to ``$GRADPICK_MODEL/_WEIGHTS/_CLASSES`` (how tests and services set them).
-    ``--input-size/--resize/--mean/--std`` set the model's input spec, as in the CLI."""
+    """``--model/--weights/--classes/--output`` from the script's argv, unknown arguments
+    ignored; each falls back to ``$GRADPICK_MODEL/_WEIGHTS/_CLASSES/_OUTPUT`` (how tests and
+    services set them). ``--input-size/--resize/--mean/--std`` set the model's input spec, and
+    ``--output sigmoid`` reads it as a multi-label model, as in the CLI."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("--model")
     parser.add_argument("--weights")
@@ -120,6 +126,7 @@ def parse_user_model(argv: Sequence[str], env: Mapping[str, str]) -> UserModelAr
     parser.add_argument("--resize", type=int)
     parser.add_argument("--mean", nargs="+", type=float)
     parser.add_argument("--std", nargs="+", type=float)
+    parser.add_argument("--output", choices=OUTPUT_KINDS)
     try:
         known, _ = parser.parse_known_args(list(argv))
     except argparse.ArgumentError as error:
@@ -127,7 +134,7 @@ def parse_user_model(argv: Sequence[str], env: Mapping[str, str]) -> UserModelAr
             f"The command line: {error}. Use -- --model package.module:factory (or "
             "torchvision:NAME[:WEIGHTS], timm:NAME) [--weights file.pt|.safetensors] "
             "[--classes names.txt] [--input-size S|HxW] [--resize R] [--mean M M M] "
-            "[--std S S S]."
+            "[--std S S S] [--output softmax|sigmoid]."
         ) from None
     factory = known.model or env.get(MODEL_ENV)
     if not factory:
@@ -140,6 +147,7 @@ def parse_user_model(argv: Sequence[str], env: Mapping[str, str]) -> UserModelAr
         resize=known.resize,
         mean=None if known.mean is None else tuple(known.mean),
         std=None if known.std is None else tuple(known.std),
+        output=known.output or env.get(OUTPUT_ENV) or None,
     )
 
 

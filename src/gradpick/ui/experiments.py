@@ -134,7 +134,11 @@ def affordable_strategies(
     needed = whole_batch_bytes(model, setup.images)
     runs = repeats + 2  # compare_strategies also checks against the floor and measures memory
     slow = strategies.CostModel(setup.forward_ms_per_image).over_budget(n, k, runs, budget_seconds)
-    skipped = {}
+    skipped = {
+        name: f"takes targets {' and '.join(strategies.get(name).targets)}, not {setup.target}"
+        for name in strategies.NAMES
+        if setup.target not in strategies.get(name).targets
+    }
     for name in strategies.whole_batch():
         if needed > WHOLE_BATCH_BUDGET:
             skipped[name] = (

@@ -37,13 +37,16 @@ __all__ = [
     "THUMBNAIL_SIDE",
     "WEBGL_ABOVE",
     "WRONG",
+    "DRAWN_AT_MOST",
     "confusion_matrix",
+    "drawn_sample",
     "embedding_scatter",
     "faithfulness_lines",
     "outputs_scatter",
     "scatter_heights",
     "probability_bars",
     "randomisation_lines",
+    "sample_note",
     "Series",
     "strategy_bars",
     "strategy_colour",
@@ -87,6 +90,10 @@ THUMBNAIL_SIDE = 64
 would otherwise send a 2,260-pixel PNG for cells drawn about 56 pixels wide."""
 WEBGL_ABOVE = 5000
 """Scatters with more points are drawn with WebGL: thousands of SVG markers make a page slow."""
+DRAWN_AT_MOST = 10_000
+"""Scatters of larger batches draw a seeded sample of this many points (``drawn_sample``): a
+browser without a GPU takes seconds to draw and select 50,000 WebGL points, and the figure's
+JSON grows with every point."""
 SELECT_MODES: tuple[Literal["points", "box", "lasso"], ...] = ("points", "box", "lasso")
 
 Trace = dict[str, Any]
@@ -319,6 +326,33 @@ def scatter_heights(values: np.ndarray) -> tuple[np.ndarray, bool]:
     return values, log_scale
 
 
+def drawn_sample(count: int, at_most: int | None = None, seed: int = 0) -> np.ndarray | None:
+    """The batch indices a scatter of ``count`` points draws: None (every one) up to
+    ``at_most`` (default ``DRAWN_AT_MOST``), else a seeded sample of ``at_most`` of them,
+    sorted, the same on every run and in both scatters (so a point's image sits in the hover
+    atlas of the sample)."""
+    at_most = DRAWN_AT_MOST if at_most is None else at_most
+    if count <= at_most:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(count, size=at_most, replace=False))
+
+
+def sample_note(count: int, drawn: np.ndarray | None) -> str:
+    """What a sampled scatter says of itself (empty when it draws every point)."""
+    if drawn is None:
+        return ""
+    return (
+        f"{len(drawn):,} of {count:,} images drawn (a seeded sample); the pickers and the "
+        "table reach every image."
+    )
+
+
+def _drawn_mask(count: int, drawn: np.ndarray | None) -> np.ndarray:
+    mask = np.zeros(count, dtype=bool)
+    mask[slice(None) if drawn is None else drawn] = True
+    return mask
+
+
 def outputs_scatter(
     confidences: np.ndarray,
     values: np.ndarray,
@@ -328,21 +362,24 @@ def outputs_scatter(
     class_names: Sequence[str],
     hover: Sequence[str],
     selection_revision: int = 0,
+    drawn: np.ndarray | None = None,
 ) -> go.Figure:
     """Confidence against ``values`` (the loss, or entropy without labels), coloured by
     predicted class; wrong predictions are crosses. The picks are ringed over the chart
     (``gradpick.ui.browser.outlines``), so a click leaves the figure as it was; a new
-    ``selection_revision`` makes plotly drop the selection it holds."""
-    drawn, log_scale = scatter_heights(values)
+    ``selection_revision`` makes plotly drop the selection it holds. ``drawn``: the batch
+    indices to draw (``drawn_sample``; None: all), said in the title when not all."""
+    heights, log_scale = scatter_heights(values)
     if log_scale and not bool((values > 0).all()):
         value_label += " (0 drawn lowest)"
-    values = drawn
+    values = heights
     traces: list[Trace] = []
     indices = np.arange(len(confidences))
     points = np.stack([confidences, values], axis=1)
     right = np.ones(len(indices), dtype=bool) if correct is None else correct
+    kept = _drawn_mask(len(indices), drawn)
     for class_index, name in enumerate(class_names):
-        predicted = predictions == class_index
+        predicted = (predictions == class_index) & kept
         shown = False
         for symbol, members in (("circle", predicted & right), ("x", predicted & ~right)):
             if members.any():
@@ -356,6 +393,7 @@ def outputs_scatter(
         traces,
         height=430,
         selectionrevision=selection_revision,
+        **_sample_title(len(indices), drawn),
         xaxis={"title": {"text": "confidence (top-1 probability)"}, "range": [0, 1.02]},
         yaxis={"title": {"text": value_label}, "type": "log" if log_scale else "linear"},
     )
@@ -368,17 +406,19 @@ def embedding_scatter(
     hover: Sequence[str],
     method: str,
     selection_revision: int = 0,
+    drawn: np.ndarray | None = None,
 ) -> go.Figure:
     """The batch in feature space: ``points`` [N, 2] (a projection of the penultimate-layer
     features) coloured by ``groups`` [N] (indices into ``group_names``); the picks are ringed
-    over the chart, as in ``outputs_scatter``.
+    over the chart, and ``drawn`` limits the points drawn, as in ``outputs_scatter``.
 
     Right/wrong colouring uses the page's green and red; classes use the class colours.
     """
     two_tone = tuple(group_names) == ("right", "wrong")
     traces: list[Trace] = []
+    kept = _drawn_mask(len(points), drawn)
     for group, name in enumerate(group_names):
-        members = np.flatnonzero(groups == group)
+        members = np.flatnonzero((groups == group) & kept)
         if members.size:
             colour = (RIGHT, WRONG)[group] if two_tone else _class_colour(group)
             traces.append(_points(points, hover, name, members, {"color": colour, "size": 6}))
@@ -387,9 +427,18 @@ def embedding_scatter(
         traces,
         height=470,
         selectionrevision=selection_revision,
+        **_sample_title(len(points), drawn),
         xaxis={"title": {"text": f"{label} 1"}, "zeroline": False},
         yaxis={"title": {"text": f"{label} 2"}, "zeroline": False},
     )
+
+
+def _sample_title(count: int, drawn: np.ndarray | None) -> dict[str, Any]:
+    """A sampled scatter's title, saying so; nothing for a scatter of every point."""
+    if drawn is None:
+        return {}
+    text = f"{len(drawn):,} of {count:,} images drawn (seeded sample)"
+    return {"title": {"text": text, "font": {"size": 13}}}
 
 
 def confusion_matrix(

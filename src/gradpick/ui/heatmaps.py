@@ -29,6 +29,7 @@ from gradpick.runtime.devices import model_device
 from gradpick.runtime.measure import MemoryReport
 from gradpick.share import export
 from gradpick.show import render
+from gradpick.trust.agreement import PeakAgreement, occlusion_agreement
 from gradpick.trust.engine import MethodSettings
 from gradpick.trust.quick import QuickChecks
 from gradpick.trust.quick import quick_checks as run_quick_checks
@@ -43,13 +44,17 @@ __all__ = [
     "at_batch_indices",
     "colourbar",
     "compute",
+    "cost",
     "engine_images",
     "export_of",
     "gradient_request",
+    "occlusion_cost",
+    "occlusion_notes",
     "HeatmapRequest",
     "map_strip",
     "quantity",
     "quick_checks",
+    "resolved_mode",
     "step_memory",
     "step_threads",
     "strip",
@@ -59,8 +64,11 @@ __all__ = [
     "whole_batch_bytes",
 ]
 
-TARGET_MODES = ("loss", "predicted", "class")
+TARGET_MODES = ("auto", "loss", "predicted", "class")
+"""The sidebar's targets; 'auto' is the method's default (``attribution.default_target``) and
+never reaches a ``HeatmapRequest``: ``resolved_mode`` turns it into 'loss' or 'predicted'."""
 TARGET_LABELS = {
+    "auto": "The method's default",
     "loss": "Loss on the true label",
     "predicted": "Logit of the predicted class",
     "class": "Logit of a chosen class",
@@ -89,11 +97,15 @@ class HeatmapRequest:
     """The method's settings that differ from its defaults, as (name, value) pairs."""
     layer: str | None = None
     """A layer method's layer by its dotted name (None: the automatic one)."""
+    output: str = "softmax"
+    """The model's output kind: a sigmoid model's loss is its true label's binary
+    cross-entropy, and a chosen class is a label."""
 
     def engine_target(self) -> tuple[str, int | None]:
-        """(target, classes) as ``input_gradients`` takes them."""
+        """(target, classes) as ``input_gradients`` takes them; a sigmoid model's loss is
+        ``bce`` (of each pick's true label, present, as the engine takes it without classes)."""
         if self.target_mode == "loss":
-            return "loss", None
+            return ("bce" if self.output == "sigmoid" else "loss"), None
         if self.target_mode == "predicted":
             return "logit", None
         if self.target_mode == "class":
@@ -101,6 +113,14 @@ class HeatmapRequest:
         raise InputError(
             f"Unknown target '{self.target_mode}'; use one of {', '.join(TARGET_MODES)}."
         )
+
+
+def resolved_mode(mode: str, method: str, labelled: bool) -> str:
+    """The sidebar's target ``mode`` with 'auto' replaced by ``method``'s default target: the
+    predicted class's logit for a layer method (or unlabelled images), else the loss."""
+    if mode != "auto":
+        return mode
+    return "loss" if attribution.default_target(method, labelled) == "loss" else "predicted"
 
 
 def quantity(request: HeatmapRequest, class_names: Sequence[str]) -> str:
@@ -219,6 +239,43 @@ def compute(
     return at_batch_indices(shown, indices)
 
 
+def cost(
+    model: nn.Module, batch: ImageBatch, indices: Sequence[int], request: HeatmapRequest
+) -> str | None:
+    """What the request's method will cost the picks in forwards, when it runs many per pick
+    (``attribution.forward_cost``), said before the maps are computed; None otherwise."""
+    if not indices:
+        return None
+    layer = request.layer if request.method in attribution.LAYER_METHODS else None
+    method = attribution.build(request.method, dict(request.settings), layer)
+    return attribution.forward_cost(method, gradient_request(model, batch, indices, request))
+
+
+def occlusion_cost(
+    model: nn.Module, batch: ImageBatch, indices: Sequence[int], request: HeatmapRequest
+) -> str:
+    """What checking the picks' maps against occlusion (its default window and stride) costs."""
+    said = attribution.forward_cost(
+        attribution.Occlusion(), gradient_request(model, batch, indices, request)
+    )
+    assert said is not None  # occlusion always runs many forwards per pick
+    return said
+
+
+def occlusion_notes(
+    model: nn.Module,
+    batch: ImageBatch,
+    indices: Sequence[int],
+    request: HeatmapRequest,
+    shown: Attribution,
+) -> list[PeakAgreement]:
+    """Per pick, whether the shown map's peak lies in occlusion's strongest region
+    (``gradpick.trust.agreement``), occlusion explaining the same target, on one CPU thread
+    like the step."""
+    with step_threads(model):
+        return occlusion_agreement(gradient_request(model, batch, indices, request), shown)
+
+
 def step_threads(model: nn.Module) -> AbstractContextManager[None]:
     """A click's step on the picks: ``STEP_CPU_THREADS`` on the CPU, the device's own way
     elsewhere."""
@@ -260,6 +317,7 @@ def quick_checks(
             budget_s,
             None if logits is None else logits.index_select(0, rows),
             list(indices),
+            output=request.output,
         )
     picks = (replace(pick, index=int(i)) for i, pick in zip(indices, checks.picks, strict=True))
     return replace(checks, picks=tuple(picks))

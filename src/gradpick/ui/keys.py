@@ -31,6 +31,7 @@ __all__ = [
     "GRID_PAGE",
     "GRID_PAGE_SIZE",
     "GRID_SHEET",
+    "TABLE_PAGE",
     "HEATMAPS_CONTAINER",
     "HIDDEN_KEY_PREFIX",
     "HOVER_ATLAS",
@@ -57,6 +58,7 @@ __all__ = [
     "RULE_CLASS",
     "RULE_K",
     "RULE_SEED",
+    "RULE_THRESHOLD",
     "RULE_VERDICT",
     "RUN_COMPARISON",
     "RUN_STARTED",
@@ -207,11 +209,14 @@ COLOUR_SCALE = "colour_scale"
 MEASURE_MEMORY = "measure_memory"
 GRID_PAGE_SIZE = "grid_page_size"
 GRID_PAGE = "grid_page"
+TABLE_PAGE = "table_page"
+"""Prefix of the table's page number (``per_source(TABLE_PAGE, batch_key)``), past one page."""
 PICKERS = "pickers"
 RULE = "rule"
 RULE_K = "rule_k"
 RULE_CLASS = "rule_class"
 RULE_SEED = "rule_seed"
+RULE_THRESHOLD = "rule_threshold"
 RULE_VERDICT = "rule_verdict"
 HEATMAPS_CONTAINER = "heatmaps"
 DETAIL_OPEN = "detail_open"
@@ -283,14 +288,20 @@ TRIAGE_CLASS = "triage_class"
 TRIAGE_VERDICT = "triage_verdict"
 TRIAGE_PICK_VERDICT = "triage_pick_verdict"
 TRIAGE_PICK = "triage_pick"
+TRIAGE_POSITION = "triage_position"
+"""The suspect in view: its place in the queue, from 1 (flagged suspects first)."""
+SLICE_PICK = "slice_pick"
+"""Prefix of each slice card's button that picks its images (``per_source(SLICE_PICK, rank)``)."""
 VERDICT_STORE = "verdict_store"
 """(batch and model, path) of the store the batch's verdicts belong beside."""
 __all__ += [
+    "SLICE_PICK",
     "TRIAGE_CLASS",
     "TRIAGE_NEIGHBOUR",
     "TRIAGE_NOTE",
     "TRIAGE_PICK",
     "TRIAGE_PICK_VERDICT",
+    "TRIAGE_POSITION",
     "TRIAGE_PROBLEM",
     "TRIAGE_RESULT",
     "TRIAGE_SESSION_VERDICTS",
@@ -306,10 +317,19 @@ LAYER = "layer"
 """Prefix of the layer select box's key, one per model (``per_source(LAYER, identity)``)."""
 
 # The trust badges beside the maps.
-__all__ += ["TRUST_BADGES", "TRUST_BADGES_CONTAINER"]
+__all__ += ["TRUST_BADGES", "TRUST_BADGES_CONTAINER", "TRUST_BADGES_FULL", "TRUST_BADGES_RUN"]
 TRUST_BADGES = "trust_badges"
 """The switch that turns the badges (and their checks) on and off."""
 TRUST_BADGES_CONTAINER = "trust_badges_shown"
+TRUST_BADGES_RUN = "trust_badges_run"
+"""The button that runs the badges' checks that did not fit in a click's budget."""
+TRUST_BADGES_FULL = "trust_badges_full"
+"""Session state: the (picks, request) whose badges were asked to run in full."""
+
+# The occlusion note beside the maps.
+__all__ += ["OCCLUSION_CHECK"]
+OCCLUSION_CHECK = "occlusion_check"
+"""The switch that checks the shown maps' peaks against occlusion (off: costs forwards)."""
 
 # Deep links and named selections.
 __all__ += [
@@ -356,6 +376,7 @@ TAB_DRAWN = "tab_drawn"
 VIEW_WIDGETS: dict[str, tuple[str, ...]] = {
     "Thumbnails": (GRID_PAGE_SIZE, GRID_PAGE),
     "Feature space": (EMBEDDING_PROJECTION, EMBEDDING_COLOUR),
+    "Table": (TABLE_PAGE,),
 }
 """The value widgets of each outputs view (``state.keep_closed_tabs``), as TAB_WIDGETS."""
 TAB_WIDGETS: dict[str, tuple[str, ...]] = {
@@ -363,6 +384,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         OUTPUTS_TAB,
         GRID_PAGE_SIZE,
         GRID_PAGE,
+        TABLE_PAGE,
         EMBEDDING_PROJECTION,
         EMBEDDING_COLOUR,
         MERGE_MODE,
@@ -370,6 +392,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         RULE_K,
         RULE_CLASS,
         RULE_SEED,
+        RULE_THRESHOLD,
         RULE_ANCHOR,
         RULE_VERDICT,
         TEXT,
@@ -378,6 +401,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         DOWNLOADS_OPEN,
         LAYER,
         TRUST_BADGES,
+        OCCLUSION_CHECK,
         SELECTION_NAME,
         SELECTION_NOTE,
         SELECTION_CHOSEN,
@@ -393,7 +417,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         TRUST_MAP_METHOD,
         TRUST_MAP_IMAGE,
     ),
-    "Triage": (TRIAGE_PICK_VERDICT, TRIAGE_NOTE, TRIAGE_CLASS),
+    "Triage": (TRIAGE_POSITION, TRIAGE_PICK_VERDICT, TRIAGE_NOTE, TRIAGE_CLASS),
 }
 """The value widgets each explorer tab draws, by key (or ``per_source`` prefix): a closed tab
 is not drawn, and Streamlit forgets the value of a widget a run does not draw. The Strategies

@@ -3,7 +3,8 @@
 The candidates come from ``layers.probe``, one forward of a zero image measured once per model,
 input size, dtype and device and then looked up, so a rerun costs nothing. The automatic layer
 (the one gradpick picks when none is named) is marked and chosen to begin with; the choice is
-kept per model, so switching models never offers a layer the new one lacks.
+kept per model, so switching models never offers a layer the new one lacks. A layer the model
+lacks (a link's, say) is said and the automatic one used.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import streamlit as st
 
 from gradpick import attribution
 from gradpick.gradients import layers
-from gradpick.ui import keys
+from gradpick.ui import keys, state
 from gradpick.ui.heatmaps import HeatmapRequest
 from gradpick.ui.session import Loaded
 
@@ -58,13 +59,18 @@ def with_layer(loaded: Loaded, request: HeatmapRequest) -> HeatmapRequest:
         return request
     names = [layer.name for layer in found.layers]
     key = _key(loaded)
-    if st.session_state.get(key) not in names:
-        st.session_state.pop(key, None)
+    session = st.session_state
+    asked = session.get(key)
+    if asked is not None and asked not in names:
+        session.pop(key)
+        st.warning(
+            f"{loaded.option.label} has no spatial layer {asked}: the automatic one is used."
+        )
     by_name = {layer.name: layer for layer in found.layers}
+    state.start_at(session, key, found.automatic if found.automatic in names else names[-1])
     name = st.selectbox(
         "Layer",
         names,
-        index=names.index(found.automatic) if found.automatic in names else len(names) - 1,
         format_func=lambda option: label(by_name[option], found.automatic),
         key=key,
         help=f"Where {attribution.get(request.method).label} reads the activation and its "

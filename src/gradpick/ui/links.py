@@ -4,8 +4,9 @@ Plain Python, no Streamlit, so every refusal is unit-tested. ``View.to_params`` 
 page shows (the source, model, batch, picks, method and its settings, target, tab and view);
 ``from_params`` reads a link someone sent, keeping only what this server allows: a hosted demo
 never takes a server folder, a store path or a model it does not ship. Whatever is dropped is
-said in a note, and the page keeps its default for it. ``fit_to_source`` then checks the
-numbers against the source once its size is known (start, batch size, picks, target class).
+said in a note, and the page keeps its default for it, as for whatever the link leaves out.
+``fit_to_source`` then checks the numbers against the source once its size is known (start,
+batch size, picks, suspect, target class).
 
 Example::
 
@@ -19,6 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "COMPARE_NONE",
+    "KNOWN",
+    "SCALES",
     "SETTING_PREFIX",
     "Allowed",
     "Range",
@@ -29,6 +33,13 @@ __all__ = [
 
 SETTING_PREFIX = "m."
 """Before each attribution setting's name: ``m.steps=32``."""
+COMPARE_NONE = "none"
+"""``compare=none``: compare with nothing (where the page's default compares with a model)."""
+SCALES = ("per image", "shared")
+"""The colour scales, as the sidebar offers them; ``scale=shared`` in a link."""
+SWITCH = ("on", "off")
+MAX_LAYER = 200
+"""Characters of a layer's name at most: a longer one is a garbled link."""
 MAX_PICKS = 1000
 """More picks than any page draws: a longer list is a garbled link, not a selection."""
 
@@ -55,6 +66,9 @@ class Allowed:
     tabs: tuple[str, ...] = ()
     views: tuple[str, ...] = ()
     splits: tuple[str, ...] = ("test", "train")
+    page_sizes: tuple[int, ...] = ()
+    projections: tuple[str, ...] = ()
+    colourings: tuple[str, ...] = ()
     max_batch_size: int | None = None
     hosted: bool = False
 
@@ -79,6 +93,24 @@ class View:
     target_class: int | None = None
     tab: str | None = None
     view: str | None = None
+    layer: str | None = None
+    """A layer method's layer (None: the automatic one); checked against the model's layers
+    once the model is loaded."""
+    compare: str | None = None
+    """The built-in model compared with, or ``COMPARE_NONE``."""
+    suspect: int | None = None
+    """The Triage queue's position, from 1."""
+    scale: str | None = None
+    badges: bool | None = None
+    occlusion: bool | None = None
+    """Whether the shown maps are checked against occlusion (None: off, the default)."""
+    memory: bool | None = None
+    per_page: int | None = None
+    page: int | None = None
+    """The thumbnails' page, from 1."""
+    projection: str | None = None
+    colour: str | None = None
+    """What the feature space's points are coloured by."""
 
     def to_params(self) -> dict[str, str]:
         """The query parameters of this view, in a stable order; a folder or store path only
@@ -86,9 +118,9 @@ class View:
         params: dict[str, str] = {}
         if self.kind is not None:
             params["src"] = self.kind
-        if self.kind in ("cifar10", "folder") and self.split is not None:
+        if self.kind in ("cifar10", "folder", "parquet") and self.split is not None:
             params["split"] = self.split
-        if self.kind == "folder" and self.folder:
+        if self.kind in ("folder", "parquet") and self.folder:
             params["folder"] = self.folder
         if self.kind == "stored" and self.outputs:
             params["outputs"] = self.outputs
@@ -107,8 +139,20 @@ class View:
         _put(params, "target", self.target)
         if self.target == "class":
             _put(params, "class", self.target_class)
+        _put(params, "layer", self.layer)
+        _put(params, "scale", self.scale)
+        switches = (("badges", self.badges), ("occlusion", self.occlusion), ("memory", self.memory))
+        for name, switch in switches:
+            if switch is not None:
+                params[name] = SWITCH[0] if switch else SWITCH[1]
         _put(params, "tab", self.tab)
         _put(params, "view", self.view)
+        _put(params, "per_page", self.per_page)
+        _put(params, "page", self.page)
+        _put(params, "projection", self.projection)
+        _put(params, "colour", self.colour)
+        _put(params, "compare", self.compare)
+        _put(params, "suspect", self.suspect)
         return params
 
 
@@ -134,8 +178,20 @@ KNOWN = frozenset(
         "class",
         "tab",
         "view",
+        "layer",
+        "compare",
+        "suspect",
+        "scale",
+        "badges",
+        "occlusion",
+        "memory",
+        "per_page",
+        "page",
+        "projection",
+        "colour",
     )
 )
+"""Every parameter a link may hold, besides the ``m.`` settings."""
 
 
 def from_params(
@@ -154,9 +210,9 @@ def from_params(
             "The link names a folder on the server: a hosted demo never reads one, so it "
             "opens CIFAR-10."
         )
-    folder = raw.get("folder", "").strip() if kind == "folder" else ""
+    folder = raw.get("folder", "").strip() if kind in ("folder", "parquet") else ""
     outputs = raw.get("outputs", "").strip() if kind == "stored" else ""
-    if kind == "folder" and not folder or kind == "stored" and not outputs:
+    if kind in ("folder", "parquet") and not folder or kind == "stored" and not outputs:
         notes.append(f"The link's source {kind} names no folder; it was ignored.")
         kind = None
     view = View(
@@ -174,6 +230,17 @@ def from_params(
         target_class=_whole(raw, "class", notes),
         tab=_choice(raw, "tab", allowed.tabs, "tab", notes),
         view=_choice(raw, "view", allowed.views, "view", notes),
+        layer=_layer(raw.get("layer"), notes),
+        compare=_choice(raw, "compare", (*allowed.models, COMPARE_NONE), "model to compare", notes),
+        suspect=_from_one(raw, "suspect", notes),
+        scale=_choice(raw, "scale", SCALES, "colour scale", notes),
+        badges=_switch(raw, "badges", notes),
+        occlusion=_switch(raw, "occlusion", notes),
+        memory=_switch(raw, "memory", notes),
+        per_page=_page_size(raw, allowed.page_sizes, notes),
+        page=_from_one(raw, "page", notes),
+        projection=_choice(raw, "projection", allowed.projections, "projection", notes),
+        colour=_choice(raw, "colour", allowed.colourings, "colouring", notes),
     )
     method = _choice(raw, "method", tuple(allowed.methods), "attribution view", notes)
     ranges = allowed.methods.get(method, {}) if method is not None else {}
@@ -209,11 +276,17 @@ def fit_to_source(view: View, total: int, classes: int) -> tuple[View, list[str]
             f"Picks {', '.join(map(str, outside))} are outside this batch of {batch:,} images "
             "and were dropped."
         )
+    suspect = view.suspect
+    if suspect is not None and suspect > batch:
+        notes.append(f"The link's suspect {suspect} is beyond this batch of {batch:,} images.")
+        suspect = None
     target_class = view.target_class
     if target_class is not None and target_class >= classes:
         notes.append(f"The link's class {target_class} does not exist here ({classes} classes).")
         target_class = None
-    fitted = replace(view, start=start, size=size, picks=picks, target_class=target_class)
+    fitted = replace(
+        view, start=start, size=size, picks=picks, target_class=target_class, suspect=suspect
+    )
     return fitted, notes
 
 
@@ -243,6 +316,37 @@ def _whole(raw: Mapping[str, str], name: str, notes: list[str]) -> int | None:
     if text.strip().isdigit():
         return int(text)
     notes.append(f"The link's {name}={text!r} is not a whole number ≥ 0; ignored.")
+    return None
+
+
+def _from_one(raw: Mapping[str, str], name: str, notes: list[str]) -> int | None:
+    """A whole number counted from 1 (a position in a queue)."""
+    number = _whole(raw, name, notes)
+    if number == 0:
+        notes.append(f"The link's {name}=0 was ignored: it counts from 1.")
+        return None
+    return number
+
+
+def _page_size(raw: Mapping[str, str], sizes: Sequence[int], notes: list[str]) -> int | None:
+    text = _choice(raw, "per_page", [str(size) for size in sizes], "thumbnails per page", notes)
+    return None if text is None else int(text)
+
+
+def _switch(raw: Mapping[str, str], name: str, notes: list[str]) -> bool | None:
+    text = _choice(raw, name, SWITCH, name, notes)
+    return None if text is None else text == SWITCH[0]
+
+
+def _layer(text: str | None, notes: list[str]) -> str | None:
+    """A module's name as ``named_modules`` gives it (``layer2.1.conv2``); anything else is a
+    garbled link. Whether the model has that layer is checked once it is loaded."""
+    if text is None:
+        return None
+    name = text.strip()
+    if name and len(name) <= MAX_LAYER and all(c.isalnum() or c in "._-" for c in name):
+        return name
+    notes.append(f"The link's layer {text[:40]!r} is not a layer's name; ignored.")
     return None
 
 

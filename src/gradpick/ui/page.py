@@ -17,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
+from gradpick.attribution.notes import model_note
 from gradpick.data import ImageBatch, ImageSource
 from gradpick.models.zoo import LoadedModel
 from gradpick.outputs import store_format as store
@@ -34,6 +35,7 @@ from gradpick.ui.panels import compare as compare_panel
 from gradpick.ui.panels import explore as gradients_panel
 from gradpick.ui.panels import outputs, sidebar
 from gradpick.ui.panels import selections as selections_panel
+from gradpick.ui.panels import slices as slices_panel
 from gradpick.ui.panels import strategies as strategies_panel
 from gradpick.ui.panels import triage as triage_panel
 from gradpick.ui.panels import trust as checks_panel
@@ -176,6 +178,9 @@ def main(after_inference: Callable[[], None] | None = None) -> None:
     if after_inference is not None:
         after_inference()
     outputs.readouts(loaded)
+    flat = model_note(loaded.result.logits, loaded.option.label)
+    if flat is not None:  # said once, above every map it explains
+        st.warning(flat)
     st.session_state[keys.RUN_STARTED] = started
     _explorer(loaded, settings)
 
@@ -223,5 +228,6 @@ _PANELS: dict[str, tuple[Callable[[Loaded, Settings], None], str]] = {
     "Trust": (checks_panel.render, "The trust checks"),
     "Compare": (compare_panel.render, "The comparison"),
     "Triage": (triage_panel.render, "The triage"),
+    "Slices": (slices_panel.render, "The slices"),
 }
 """The other tabs' panels and what their guard calls them."""

@@ -64,14 +64,17 @@ __all__ = [
 ]
 
 DEFAULT_BATCH_SIZE = 1000
-SOURCE_KINDS = ("cifar10", "folder", "upload", "stored")
+SOURCE_KINDS = ("cifar10", "folder", "parquet", "upload", "stored")
 SOURCE_LABELS = {
     "cifar10": "CIFAR-10",
     "folder": "Local folder",
+    "parquet": "Hugging Face dataset",
     "upload": "Uploaded images",
     "stored": "Stored outputs",
 }
-LOCAL_KINDS = ("folder", "stored")
+LOCAL_KINDS = ("folder", "parquet", "stored")
+FOLDER_KINDS = ("folder", "parquet")
+"""Sources typed as a path on the server: an image folder, or a dataset's Parquet shards."""
 """Sources that read the server's file system: off in hosted mode."""
 LOG = logging.getLogger("gradpick.ui")
 
@@ -116,8 +119,8 @@ class DataChoice:
             return f"stored:{self.outputs.strip()}"
         if self.kind == "upload":
             return "upload:" + ",".join(upload.identity for upload in self.uploads)
-        if self.kind == "folder":
-            return f"folder:{self.folder.strip()}:{self.split}"
+        if self.kind in FOLDER_KINDS:
+            return f"{self.kind}:{self.folder.strip()}:{self.split}"
         origin = os.environ.get(data.CIFAR10_DIR_ENV) or "torchvision"
         return f"cifar10:{self.split}:{origin}" + (":hosted" if self.hosted else "")
 
@@ -152,13 +155,22 @@ def open_source(
                 "folder holding train/ and test/ trees, or an extracted cifar-10-batches-py."
             )
         return data.open_source(choice.folder.strip(), choice.split, spec)
+    if choice.kind == "parquet":
+        path = choice.folder.strip()
+        if not path or not data.is_parquet_dataset(Path(path).expanduser()):
+            raise DataError(
+                "Type the path of a Hugging Face dataset's Parquet files: its folder as the Hub "
+                "lays it out (data/train-00000-of-00001.parquet, ...) or one .parquet file."
+            )
+        return data.parquet_folder(path, choice.split, spec)
     if choice.kind == "upload":
         files = [(upload.name, upload.data) for upload in choice.uploads]
         return data.images_from_files(files, spec=spec)
     if choice.kind == "stored":
         from gradpick.outputs import stores as stored
 
-        return stored.stored_source(stored.open_stored(choice.outputs))
+        # the source needs the store's metadata only: one column read, not the outputs
+        return stored.stored_source(stored.open_stored(choice.outputs, ("position",)))
     raise InputError(f"Unknown data source '{choice.kind}'; use one of {', '.join(SOURCE_KINDS)}.")
 
 
@@ -210,11 +222,21 @@ def check_batch_size(requested: int, total: int, cap: int | None = None) -> int:
 def read_batch(
     source: ImageSource, choice: DataChoice, progress: ProgressCallback | None = None
 ) -> ImageBatch:
-    """The batch a choice names, decoded chunk by chunk with progress."""
-    with _named_for_visitors(choice):
-        return data.load_batch(
-            source, start=choice.start, size=choice.size, seed=choice.seed, progress=progress
-        )
+    """The batch a choice names, decoded chunk by chunk with progress; a store's, kept beside
+    it once decoded (``stores.kept_pixels``)."""
+
+    def decode() -> ImageBatch:
+        with _named_for_visitors(choice):
+            return data.load_batch(
+                source, start=choice.start, size=choice.size, seed=choice.seed, progress=progress
+            )
+
+    if choice.kind != "stored":
+        return decode()
+    from gradpick.outputs import stores as stored
+
+    key = f"{source.fingerprint()}|{source.spec.describe()}|{choice.batch_key}"
+    return stored.kept_pixels(choice.outputs.strip(), key, decode)
 
 
 @contextmanager
@@ -284,10 +306,19 @@ class ModelOption:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     """The user's input spec settings; unset ones come from the model's own metadata."""
+    output: str | None = None
+    """The user's ``--output`` (``sigmoid``: independent labels); None: the model's own."""
 
     @property
     def spec_overrides(self) -> SpecOverrides:
-        return given_overrides(self.input_size, self.resize, self.mean, self.std, self.class_names)
+        return given_overrides(
+            self.input_size,
+            self.resize,
+            self.mean,
+            self.std,
+            self.class_names,
+            output=self.output,
+        )
 
     @property
     def accuracy(self) -> float | None:
@@ -299,6 +330,8 @@ class ModelOption:
         """Names the exact weights, so caches never mix two trainings of one architecture."""
         if self.factory:
             identity = f"user:{self.factory}:{self.weights_path}@{self.weights_stamp}"
+            if self.output is not None:
+                identity += f"|output={self.output}"
             spec = (self.input_size, self.resize, self.mean, self.std)
             return identity if spec == ("", None, None, None) else f"{identity}|spec={spec}"
         if self.upload is not None:
@@ -357,6 +390,7 @@ def user_model_option(args: UserModelArgs) -> ModelOption:
         resize=args.resize,
         mean=args.mean,
         std=args.std,
+        output=args.output,
     )
 
 
@@ -450,21 +484,26 @@ def device_options() -> list[DeviceOption]:
 # ----------------------------------------------------------------------------- outputs
 
 
-def batch_table(batch: ImageBatch, result: InferenceResult) -> pd.DataFrame:
-    """One row per image of the batch (row i is index i), for the table and the report."""
-    names = batch.class_names
+def batch_table(
+    batch: ImageBatch, result: InferenceResult, rows: range | None = None
+) -> pd.DataFrame:
+    """One row per image of the batch (row i is index i), for the table and the report;
+    ``rows``: only these images (a page of the table), their indices kept."""
+    rows = range(len(batch)) if rows is None else rows
+    part = slice(rows.start, rows.stop)
+    names = np.asarray(batch.class_names, dtype=object)
     table = pd.DataFrame(
         {
-            "index": range(len(batch)),
-            "name": batch.names,
-            "predicted": [names[int(p)] for p in result.predictions],
-            "confidence": result.confidences.numpy().round(4),
+            "index": rows,
+            "name": batch.names[part],
+            "predicted": names[result.predictions[part].numpy()],
+            "confidence": result.confidences[part].numpy().round(4),
         }
     )
     if result.labels is not None and result.losses is not None and result.correct is not None:
-        table.insert(2, "true", [names[int(label)] for label in result.labels])
-        table["loss"] = result.losses.numpy().round(4)
-        table["correct"] = result.correct.numpy()
+        table.insert(2, "true", names[result.labels[part].numpy()])
+        table["loss"] = result.losses[part].numpy().round(4)
+        table["correct"] = result.correct[part].numpy()
     return table
 
 

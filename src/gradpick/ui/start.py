@@ -22,13 +22,19 @@ import sys
 import streamlit as st
 
 from gradpick.ui import warmup
-from gradpick.ui.keys import CLASS_PREFIX, HIDDEN_KEY_PREFIX, PRELOAD_CONTAINER
+from gradpick.ui.keys import (
+    CLASS_PREFIX,
+    HEATMAPS_CONTAINER,
+    HIDDEN_KEY_PREFIX,
+    PRELOAD_CONTAINER,
+)
 
 __all__ = ["PAGE_STYLE", "run"]
 
 PAGE_STYLE = f"""<style>
 .js-plotly-plot image, [data-testid="stImage"] img {{ image-rendering: pixelated; }}
 [class*="{CLASS_PREFIX}{HIDDEN_KEY_PREFIX}"] {{ display: none; }}
+.{CLASS_PREFIX}{HEATMAPS_CONTAINER} [data-testid="stImageCaption"] {{ contain: inline-size; }}
 body [data-testid="stSpinnerIcon"] {{
   animation-duration: 2s; animation-timing-function: steps(4); }}
 body:has([data-testid="stProgress"]) [data-testid="stSpinnerIcon"] {{ animation: none; }}
@@ -36,7 +42,10 @@ body:has([data-testid="stProgress"]) [data-testid="stSpinnerIcon"] {{ animation:
 [data-test-script-state="running"] * {{ transition-duration: 0s !important; }}
 </style>"""
 """Thumbnails and heatmaps are scaled by the browser too: keep their pixels sharp. Hidden
-containers take no room. No animation draws sixty frames a second beside the server's work:
+containers take no room. A map's caption never widens its picture: Streamlit stretches an
+image to a longer caption, so a failing map, whose caption gives the reason, was drawn larger
+than the others (``contain: inline-size`` lets the picture alone set the width; the caption
+wraps under it). No animation draws sixty frames a second beside the server's work:
 the browser draws each frame on the cores that work needs.
 
 * Streamlit's spinner turns a quarter every half second, and stands still while a progress bar

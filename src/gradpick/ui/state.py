@@ -53,6 +53,7 @@ __all__ = [
     "picked",
     "selection_revision",
     "set_picked",
+    "start_at",
     "State",
     "table_rows",
     "text_key",
@@ -259,3 +260,13 @@ def keep(state: State, *keys: str) -> None:
     a value set through the session state in that run. Keys without a value are left alone."""
     for key in [key for key in keys if key in state]:
         state[key] = state[key]
+
+
+def start_at(state: State, key: str, value: Any) -> Any:
+    """Give the keyed widget ``key`` its first value through the session state, unless it holds
+    one (the user's, or a link's); the widget is then created without a default of its own.
+
+    Streamlit logs a warning when a widget is created with a default and its key was also set
+    through the session state in that run, as a link sets the widgets it names. Returns the
+    value the widget starts at."""
+    return state.setdefault(key, value)

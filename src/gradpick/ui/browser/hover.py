@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,9 @@ class Atlas:
     jpeg: bytes
     columns: int
     side: int
+    indices: tuple[int, ...] | None = None
+    """The batch index of each cell when the atlas holds a sample of the batch (the images a
+    sampled scatter draws); None: cell i is image i."""
 
 
 def cell_side(count: int, height: int) -> int:
@@ -45,9 +49,10 @@ def cell_side(count: int, height: int) -> int:
     return min(height, 32 if count > LARGE_BATCH else 64)
 
 
-def atlas(images: np.ndarray) -> Atlas:
+def atlas(images: np.ndarray, indices: Sequence[int] | None = None) -> Atlas:
     """The atlas of uint8 [n, 3, H, W] ``images`` (box-filtered down to square ``cell_side``
-    cells), image i in row i // columns, column i % columns of a near-square grid."""
+    cells), image i in row i // columns, column i % columns of a near-square grid;
+    ``indices``: the batch index of each image, when they are a sample of the batch."""
     count, _, height, width = images.shape
     side = cell_side(count, height)
     columns = max(1, math.ceil(math.sqrt(count)))
@@ -62,7 +67,8 @@ def atlas(images: np.ndarray) -> Atlas:
         sheet[top : top + side, left : left + side] = pixels
     buffer = io.BytesIO()
     Image.fromarray(sheet).save(buffer, format="JPEG", quality=90)
-    return Atlas(buffer.getvalue(), columns, side)
+    kept = None if indices is None else tuple(int(i) for i in indices)
+    return Atlas(buffer.getvalue(), columns, side, kept)
 
 
 _BODY = """
@@ -71,6 +77,8 @@ _BODY = """
     const point = event.points && event.points[0];
     if (!point || point.customdata === undefined || !event.event) return;
     const index = Number(point.customdata);
+    const cell = config.indices === null ? index : config.indices.indexOf(index);
+    if (cell < 0) return;
     const size = config.display;
     const element = tip();
     element.dataset.index = String(index);
@@ -78,8 +86,8 @@ _BODY = """
     element.style.height = size + 'px';
     element.style.backgroundImage = 'url("' + config.atlas + '")';
     element.style.backgroundSize = (config.columns * size) + 'px auto';
-    element.style.backgroundPosition = (-(index % config.columns) * size) + 'px '
-      + (-Math.floor(index / config.columns) * size) + 'px';
+    element.style.backgroundPosition = (-(cell % config.columns) * size) + 'px '
+      + (-Math.floor(cell / config.columns) * size) + 'px';
     // Below and to the left of the mouse: plotly's label opens to its right.
     const left = event.event.clientX - 16 - size;
     element.style.left = (left < 4 ? event.event.clientX + 16 : left) + 'px';
@@ -118,6 +126,7 @@ def script(chart_selectors: list[str], atlas_url: str, layout: Atlas) -> str:
         "charts": chart_selectors,
         "atlas": atlas_url,
         "columns": layout.columns,
+        "indices": None if layout.indices is None else list(layout.indices),
         "display": DISPLAY_SIDE,
         "tip": TIP_ID,
         "tipStyle": _TIP_STYLE,

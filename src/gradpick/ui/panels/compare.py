@@ -24,6 +24,7 @@ from gradpick import compare as versus
 from gradpick.data import ImageBatch
 from gradpick.errors import DataError
 from gradpick.models.zoo import LoadedModel
+from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs import stores as stored
 from gradpick.outputs.inference import InferenceResult
 from gradpick.show import render as pictures
@@ -79,6 +80,7 @@ def _second(loaded: Loaded, settings: Settings) -> Second | None:
     source = settings.source
     if chosen is None or source is None:
         return None
+    refuse_sigmoid(loaded.result.output, "Compare", "the first model")
     if isinstance(chosen, str):
         stamp = Path(chosen).expanduser().stat().st_mtime if Path(chosen).exists() else 0.0
         opened = cache.stored_outputs(chosen, stamp)
@@ -90,6 +92,9 @@ def _second(loaded: Loaded, settings: Settings) -> Second | None:
         identity = dict(opened.metadata.get("model") or {})
         name = str(identity.get("identity", chosen))
         result = cache.stored_result(loaded.key, stamp, name, opened, loaded.batch)
+        refuse_sigmoid(
+            result.output, "Compare", f"the store {opened.path} holds a sigmoid model's outputs: it"
+        )
         return Second(identity, name, loaded.batch, result, None)
     device = str(loaded.device)
     served = cache.served(chosen.identity, device, chosen)
@@ -98,6 +103,7 @@ def _second(loaded: Loaded, settings: Settings) -> Second | None:
     batch, _ = service.fit_classes(pixels, served.classes, chosen.class_names)
     keep = not app_config().hosted
     result = cache.inference(loaded.key, chosen.identity, device, served, batch, at_spec, keep)
+    refuse_sigmoid(result.output, "Compare", "the second model")
     return Second(served.identity(), chosen.identity, batch, result, served)
 
 
@@ -126,49 +132,102 @@ def _pairing(loaded: Loaded, second: Second) -> versus.Pairing:
     )
 
 
-def flip_matrix(pairing: versus.Pairing) -> go.Figure:
-    """One marker per flip cell, sized by its count; its customdata is the cell's index in
-    ``versus.OUTCOMES`` (or ``AGREEMENT``), so a click picks every image in it."""
+CELL_FILLS = {
+    "both_right": "#d3f9d8",
+    "first_only_right": "#fff3bf",
+    "second_only_right": "#d0ebff",
+    "both_wrong": "#ffe3e3",
+    "agree": "#d3f9d8",
+    "disagree": "#ffe3e3",
+}
+"""Each cell's pale fill: the counts on it are near-black, at a contrast of 15:1 or more."""
+COUNT_COLOUR = "#111111"
+COUNT_SIZE = 30
+"""Pixels of a cell's count: read from across the room, not hovered for."""
+
+
+def flip_matrix(pairing: versus.Pairing, names: tuple[str, str] = ("first", "second")) -> go.Figure:
+    """The flips as a table of cells (2 × 2 with labels: the first model right or wrong by the
+    second right or wrong, each named by ``names``; else same or different prediction), each a
+    pale square with its count large and near-black and what it holds under it. A transparent
+    marker at each cell's centre carries the cell's index in ``versus.OUTCOMES`` (or
+    ``AGREEMENT``) as customdata, so a click anywhere on the cell picks every image in it."""
     groups = versus.flip_groups(pairing)
     counts = [len(rows) for rows in groups.values()]
-    largest = max(max(counts), 1)
     if pairing.labels is None:
         x, y, columns, rows = [0, 1], [0, 0], ["same", "different"], ["predictions"]
-        colours = [figures.RIGHT, figures.WRONG]
     else:
         x, y = [0, 1, 0, 1], [0, 0, 1, 1]
-        columns, rows = ["second right", "second wrong"], ["first right", "first wrong"]
-        colours = [figures.RIGHT, figures.WRONG, figures.PICKED, figures.NEUTRAL]
+        first, second = names
+        columns, rows = [f"{second} right", f"{second} wrong"], [f"{first} right", f"{first} wrong"]
+    total = max(sum(counts), 1)
+    cells_of = list(groups)
+    cells = [
+        {
+            "type": "rect",
+            "x0": column - 0.48,
+            "x1": column + 0.48,
+            "y0": row - 0.47,
+            "y1": row + 0.47,
+            "fillcolor": CELL_FILLS[name],
+            "line": {"color": "#495057", "width": 1},
+            "layer": "below",
+        }
+        for column, row, name in zip(x, y, cells_of, strict=True)
+    ]
     trace = {
         "type": "scatter",
         "x": x,
         "y": y,
         "mode": "markers+text",
-        "text": [f"{count:,}" for count in counts],
+        "text": [
+            f"<b>{count:,}</b><br><span style='font-size:13px'>{CELL_LABELS[name]} · "
+            f"{count / total:.0%}</span>"
+            for count, name in zip(counts, cells_of, strict=True)
+        ],
         "textposition": "middle center",
+        "textfont": {"size": COUNT_SIZE, "color": COUNT_COLOUR},
         "customdata": [[index] for index in range(len(counts))],
-        "hovertext": [CELL_LABELS[name] for name in groups],
-        "hovertemplate": "%{hovertext}: %{text} image(s)<extra></extra>",
-        "marker": {
-            "size": [24 + 60 * float(np.sqrt(count / largest)) for count in counts],
-            "color": colours,
-            "opacity": 0.8,
-            "symbol": "square",
-        },
+        "hovertext": [
+            f"{CELL_LABELS[name]}: {count:,} image(s)"
+            for name, count in zip(cells_of, counts, strict=True)
+        ],
+        "hovertemplate": "%{hovertext}; click to pick them<extra></extra>",
+        "marker": {"size": 110, "color": "rgba(0,0,0,0)", "symbol": "square"},
+        # a picked cell keeps its count as clear as the others
+        "selected": {"marker": {"opacity": 1}, "textfont": {"color": COUNT_COLOUR}},
+        "unselected": {"marker": {"opacity": 1}, "textfont": {"color": COUNT_COLOUR}},
         "showlegend": False,
     }
+    tick = {"size": 15, "color": COUNT_COLOUR}
     figure = go.Figure([trace])
     figure.update_layout(
         height=320,
         margin={"l": 10, "r": 10, "t": 10, "b": 10},
+        shapes=cells,
+        plot_bgcolor="white",
         # numeric axes with named ticks: a cell's place on the page is plain arithmetic
-        xaxis={"tickvals": [0, 1][: len(columns)], "ticktext": columns, "range": [-0.6, 1.6]},
+        xaxis={
+            "tickvals": [0, 1][: len(columns)],
+            "ticktext": columns,
+            "range": [-0.5, 1.5],
+            "side": "top",
+            "tickfont": tick,
+            "showgrid": False,
+            "zeroline": False,
+            "fixedrange": True,
+        },
         yaxis={
             "tickvals": [0, 1][: len(rows)],
             "ticktext": rows,
-            "range": [len(rows) - 0.4, -0.6],
+            "range": [len(rows) - 0.5, -0.5],
+            "tickfont": tick,
+            "showgrid": False,
+            "zeroline": False,
+            "fixedrange": True,
         },
         clickmode="event+select",
+        dragmode=False,
     )
     return figure
 
@@ -210,15 +269,16 @@ def render(loaded: Loaded, settings: Settings) -> None:
         st.info("Choose a model to compare with in the sidebar (Compare with).")
         return
     pairing = _pairing(loaded, second)
+    names = (loaded.served.name, str(second.identity.get("name", second.key)))
     st.caption(
-        f"First: {loaded.served.name}; second: {second.identity.get('name', second.key)}; "
+        f"First: {names[0]}; second: {names[1]}; "
         f"{len(pairing):,} images, compared on each image's {pairing.reference_kind}."
     )
     left, right = st.columns([1, 1], gap="medium")
     with left:
         st.markdown("**Flips** — click a cell to pick its images")
         st.plotly_chart(
-            flip_matrix(pairing),
+            flip_matrix(pairing, names),
             key=keys.COMPARE_FLIPS,
             on_select="rerun",
             selection_mode=("points",),

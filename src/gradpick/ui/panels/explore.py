@@ -11,10 +11,12 @@ import streamlit as st
 
 from gradpick import attribution
 from gradpick.attribution import Attribution
+from gradpick.attribution.notes import MapNote, grouped_notes, map_notes
 from gradpick.picking import rules as selection
 from gradpick.runtime.measure import MemoryReport
 from gradpick.share import export, report
 from gradpick.show import render
+from gradpick.trust.agreement import TOP_SHARE
 from gradpick.ui import badges, cache, figures, heatmaps, keys, layer_select, media, service, state
 from gradpick.ui.browser import pixels
 from gradpick.ui.guard import guarded
@@ -70,6 +72,11 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     request = layer_select.with_layer(loaded, settings.request)
     settings = dataclasses.replace(settings, request=request)
     cached_by = (loaded.key, loaded.option.identity, str(loaded.device), tuple(picked))
+    # Said before the forwards run (and kept while their maps show); a setting that does not
+    # fit the images fails here with the same message the method would give.
+    cost = heatmaps.cost(loaded.model, loaded.batch, picked, request)
+    if cost is not None:
+        st.caption(f"{cost}, batched; the same picks and settings later reuse the maps.")
     result = cache.attribution(*cached_by, request, loaded.model, loaded.batch)
     titles = service.describe_indices(loaded.batch, loaded.result, picked)
     tiles = heatmaps.tiles(loaded.batch.images[picked], result.maps, settings.shared_scale)
@@ -95,9 +102,10 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
             )
         switched_on = badges.switch()
         with st.container(key=keys.HEATMAPS_CONTAINER):
+            said = map_notes(result, heatmaps.quantity(request, loaded.batch.class_names))
             captions = [
-                title if settings.shared_scale else f"{title} · saliency 0 to {tile.limit:.3g}"
-                for title, tile in zip(titles, tiles, strict=True)
+                _caption(title, tile, note, settings.shared_scale)
+                for title, tile, note in zip(titles, tiles, said, strict=True)
             ]
             strips = [
                 heatmaps.strip(tile, compact=not few, channels=result.layer_maps is None)
@@ -105,6 +113,8 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
             ]
             pictures = st.empty()
             pictures.image(strips, captions)
+        for line in grouped_notes(said, titles):
+            st.info(line)
         elapsed = time.perf_counter() - started
         # After the maps: the badges' budget is a share of the click's whole server time
         # before them, and they never hold the maps back.
@@ -112,6 +122,9 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
         if badges.any_fails(verdicts):
             pictures.image(*badges.applied(verdicts, strips, captions))
         badges.draw(verdicts, titles)
+        if request.method != attribution.Occlusion.name:
+            with guarded("The occlusion check"):
+                _occlusion_check(loaded, request, result, picked, titles)
     server_time.metric(
         "Server time for this update",
         f"{elapsed * 1000:,.0f} ms",
@@ -140,13 +153,54 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     detail = st.expander(DETAIL_LABEL, key=keys.DETAIL_OPEN, on_change="rerun")
     if detail.open:
         with detail:
-            _detail(loaded, result, tiles, titles, unit)
+            _detail(loaded, result, tiles, titles, unit, said)
     else:
         state.keep(st.session_state, keys.DETAIL)
     downloads = st.expander(DOWNLOADS_LABEL, key=keys.DOWNLOADS_OPEN, on_change="rerun")
     if downloads.open:
         with downloads:
             _downloads(loaded, settings, result, titles, memory)
+
+
+def _occlusion_check(
+    loaded: Loaded,
+    request: HeatmapRequest,
+    result: Attribution,
+    picked: list[int],
+    titles: list[str],
+) -> None:
+    """When asked (it costs occlusion's forwards): per pick, whether the shown map's peak lies
+    where occlusion finds the evidence."""
+    cost = heatmaps.occlusion_cost(loaded.model, loaded.batch, picked, request)
+    label = attribution.get(request.method).label
+    switched_on = st.toggle(
+        "Check the peaks against occlusion",
+        key=keys.OCCLUSION_CHECK,
+        help=f"Occlusion hides each 6 × 6 patch in turn and measures the drop of the same "
+        f"target: on planted causes it finds the cause far more often than gradient maps (the "
+        f"guide's Attribution methods page has the rule's false-alarm and miss rates). A note "
+        f"per pick says whether the {label} map's peak lies within 2 px of occlusion's "
+        f"strongest {TOP_SHARE:.0%} of the pixels. Costs: {cost}.",
+    )
+    if not switched_on:
+        st.caption(f"Occlusion check off ({cost} when on).")
+        return
+    notes = cache.occlusion_notes(
+        loaded.key,
+        loaded.option.identity,
+        str(loaded.device),
+        tuple(picked),
+        request,
+        loaded.model,
+        loaded.batch,
+        result,
+    )
+    for title, note in zip(titles, notes, strict=True):
+        line = f"{title}: {note.line(label)}."
+        if note.agree:
+            st.caption(line)
+        else:
+            st.warning(line)
 
 
 def _step_readouts(loaded: Loaded, result: Attribution, request: HeatmapRequest) -> None:
@@ -184,6 +238,14 @@ def _memory_readouts(memory: MemoryReport | None) -> None:
         st.caption(figure.counts)
 
 
+def _caption(title: str, tile: heatmaps.Tiles, note: MapNote | None, shared: bool) -> str:
+    """A map's caption: what is wrong with it when it shows nothing (not a scale of 0 to
+    1e-38), else its own scale unless one scale is shared."""
+    if note is not None:
+        return f"{title} · {note.short}"
+    return title if shared else f"{title} · saliency 0 to {tile.limit:.3g}"
+
+
 def _legend(tiles: list[heatmaps.Tiles], unit: str, shared: bool, channels: bool = True) -> None:
     columns = st.columns(2)
     saliency_range = f"0 to {tiles[0].limit:.3g}" if shared else "0 to each image's limit"
@@ -205,6 +267,7 @@ def _detail(
     tiles: list[heatmaps.Tiles],
     titles: list[str],
     unit: str,
+    said: list[MapNote | None],
 ) -> None:
     picked = state.picked(st.session_state)
     session = st.session_state
@@ -218,6 +281,7 @@ def _detail(
     )
     position = picked.index(index)
     tile = tiles[position]
+    note = said[position]
     left, right = st.columns([1, 3])
     left.image(tile.overlay, caption=f"{titles[position]} · overlay")
     with right:
@@ -225,7 +289,9 @@ def _detail(
         with st.container(key=keys.DETAIL_HEATMAPS):
             st.image(
                 heatmaps.map_strip(tile, MAP_GAP),
-                caption=f"{' · '.join(pixels.PANELS)}: saliency |{unit}| 0 to {tile.limit:.3g}, "
+                caption=f"{' · '.join(pixels.PANELS)}: {note.text}"
+                if note is not None
+                else f"{' · '.join(pixels.PANELS)}: saliency |{unit}| 0 to {tile.limit:.3g}, "
                 f"channels {unit} ±{tile.channel_limit:.3g}; hover for each pixel's value",
                 width="stretch",
             )
@@ -237,7 +303,13 @@ def _detail(
             st.iframe(script, height=1)
     probabilities = loaded.result.probabilities[index].numpy()
     labels = loaded.result.labels
-    st.caption("Class probabilities: click a bar to explain that class (target: chosen class).")
+    if loaded.result.output == "sigmoid":
+        st.caption(
+            "Label probabilities, each label's own sigmoid (independent labels: they need not "
+            "sum to 1): click a bar to explain that label (target: chosen label)."
+        )
+    else:
+        st.caption("Class probabilities: click a bar to explain that class (target: chosen class).")
     st.plotly_chart(
         figures.probability_bars(
             probabilities,

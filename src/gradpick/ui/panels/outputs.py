@@ -35,6 +35,7 @@ __all__ = [
     "PAGE_SIZES",
     "PROJECTION_LABELS",
     "RULE_LABELS",
+    "TABLE_PAGE_ROWS",
     "SCATTER_VIEW",
     "VIEWS",
     "absorb_selections",
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 GRID_COLUMNS = 10
+TABLE_PAGE_ROWS = 10_000
+"""The table sends at most this many rows, a page of the batch: a browser grid of 50,000 rows
+takes a second to receive and lay out, and the server a second to serialise."""
 PAGE_SIZES = (100, 50, 200)
 RULE_LABELS = {
     "misclassified": "Misclassified",
@@ -53,6 +57,7 @@ RULE_LABELS = {
     "random": "Seeded random k",
     "nearest_neighbours": "Nearest neighbours (features)",
     "judged": "By verdict (Triage)",
+    "label_threshold": "By label and threshold (sigmoid)",
 }
 ANY_VERDICT = "any"
 """The verdict rule's choice for every judged image."""
@@ -70,7 +75,12 @@ def absorb_selections(loaded: Loaded) -> None:
     state.follow_batch(session, loaded.key)
     for key in (keys.GRID_CHART, keys.SCATTER_CHART, keys.EMBEDDING_CHART):
         state.absorb(session, key, selection.indices_from_plotly_selection, len(loaded))
-    state.absorb(session, keys.TABLE, state.table_rows, len(loaded))
+    first = _table_rows(loaded).start
+
+    def table_indices(event: Mapping[str, Any] | None) -> list[int]:
+        return [first + row for row in state.table_rows(event)]
+
+    state.absorb(session, keys.TABLE, table_indices, len(loaded))
     if result.labels is not None:
 
         def cell_members(event: Mapping[str, Any] | None) -> list[int]:
@@ -194,11 +204,11 @@ def _thumbnails(loaded: Loaded, judged: Mapping[int, str]) -> None:
     pages = max(1, math.ceil(size / page_size))
     page = 1
     if pages > 1:
-        page = int(
-            top[1].number_input(
-                "Page", 1, pages, 1, key=keys.per_source(keys.GRID_PAGE, loaded.key, page_size)
-            )
-        )
+        page_key = keys.per_source(keys.GRID_PAGE, loaded.key, page_size)
+        if not 1 <= st.session_state.get(page_key, 1) <= pages:
+            st.session_state.pop(page_key)  # a link's page beyond this batch
+        state.start_at(st.session_state, page_key, 1)
+        page = int(top[1].number_input("Page", 1, pages, key=page_key))
     first, last = (page - 1) * page_size, min(page * page_size, size)
     top[2].caption(
         f"Images {first}–{last - 1} of {size:,}. Click, box- or lasso-select thumbnails; "
@@ -262,9 +272,17 @@ def _scatter_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -> 
         figure = _marked(figure, judged, lambda i: (float(confidences[i]), float(heights[i])))
     st.caption(
         "Each point is an image (hover to see it); crosses are wrong predictions; orange rings: "
-        "picked. Select to pick." + (" Open marks: the Triage tab's verdicts." if judged else "")
+        "picked. Select to pick."
+        + (" Open marks: the Triage tab's verdicts." if judged else "")
+        + _sampled(len(loaded))
     )
     _plot(figure, keys.SCATTER_CHART)
+
+
+def _sampled(count: int) -> str:
+    """The scatters' caption's note on a batch too large to draw point by point."""
+    note = figures.sample_note(count, figures.drawn_sample(count))
+    return f" {note}" if note else ""
 
 
 def _confusion(loaded: Loaded, judged: Mapping[int, str]) -> None:
@@ -296,6 +314,8 @@ def _embedding_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -
         )
         return False
     colourings = embedding.COLOURINGS if loaded.result.labels is not None else ("predicted",)
+    if st.session_state.get(keys.EMBEDDING_COLOUR, colourings[0]) not in colourings:
+        st.session_state.pop(keys.EMBEDDING_COLOUR)  # a link's colouring these images lack
     left, right = st.columns(2)
     method = left.selectbox(
         "Projection",
@@ -318,6 +338,7 @@ def _embedding_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -
         f"numbers: the input of the model's last linear layer) projected by "
         f"{PROJECTION_LABELS[method]}. Hover for the image and its classes; click, box- or "
         "lasso-select to pick; the 'Nearest neighbours' rule picks the closest in feature space."
+        + _sampled(len(loaded))
     )
     figure = cache.embedding_scatter(
         loaded.key,
@@ -335,9 +356,33 @@ def _embedding_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -
     return True
 
 
+def _table_rows(loaded: Loaded) -> range:
+    """The batch indices of the table's open page (all of them up to ``TABLE_PAGE_ROWS``)."""
+    size = len(loaded)
+    page = int(st.session_state.get(keys.per_source(keys.TABLE_PAGE, loaded.key), 1))
+    pages = max(1, math.ceil(size / TABLE_PAGE_ROWS))
+    first = (min(max(page, 1), pages) - 1) * TABLE_PAGE_ROWS
+    return range(first, min(first + TABLE_PAGE_ROWS, size))
+
+
 def _table(loaded: Loaded, judged: Mapping[int, str]) -> None:
-    st.caption("Select rows to pick them (row i is image i).")
-    table = service.batch_table(loaded.batch, loaded.result)
+    size = len(loaded)
+    if size > TABLE_PAGE_ROWS:
+        page_key = keys.per_source(keys.TABLE_PAGE, loaded.key)
+        pages = math.ceil(size / TABLE_PAGE_ROWS)
+        if not 1 <= st.session_state.get(page_key, 1) <= pages:
+            st.session_state.pop(page_key)
+        state.start_at(st.session_state, page_key, 1)
+        st.number_input(f"Table page (of {pages:,})", 1, pages, key=page_key)
+    rows = _table_rows(loaded)
+    if size > TABLE_PAGE_ROWS:
+        st.caption(
+            f"Rows {rows.start:,}–{rows.stop - 1:,} of {size:,} (a page of "
+            f"{TABLE_PAGE_ROWS:,}); select rows to pick them (the index column is the image's)."
+        )
+    else:
+        st.caption("Select rows to pick them (row i is image i).")
+    table = service.batch_table(loaded.batch, loaded.result, rows)
     if judged:
         table["verdict"] = [VERDICTS[judged[i]] if i in judged else "" for i in table["index"]]
     st.dataframe(
@@ -363,6 +408,7 @@ def _pick(result: InferenceResult, judged: Mapping[int, str]) -> None:
             anchor=int(session.get(keys.RULE_ANCHOR, 0)),
             judged=judged,
             verdict=None if verdict == ANY_VERDICT else verdict,
+            threshold=float(session.get(keys.RULE_THRESHOLD, 0.5)),
         )
     except SelectionError as error:
         session[keys.NOTICE] = str(error)
@@ -386,18 +432,32 @@ def _selection_tools(loaded: Loaded, judged: Mapping[int, str]) -> None:
     )
     with st.form(keys.PICKERS, border=True):
         rule_column, k_column = st.columns([2, 1])
-        rule_column.selectbox(
-            "Rule", selection.RULES, format_func=RULE_LABELS.__getitem__, key=keys.RULE
-        )
+        sigmoid = loaded.result.output == "sigmoid"
+        # the label rule needs a sigmoid model's own per-label probabilities
+        rules = [rule for rule in selection.RULES if sigmoid or rule != "label_threshold"]
+        rule_column.selectbox("Rule", rules, format_func=RULE_LABELS.__getitem__, key=keys.RULE)
         k_column.number_input("k", 1, len(loaded), min(16, len(loaded)), key=keys.RULE_K)
         class_column, seed_column = st.columns([2, 1])
         class_column.selectbox(
-            "Class (for the class rules)",
+            "Class or label (for the class and label rules)"
+            if sigmoid
+            else "Class (for the class rules)",
             range(len(loaded.batch.class_names)),
             format_func=loaded.batch.class_names.__getitem__,
             key=keys.RULE_CLASS,
         )
         seed_column.number_input("Seed", 0, None, 0, key=keys.RULE_SEED)
+        if sigmoid:
+            st.number_input(
+                "Threshold (for the label rule)",
+                0.0,
+                1.0,
+                0.5,
+                0.05,
+                key=keys.RULE_THRESHOLD,
+                help="Picks the images whose probability for the label (its own sigmoid) is "
+                "at least this.",
+            )
         st.number_input(
             "Image (for nearest neighbours)",
             0,

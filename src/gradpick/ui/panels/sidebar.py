@@ -15,10 +15,10 @@ from gradpick.errors import GradpickError, InputError
 from gradpick.gradients import strategies
 from gradpick.outputs import store_format as store
 from gradpick.runtime import devices
-from gradpick.ui import cache, keys, service
+from gradpick.ui import cache, keys, service, state
 from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
-from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest
+from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest, resolved_mode
 from gradpick.ui.service import (
     DEFAULT_BATCH_SIZE,
     LOCAL_KINDS,
@@ -29,7 +29,9 @@ from gradpick.ui.service import (
 from gradpick.ui.session import Settings
 
 __all__ = [
+    "compare_default",
     "render",
+    "stored_batch",
 ]
 
 
@@ -47,7 +49,9 @@ def render(config: AppConfig) -> Settings:
         st.header("Gradients")
         labelled = source is None or _labels_reach_model(source, option, device)
         names = source.class_names if source is not None else ()
-        request, shared, measure = _gradients(labelled, names, measure_by_default=not config.hosted)
+        request, shared, measure = _gradients(
+            labelled, names, measure_by_default=not config.hosted, output=_output(option, device)
+        )
     return Settings(choice, source, option, device, request, shared, measure)
 
 
@@ -63,6 +67,14 @@ def _labels_reach_model(
     except Exception:  # the page says why the model cannot load
         return True
     return service.labels_fit(source.class_names, classes)
+
+
+def _output(option: service.ModelOption, device: torch.device) -> str:
+    """The model's output kind: 'sigmoid' for a multi-label model, else 'softmax'."""
+    try:
+        return cache.served(option.identity, str(device), option).output
+    except Exception:  # the page says why the model cannot load
+        return "softmax"
 
 
 def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
@@ -109,6 +121,12 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
             folder = st.text_input(
                 "Folder", key=keys.FOLDER_PATH, placeholder="/path/to/cifar10-jpg or a class tree"
             )
+        elif kind == "parquet":
+            folder = st.text_input(
+                "Dataset folder",
+                key=keys.FOLDER_PATH,
+                placeholder="a Hub dataset's folder of .parquet shards, or one .parquet file",
+            )
         base = DataChoice(kind=kind, split=split, folder=folder, hosted=config.hosted)
     source: ImageSource | None = None
     with guarded("Opening the images"):
@@ -121,37 +139,27 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
         return base, source
     key = base.source_key
     # A store opens on the batch it holds; any other source on the page's default batch.
-    held = _stored_batch(base) if kind == "stored" else None
+    held = stored_batch(base) if kind == "stored" else None
     size = _batch_size(key, total, config.max_batch_size, None if held is None else held["size"])
     by_class = service.sorted_by_class(source)
     if by_class and held is None:
         st.caption("These images are stored class by class, so the batch is a seeded sample.")
     sampled = by_class if held is None else held["seed"] is not None
-    if st.toggle(
-        "Seeded random sample", value=sampled, key=keys.per_source(keys.RANDOM_SAMPLE, key)
-    ):
-        seed = int(
-            st.number_input(
-                "Seed",
-                min_value=0,
-                value=int((held or {}).get("seed") or 0),
-                key=keys.per_source(keys.SAMPLE_SEED, key),
-            )
-        )
-        return replace(base, size=size, seed=seed), source
-    start = int(
-        st.number_input(
-            "Start",
-            min_value=0,
-            max_value=total - 1,
-            value=min(int((held or {}).get("start") or 0), total - 1),
-            key=keys.per_source(keys.START, key),
-        )
+    session = st.session_state
+    toggle, seed_key, start_key = (
+        keys.per_source(name, key) for name in (keys.RANDOM_SAMPLE, keys.SAMPLE_SEED, keys.START)
     )
+    state.start_at(session, toggle, sampled)
+    if st.toggle("Seeded random sample", key=toggle):
+        state.start_at(session, seed_key, int((held or {}).get("seed") or 0))
+        seed = int(st.number_input("Seed", min_value=0, key=seed_key))
+        return replace(base, size=size, seed=seed), source
+    state.start_at(session, start_key, min(int((held or {}).get("start") or 0), total - 1))
+    start = int(st.number_input("Start", min_value=0, max_value=total - 1, key=start_key))
     return replace(base, start=start, size=size), source
 
 
-def _stored_batch(choice: DataChoice) -> dict[str, int | None]:
+def stored_batch(choice: DataChoice) -> dict[str, int | None]:
     """The batch (start, size, seed) held by the store the choice names."""
     path = choice.outputs.strip()
     opened = cache.stored_outputs(path, Path(path).expanduser().stat().st_mtime)
@@ -165,10 +173,10 @@ def _batch_size(source_key: str, total: int, cap: int | None, held: int | None =
     good_key = keys.per_source(keys.GOOD_BATCH_SIZE, source_key)
     limit = min(total, cap or total)
     default = min(held or DEFAULT_BATCH_SIZE, limit)
+    state.start_at(st.session_state, keys.per_source(keys.BATCH_SIZE, source_key), default)
     requested = int(
         st.number_input(
             "Batch size N",
-            value=default,
             step=100,
             key=keys.per_source(keys.BATCH_SIZE, source_key),
             help=f"1 to {limit:,} images" + (" (this demo's cap)." if limit < total else "."),
@@ -305,25 +313,52 @@ def _device() -> torch.device:
     return device
 
 
+SIGMOID_TARGET_LABELS = {
+    **TARGET_LABELS,
+    "loss": "Loss on the true label (its binary cross-entropy)",
+    "predicted": "Logit of the top label",
+    "class": "Logit of a chosen label",
+}
+"""The targets in a sigmoid (multi-label) model's words: one map per label."""
+
+
 def _gradients(
-    labelled: bool, class_names: tuple[str, ...], measure_by_default: bool
+    labelled: bool, class_names: tuple[str, ...], measure_by_default: bool, output: str
 ) -> tuple[HeatmapRequest, bool, bool]:
+    sigmoid = output == "sigmoid"
+    labels = SIGMOID_TARGET_LABELS if sigmoid else TARGET_LABELS
     strategy = st.selectbox(
         "Gradient strategy", strategies.NAMES, key=keys.STRATEGY, help=strategies.help_text()
     )
-    modes = [mode for mode in TARGET_MODES if labelled or mode != "loss"]
-    mode = st.radio("Target", modes, format_func=TARGET_LABELS.__getitem__, key=keys.TARGET_MODE)
+    # Without labels the method's default is always the predicted class: 'auto' would be a
+    # second name for it.
+    modes = [mode for mode in TARGET_MODES if labelled or mode not in ("auto", "loss")]
+    mode = st.radio(
+        "Target",
+        modes,
+        format_func=labels.__getitem__,
+        key=keys.TARGET_MODE,
+        help="The method's default: the logit of the predicted class for the layer maps "
+        "(Grad-CAM and kin, which keep only what raises their target), the loss on the true "
+        "label for the pixel maps.",
+    )
     target_class = int(st.session_state.get(keys.TARGET_CLASS, 0))
     if mode == "class" and class_names:
         if target_class >= len(class_names):
             st.session_state[keys.TARGET_CLASS] = target_class = 0
         target_class = int(
             st.selectbox(
-                "Class",
+                "Label" if sigmoid else "Class",
                 range(len(class_names)),
                 format_func=class_names.__getitem__,
                 key=keys.TARGET_CLASS,
-                help="Or click a bar of the class probabilities below the heatmaps.",
+                help=(
+                    "The maps show what raises this label's own logit (independent labels: "
+                    "one image may have several). "
+                    if sigmoid
+                    else ""
+                )
+                + "Or click a bar of the probabilities below the heatmaps.",
             )
         )
     method = st.selectbox(
@@ -345,20 +380,21 @@ def _gradients(
         help="Shared: one scale for all picked images, so magnitudes compare. Per image: "
         "each image's own range, so its structure shows.",
     )
+    # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
+    state.start_at(st.session_state, keys.MEASURE_MEMORY, measure_by_default)
     measure = st.checkbox(
         "Measure memory",
-        # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
-        value=measure_by_default,
         key=keys.MEASURE_MEMORY,
         help="Saved-for-backward bytes and the peak of the gradient step, from one more run "
         "of it with measurement on (the profiler's overhead never reaches the timings).",
     )
     request = HeatmapRequest(
-        target_mode=mode,
+        target_mode=resolved_mode(mode, method, labelled),
         target_class=target_class,
         method=method,
         strategy=strategy,
         settings=tuple(settings.items()),
+        output=output,
     )
     return request, scale == "shared", measure
 
@@ -368,15 +404,25 @@ def _setting(parameter: attribution.Parameter) -> float | int:
     assert parameter.shown is not None
     low, high = parameter.shown
     kind = int if parameter.whole else float
+    key = keys.setting_key(parameter.name)
+    state.start_at(st.session_state, key, kind(parameter.default))
     value = st.slider(
         parameter.label,
         kind(low),
         kind(high),
-        kind(parameter.default),
-        key=keys.setting_key(parameter.name),
+        key=key,
         help=parameter.help,
     )
     return kind(value)
+
+
+def compare_default(config: AppConfig, first: service.ModelOption | None = None) -> str:
+    """What the page compares with until told otherwise: nothing, or on a hosted demo the
+    shipped model that is not the first (the best shipped one when ``first`` is not known)."""
+    options = service.model_options()
+    first_identity = first.identity if first is not None else options[0].identity
+    others = [option.identity for option in options if option.identity != first_identity]
+    return others[0] if config.hosted and others else keys.COMPARE_NOTHING
 
 
 def _compare_with(config: AppConfig, first: service.ModelOption) -> None:
@@ -388,12 +434,12 @@ def _compare_with(config: AppConfig, first: service.ModelOption) -> None:
         choices[keys.COMPARE_BY_NAME] = "a model by name…"
     if config.allow_local_folder:
         choices[keys.COMPARE_STORED] = "a stored-outputs folder…"
-    others = [identity for identity in built_in if identity != first.identity]
-    default = others[0] if config.hosted and others else keys.COMPARE_NOTHING
+    if st.session_state.get(keys.COMPARE_WITH) not in choices:
+        st.session_state.pop(keys.COMPARE_WITH, None)  # a link's model this page does not offer
+    state.start_at(st.session_state, keys.COMPARE_WITH, compare_default(config, first))
     chosen = st.selectbox(
         "Compare with",
         list(choices),
-        index=list(choices).index(default),
         format_func=choices.__getitem__,
         key=keys.COMPARE_WITH,
         help="A second model on the same images: the Compare tab shows where they flip and "

@@ -9,12 +9,15 @@ argue for the suggestion over the label), and its nearest neighbours with their 
 verdict goes to the ``gradpick.triage.verdicts.VerdictBook`` beside the batch's store (the one
 opened,
 or the app's own store of the batch), so it is there when the store opens again; the next
-suspect without a verdict follows. A hosted demo keeps no files on its server: verdicts last for
+suspect without a verdict follows. The queue is the triage's ranking, so the flagged suspects
+come first; the suspect in view is a position in it (``keys.TRIAGE_POSITION``, from 1), which
+the page's link carries. A hosted demo keeps no files on its server: verdicts last for
 the session.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +26,7 @@ import streamlit as st
 from gradpick import attribution
 from gradpick.errors import GradpickError
 from gradpick.outputs.inference import InferenceResult
+from gradpick.outputs.sidecar import sibling
 from gradpick.picking import rules as selection
 from gradpick.triage import ranking as triage
 from gradpick.triage.verdicts import VERDICTS, Verdict, VerdictBook
@@ -30,7 +34,10 @@ from gradpick.ui import cache, heatmaps, keys, state
 from gradpick.ui import judged as judged_now
 from gradpick.ui.session import Loaded, Settings
 
-__all__ = ["render"]
+__all__ = ["NEIGHBOURS_SUFFIX", "heading", "render"]
+
+NEIGHBOURS_SUFFIX = ".neighbours.npz"
+"""The file beside a store that keeps its triage's neighbours (``ranking.kept_neighbours``)."""
 
 SHOWN_NEIGHBOURS = 6
 LISTED = 20
@@ -45,15 +52,33 @@ def _found(loaded: Loaded) -> triage.Triage:
     result = loaded.result
     assert result.labels is not None
     features = None if result.features is None else result.features.numpy()
-    found = triage.triage(result.probabilities.double().numpy(), result.labels.numpy(), features)
+    # a store's neighbours are kept beside it: a second session or server finds them there
+    kept = (
+        sibling(loaded.choice.outputs, NEIGHBOURS_SUFFIX)
+        if loaded.choice.kind == "stored" and loaded.choice.outputs.strip()
+        else None
+    )
+    found = triage.triage(
+        result.probabilities.double().numpy(), result.labels.numpy(), features, neighbours_file=kept
+    )
+    if loaded.choice.kind == "stored":  # the slices kept beside the store explain errors
+        path = loaded.choice.outputs.strip()
+        opened = cache.stored_outputs(path, Path(path).expanduser().stat().st_mtime)
+        positions = np.asarray(loaded.batch.positions)
+        found = triage.explained_by_slices(found, opened, positions, result.predictions.numpy())
     st.session_state[keys.TRIAGE_RESULT] = (loaded.key, found)
     return found
 
 
-def _record(book: VerdictBook | None, position: int, name: str, verdict: str) -> None:
+def _record(
+    book: VerdictBook | None, position: int, name: str, verdict: str, after: int | None = None
+) -> None:
     """A button's callback: keep the verdict (the file first; the session when it fails), with
-    the note and the right class as the widgets hold them now."""
+    the note and the right class as the widgets hold them now; the queue moves on to ``after``
+    (the next suspect without a verdict)."""
     session = st.session_state
+    if after is not None:
+        session[keys.TRIAGE_POSITION] = after
     right = session.get(keys.per_source(keys.TRIAGE_CLASS, position))
     judged = Verdict(
         position,
@@ -124,6 +149,12 @@ def _evidence(
     result = loaded.result
     given, suggested = int(found.given[index]), int(found.suggested[index])
     probabilities = result.probabilities[index]
+    slice_rank = 0 if found.explained_by_slice is None else int(found.explained_by_slice[index])
+    if slice_rank:
+        st.warning(
+            f"Likely the model (slice {slice_rank}), not a label to fix: its error belongs to a "
+            "slice verified by removing its evidence (see the Slices tab), so it is not flagged."
+        )
     left, right = st.columns([1, 2])
     left.image(loaded.batch.images[index].permute(1, 2, 0).numpy(), width=128)
     left.markdown(
@@ -166,7 +197,12 @@ def _evidence(
 
 
 def _verdict_buttons(
-    loaded: Loaded, found: triage.Triage, index: int, book: VerdictBook | None, names: list[str]
+    loaded: Loaded,
+    found: triage.Triage,
+    index: int,
+    book: VerdictBook | None,
+    names: list[str],
+    after: int | None,
 ) -> None:
     position, name = int(loaded.batch.positions[index]), loaded.batch.names[index]
     st.text_input("Note (optional)", key=keys.per_source(keys.TRIAGE_NOTE, position))
@@ -184,7 +220,7 @@ def _verdict_buttons(
             f"{said} → {names[int(right)]}" if verdict == "label_wrong" else said,
             key=keys.per_source(keys.TRIAGE_VERDICT, verdict),
             on_click=_record,
-            args=(book, position, name, verdict),
+            args=(book, position, name, verdict, after),
             type="primary" if verdict == "label_wrong" else "secondary",
         )
 
@@ -222,9 +258,48 @@ def _listing(
     st.table(styled)
 
 
+def heading(rank: int, found: triage.Triage, waiting: list[int]) -> str:
+    """Where the queue is: among the flagged suspects (which come first), or past them."""
+    flagged = int(found.flagged.sum())
+    if rank <= flagged:
+        left = sum(r <= flagged for r in waiting)
+        return f"Suspect {rank} of {flagged} flagged: {left} flagged without a verdict"
+    return (
+        f"Suspect {rank} of {len(found.order)}, past the {flagged} flagged: "
+        f"{len(waiting)} without a verdict"
+    )
+
+
+def _queue_position(size: int, waiting: list[int]) -> int:
+    """The queue's position box (from 1): the first suspect without a verdict to begin with."""
+    session = st.session_state
+    position = session.get(keys.TRIAGE_POSITION)
+    if not isinstance(position, int) or not 1 <= position <= size:
+        session.pop(keys.TRIAGE_POSITION, None)  # another batch's, or a link's beyond this one
+    state.start_at(session, keys.TRIAGE_POSITION, waiting[0] if waiting else 1)
+    return int(
+        st.columns([1, 3])[0].number_input(
+            "Suspect in the queue",
+            min_value=1,
+            max_value=size,
+            key=keys.TRIAGE_POSITION,
+            help="The suspects ranked by how likely their label is wrong, the flagged ones "
+            "first; a verdict moves on to the next one without a verdict.",
+        )
+    )
+
+
 def render(loaded: Loaded, settings: Settings) -> None:
     """The tab: what cannot be triaged and why, else the next suspect and the verdicts."""
     result = loaded.result
+    if result.output == "sigmoid":
+        st.info(
+            "Label triage ranks images by how likely their given label is wrong among exclusive "
+            "classes (softmax); this model scores independent labels (sigmoid, multi-label), "
+            "where an image may have several or none, so it has no one label to doubt. Pick "
+            "by label and threshold in the Explore tab instead."
+        )
+        return
     if result.labels is None:
         st.info(
             "Triage needs labels: these images have none (uploaded images), so there is no "
@@ -258,14 +333,17 @@ def render(loaded: Loaded, settings: Settings) -> None:
             f"image at position {verdict.position}: shown, not applied."
         )
     positions = np.asarray(loaded.batch.positions)
-    waiting = [int(i) for i in found.order if int(positions[i]) not in current]
+    ranked = enumerate(found.order.tolist(), 1)
+    waiting = [rank for rank, i in ranked if int(positions[i]) not in current]
     if not waiting:
         st.success("Every image has a verdict.")
-    else:
-        index = waiting[0]
-        rank = int(np.flatnonzero(found.order == index)[0]) + 1
-        st.subheader(f"Suspect {rank} of {len(found.order)}: {len(waiting)} without a verdict")
-        _evidence(loaded, settings, found, index, names)
-        _verdict_buttons(loaded, found, index, book, names)
+    rank = _queue_position(len(found.order), waiting)
+    index = int(found.order[rank - 1])
+    st.subheader(heading(rank, found, waiting))
+    _evidence(loaded, settings, found, index, names)
+    if int(positions[index]) in current:
+        st.caption(f"Judged {VERDICTS[current[int(positions[index])].verdict]}.")
+    later = [r for r in waiting if r > rank] or [r for r in waiting if r != rank]
+    _verdict_buttons(loaded, found, index, book, names, later[0] if later else None)
     _listing(loaded, found, current, names)
     _picking_rule(loaded, current)

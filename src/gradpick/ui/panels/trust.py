@@ -17,6 +17,7 @@ import streamlit as st
 import torch
 
 from gradpick import attribution
+from gradpick.show.html import class_name
 from gradpick.trust.baselines import BASELINES
 from gradpick.trust.chunks import CHUNK, run_checks_in_chunks
 from gradpick.trust.engine import CHECKABLE, METHODS, MethodSettings
@@ -94,6 +95,7 @@ def _options(loaded: Loaded, settings: Settings) -> CheckOptions:
         baselines=tuple(baselines),
         tolerance=float(tolerance),
         max_steps=int(max_steps),
+        output=loaded.served.output,
     )
 
 
@@ -107,7 +109,7 @@ def render(loaded: Loaded, settings: Settings) -> None:
     request = settings.request
     classes = request.target_class if request.target_mode == "class" else None
     explained = (
-        f"the logit of {_class_name(loaded.batch.class_names, classes)}"
+        f"the logit of {class_name(loaded.batch.class_names, classes)}"
         if classes is not None
         else "each image's predicted logit"
     )
@@ -115,6 +117,13 @@ def render(loaded: Loaded, settings: Settings) -> None:
         f"Runs on all {len(checked)} picked image(s), {CHUNK} at a time, explaining "
         f"{explained} (a loss has no class to hold fixed). SmoothGrad and Integrated "
         "Gradients use the sidebar's samples, noise and steps."
+    )
+    st.caption(
+        "These checks ask whether a map depends on the model; whether it finds what the model "
+        "used is measured on planted causes (`gradpick bench-planted`, the guide's Attribution "
+        "methods page): occlusion points at a planted mark far more often than the plain "
+        "gradient, and stays off it through a clean model. Choose *Occlusion* in the sidebar "
+        "when looking for a shortcut."
     )
     options = _options(loaded, settings)
     key = (loaded.key, loaded.option.identity, str(loaded.device), tuple(checked), classes, options)
@@ -215,23 +224,23 @@ def _randomisation(loaded: Loaded, report: TrustReport, titles: list[str]) -> No
     st.image(pictures, caption=labels, width=96)
 
 
-def _class_name(class_names: tuple[str, ...], index: int) -> str:
-    return class_names[index] if 0 <= index < len(class_names) else str(index)
-
-
 def _completeness(report: TrustReport, class_names: tuple[str, ...]) -> None:
     st.markdown("**Integrated Gradients completeness** (sum of attributions = F(x) − F(baseline))")
     rows = report.completeness
+    if not rows:
+        st.caption("Not run: it checks Integrated Gradients, which is not among the methods.")
+        return
     st.dataframe(
         pd.DataFrame(
             {
                 "image": [f"#{row.index}" for row in rows],
-                "class": [_class_name(class_names, row.target_class) for row in rows],
+                "class": [class_name(class_names, row.target_class) for row in rows],
                 "baseline": [row.baseline for row in rows],
                 "steps": [row.steps for row in rows],
                 "Σ attributions": [row.attribution_sum for row in rows],
                 "F(x) − F(baseline)": [row.difference for row in rows],
                 "relative error (%)": [100 * row.relative_error for row in rows],
+                "verdict": [row.verdict for row in rows],
             }
         ),
         hide_index=True,
@@ -294,12 +303,12 @@ def _class_maps(loaded: Loaded, report: TrustReport, titles: list[str]) -> None:
         a, b = maps.contrast[position].tolist()
         captions = [title]
         captions += [
-            f"{_class_name(names, c)} ({p:.0%})"
+            f"{class_name(names, c)} ({p:.0%})"
             for c, p in zip(
                 maps.top_classes[position].tolist(),
                 maps.top_probabilities[position].tolist(),
                 strict=True,
             )
         ]
-        captions.append(f"{_class_name(names, a)} − {_class_name(names, b)}")
+        captions.append(f"{class_name(names, a)} − {class_name(names, b)}")
         st.image(pictures, caption=captions, width=96)

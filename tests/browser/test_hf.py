@@ -1,0 +1,79 @@
+"""In the browser: a Hugging Face ViT saved with its processor, served as ``--model hf:DIR``
+offline, Grad-CAM at the family's layer (the last block's input norm, the class token dropped)
+drawn over scikit-image's photos stretched to the processor's 224 x 224. The screenshot goes to
+``artifacts/e2e-hf-gradcam.png``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gradpick.ui import keys
+from tests.serving import (
+    APP_IDLE,
+    ARTIFACTS,
+    CHROMIUM_ARGS,
+    VIEWPORT,
+    chromium_executable,
+    explorer_server,
+    open_explorer,
+    open_local_folder,
+    page_errors,
+    photo_folder,
+    pick_by_text,
+    wait_for_heatmaps,
+)
+
+transformers = pytest.importorskip("transformers")
+
+HEATMAPS = keys.selector(keys.HEATMAPS_CONTAINER)
+
+
+def test_gradcam_of_a_hugging_face_vit_in_the_explorer(
+    tmp_path: Path, cifar_like_factory: Callable[[int], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    import torch
+
+    config = transformers.ViTConfig(
+        image_size=224, patch_size=16, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, num_labels=2,
+        id2label={0: "scene", 1: "still"},
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.ViTForImageClassification(config)
+    model.save_pretrained(tmp_path / "vit")
+    transformers.ViTImageProcessor(size={"height": 224, "width": 224}).save_pretrained(
+        tmp_path / "vit"
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = photo_folder(tmp_path / "photos")
+    served = explorer_server(
+        cifar_like_factory(3), tmp_path / "cache", "e2e-hf-server", model=f"hf:{tmp_path / 'vit'}"
+    )
+    with served as running, sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=chromium_executable(), args=CHROMIUM_ARGS
+        )
+        page = open_explorer(browser, running.url)
+        open_local_folder(page, folder, 4)
+        page.locator(keys.selector(keys.METHOD)).click()
+        page.get_by_role("option", name="Grad-CAM", exact=True).click()
+        page.locator(APP_IDLE).wait_for()
+        pick_by_text(page, [0, 1, 2, 3])
+        wait_for_heatmaps(page, [0, 1, 2, 3])
+        page.get_by_text(
+            "Grad-CAM at layer model.vit.layers.1.layernorm_before (14 × 14"
+        ).wait_for()
+        assert page_errors(page).count() == 0
+        page.set_viewport_size({"width": 1500, "height": 2400})
+        page.wait_for_timeout(1500)
+        shown = page.locator(HEATMAPS).bounding_box()
+        clip = {"x": 0, "y": max(0, shown["y"] - 80), "width": 1500, "height": shown["height"] + 92}
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "e2e-hf-gradcam.png"), clip=clip)
+        page.set_viewport_size(VIEWPORT)
+        browser.close()

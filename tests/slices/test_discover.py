@@ -1,0 +1,90 @@
+"""The clustering and the slices' summaries on tables whose right answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gradpick.errors import InputError
+from gradpick.slices.discover import (
+    aligned_mean,
+    clustering_space,
+    describe,
+    kmeans,
+    ranked_clusters,
+    summarise,
+)
+from gradpick.slices.features import DESCRIPTORS
+
+
+def test_kmeans_finds_separated_blobs_exactly() -> None:
+    generator = np.random.default_rng(0)
+    centres = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    truth = np.repeat(np.arange(3), 20)
+    points = centres[truth] + generator.normal(0, 0.5, (60, 2))
+    found = kmeans(points, 3, seed=1)
+    # The same partition whatever the numbering.
+    pairs = {(int(t), int(f)) for t, f in zip(truth, found, strict=True)}
+    assert len(pairs) == 3 and len({f for _, f in pairs}) == 3
+
+
+def test_the_clustering_space_weighs_prediction_label_and_error() -> None:
+    table = np.array([[1.0, 5.0], [3.0, 5.0]])
+    space = clustering_space(table, np.array([0, 1]), np.array([0, 0]), 2, weights=(3, 1, 4))
+    # Standardised descriptors (a constant column stays 0), one-hot prediction x 3, label x 1,
+    # error x 4.
+    assert np.allclose(space, [[-1, 0, 3, 0, 1, 0, 0], [1, 0, 3, 0, 0, 1, 4]])
+    with pytest.raises(InputError, match="one descriptor row"):
+        clustering_space(table, np.array([0]), np.array([0, 0]), 2)
+
+
+def test_clusters_rank_by_error_count_times_rate() -> None:
+    assignment = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2, 2])
+    errors = np.array([1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0], dtype=bool)
+    # cluster 0: 2 errors at rate 1/2 -> 1; cluster 1: 3 at 1 -> 3; cluster 2: 3 at 1/2 -> 1.5
+    ranked = ranked_clusters(assignment, errors)
+    assert [list(members) for members in ranked] == [
+        [4, 5, 6],
+        [7, 8, 9, 10, 11, 12],
+        [0, 1, 2, 3],
+    ]
+    # A correct row standing for 3 (a sample) lowers its cluster's rate: 2 / (2 + 3 + 3).
+    weights = np.array([1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1], dtype=float)
+    assert [list(m) for m in ranked_clusters(assignment, errors, weights)][-1] == [0, 1, 2, 3]
+
+
+def test_the_aligned_mean_puts_every_peak_at_the_centre() -> None:
+    maps = torch.zeros(2, 8, 8)
+    maps[0, 1, 6] = 2.0
+    maps[1, 5, 2] = 7.0
+    mean = aligned_mean(maps)
+    expected = np.zeros((8, 8))
+    expected[4, 4] = 1.0
+    assert np.allclose(mean, expected)
+
+
+def test_a_slice_is_described_against_the_rest_of_its_class() -> None:
+    table = np.zeros((6, len(DESCRIPTORS)))
+    saturation = DESCRIPTORS.index("region_saturation")
+    table[:, saturation] = [0.9, 0.95, 0.2, 0.25, 0.3, 0.5]
+    inside = np.array([True, True, False, False, False, False])
+    labels = np.array([0, 2, 1, 1, 1, 0])
+    predictions = np.array([1, 1, 1, 1, 1, 0])
+    words = describe(inside, table, labels, predictions, ("cat", "frog", "dog"))
+    assert words.startswith("2 error(s) called frog (2), labelled cat (1), dog (1)")
+    assert "more saturated evidence (0.93 vs 0.25)" in words
+
+
+def test_summaries_count_members_errors_and_confusions() -> None:
+    table = np.arange(12.0).reshape(6, 2).repeat(len(DESCRIPTORS) // 2 + 1, axis=1)
+    table = table[:, : len(DESCRIPTORS)]
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    predictions = np.array([1, 1, 1, 0, 2, 2])
+    assignment = np.array([0, 0, 0, 1, 1, 1])
+    found = summarise(assignment, table, torch.rand(6, 4, 4), labels, predictions)
+    first, second = found
+    assert (first.rank, list(first.members), first.errors) == (1, [0, 1, 2], 2)
+    assert first.error_rate == pytest.approx(2 / 3)
+    assert first.confusions == ((0, 1, 2),)
+    assert (second.rank, second.errors, second.confusions) == (2, 1, ((1, 0, 1),))

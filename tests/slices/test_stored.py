@@ -1,0 +1,114 @@
+"""Slices of real stores written by a hand-made model whose one systematic failure is known: the
+patched images come out as one verified slice whatever their label; the same images without
+the patch verify nothing; a store without embeddings is refused with what to run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradpick import data
+from gradpick.errors import InputError
+from gradpick.models.zoo import LoadedModel, load_model
+from gradpick.outputs import store_format as store
+from gradpick.outputs.stores import infer_to_store
+from gradpick.slices.stored import SUFFIX, Found, find_slices, read_beside
+from tests.slices.synthetic import FACTORY, write_folder
+
+
+def _store(
+    root: Path, patched: bool, embeddings: bool = True
+) -> tuple[store.OpenedStore, set[str], LoadedModel]:
+    truth = write_folder(root / "images", patched)
+    loaded = load_model(FACTORY)
+    source = data.open_source(str(root / "images"), spec=loaded.spec)
+    infer_to_store(loaded, source, range(len(source)), root / "outputs", embeddings=embeddings)
+    return store.open_store(root / "outputs"), truth, loaded
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Found, set[str]]:
+    opened, truth, loaded = _store(tmp_path_factory.mktemp("planted"), patched=True)
+    return find_slices(opened, loaded, clusters=8), truth
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Found:
+    opened, _, loaded = _store(tmp_path_factory.mktemp("clean"), patched=False)
+    return find_slices(opened, loaded, clusters=8)
+
+
+def _f1(found: set[str], truth: set[str]) -> float:
+    return 2 * len(found & truth) / (len(found) + len(truth))
+
+
+def test_the_planted_failure_is_one_verified_slice_among_the_first_three(
+    planted: tuple[Found, set[str]],
+) -> None:
+    found, truth = planted
+    summary = found.to_json()
+    scores = [_f1(set(row["names"]), truth) for row in summary["slices"][:3]]
+    best = int(np.argmax(scores))
+    assert scores[best] >= 0.9, scores
+    chosen = summary["slices"][best]
+    assert chosen["verified"]
+    effect = chosen["effect"]
+    assert effect["evidence_change"] >= 2 * effect["random_change"] and effect["p_value"] < 0.01
+    # Both labels, one call: the patch made red and green images navy.
+    assert {c["label_name"] for c in chosen["confusions"]} == {"crimson", "green"}
+    assert {c["prediction_name"] for c in chosen["confusions"]} == {"navy"}
+    assert chosen["description"].startswith("24 error(s) called navy (24), labelled")
+    assert "more concentrated evidence" in chosen["description"]
+    # No other slice verifies: the natural errors have no place to remove.
+    assert [row["verified"] for row in summary["slices"]].count(True) == 1
+
+
+def test_the_same_images_without_the_patch_verify_no_slice(clean: Found) -> None:
+    summary = clean.to_json()
+    assert summary["errors"] == 12  # the tinted images, four per class
+    assert not any(row["verified"] for row in summary["slices"])
+    tested = [row["effect"] for row in summary["slices"] if row["effect"] is not None]
+    assert tested and all(e["tested"] > 0 and e["random_change"] is not None for e in tested)
+
+
+def test_the_summary_and_the_table_agree(planted: tuple[Found, set[str]]) -> None:
+    found, _ = planted
+    summary = found.to_json()
+    ranks = [row["rank"] for row in summary["slices"]]
+    assert ranks == list(range(1, len(ranks) + 1))
+    frame = found.frame()
+    assert len(frame) == summary["rows"] == 120
+    for row in summary["slices"]:
+        members = frame[frame["slice"] == row["rank"]]
+        assert (
+            sorted(members["position"]) == sorted(row["positions"]) and len(members) == row["size"]
+        )
+        assert members["error"].sum() == row["errors"]
+        assert set(row["typical"]) <= set(row["positions"])
+        assert np.asarray(row["mean_map"]).sum() == pytest.approx(1.0, abs=1e-4)
+    # Every error is mapped; unmapped rows (a sample of the correct ones is) have no slice.
+    assert frame.loc[frame["error"], "slice"].notna().all()
+    assert summary["mapped"] == int(frame["slice"].notna().sum())
+
+
+def test_the_result_is_kept_beside_the_store_and_read_back_only_while_current(
+    planted: tuple[Found, set[str]], tmp_path: Path
+) -> None:
+    found, _ = planted
+    path = found.write_beside()
+    assert path == found.store.resolve().with_name(found.store.name + SUFFIX)
+    opened = store.open_store(found.store)
+    kept, where = read_beside(opened)
+    assert where == path and kept is not None
+    assert kept["slices"] == json.loads(json.dumps(found.to_json()))["slices"]
+    changed = store.OpenedStore(opened.table, {**opened.metadata, "source": {}}, opened.path)
+    assert read_beside(changed)[0] is None
+
+
+def test_a_store_without_embeddings_says_what_to_run(tmp_path: Path) -> None:
+    opened, _, loaded = _store(tmp_path, patched=False, embeddings=False)
+    with pytest.raises(InputError, match="gradpick infer --embeddings"):
+        find_slices(opened, loaded)

@@ -1,0 +1,82 @@
+"""Verification by intervention: the evidence removed against the same area at random, judged
+by a ratio and a Fisher exact test (checked against scipy's), never by an absolute rate."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import fisher_exact
+
+from gradpick.data.planted import plant
+from gradpick.slices.verify import RANDOM_DRAWS, fisher_greater, interventions, judged
+from tests.slices.synthetic import Detector
+
+
+@pytest.mark.parametrize(
+    "table", [(9, 10, 5, 40), (0, 10, 3, 40), (10, 10, 40, 40), (3, 12, 1, 48), (5, 5, 0, 20)]
+)
+def test_fisher_matches_scipy(table: tuple[int, int, int, int]) -> None:
+    changed, tested, control, control_tested = table
+    expected = fisher_exact(
+        [[changed, tested - changed], [control, control_tested - control]], alternative="greater"
+    ).pvalue
+    assert fisher_greater(changed, tested, control, control_tested) == pytest.approx(expected)
+
+
+def test_a_high_rate_is_not_verified_when_the_control_changes_as_often() -> None:
+    changed = np.ones(40, dtype=bool)
+    control = np.ones((40, 4), dtype=bool)
+    control[:, 0] = False  # 75% of random removals change the call too
+    effect = judged(changed, control)
+    assert effect.evidence_change == 1.0 and effect.random_change == 0.75
+    assert effect.ratio == pytest.approx(1 / 0.75)
+    assert not effect.verified
+
+
+def test_a_clear_difference_is_verified_and_a_small_sample_is_not() -> None:
+    control = np.zeros((30, 4), dtype=bool)
+    control[:3, 0] = True
+    changed = np.zeros(30, dtype=bool)
+    changed[:20] = True
+    effect = judged(changed, control)
+    assert effect.ratio == pytest.approx((20 / 30) / (3 / 120))
+    assert effect.p_value < 0.01 and effect.verified
+    few = judged(np.array([True, False]), np.zeros((2, 4), dtype=bool))
+    assert math.isinf(few.ratio) and not few.verified  # p = 0.2 with two images
+    assert few.to_json()["ratio"] is None
+
+
+def _images(count: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    base = torch.full((count, 3, 32, 32), 0.25)
+    base[:, 0] = 0.7  # red
+    return (base + 0.2 * torch.rand(base.shape, generator=generator) - 0.1).clamp(0, 1)
+
+
+def test_removing_a_planted_patch_changes_the_call_and_random_removals_rarely_do() -> None:
+    model = Detector().eval()
+    images = plant(_images(24, 0), "patch", 0, range(24))
+    maps = images.images.new_zeros(24, 32, 32)
+    maps[images.masks] = 1.0  # the map of a method that finds the patch exactly
+    called = model(images.images).argmax(dim=1)
+    assert bool((called == 2).all())  # the shortcut: every patched red image is called blue
+    changed, control = interventions(model, images.images, maps, called)
+    assert changed.all()
+    assert control.shape == (24, RANDOM_DRAWS)
+    # A random window changes the call only where it covers the patch whole.
+    assert control.mean() < 0.2
+    assert judged(changed, control).verified
+
+
+def test_removals_that_change_nothing_verify_nothing() -> None:
+    model = Detector().eval()
+    images = _images(24, 1)
+    maps = torch.rand(24, 32, 32, generator=torch.Generator().manual_seed(2))
+    called = model(images).argmax(dim=1)
+    changed, control = interventions(model, images, maps, called)
+    effect = judged(changed, control)
+    assert not changed.any() and not control.any()
+    assert effect.tested == 24 and effect.random_change == 0.0 and not effect.verified
