@@ -7,7 +7,8 @@ CPU-only torch). ``gradpick bench --explorer`` adds these rows to its table and
 Each run starts a fresh server with an empty cache folder, waits for its health check, starts
 the browser, and opens the page as a new visitor: the first page is timed from the request to
 the page's last change (a DOM mutation or a plotly redraw) before ``QUIET_MS`` without one,
-thumbnails and the page's last section shown and the script run over; then every click on a
+thumbnails and the page's last section shown, no element waiting for its code
+(``pages.NO_PLACEHOLDER_JS``) and the script run over; then every click on a
 thumbnail, the first one included, until the page settled again (the pointer rests on the
 thumbnail until plotly's hover found it before the click; that wait is not timed). After the
 clicks, the server process's peak resident memory (``VmHWM``) is read. Targets: the first page
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gradpick.bench.pages import (
+    NO_PLACEHOLDER_JS,
     PAGE_SIZE,
     TEXT_JS,
     THUMBNAILS_JS,
@@ -143,6 +145,7 @@ async def _visit(chromium: str, url: str, clicked: Sequence[int]) -> tuple[float
         await wait(page, THUMBNAILS_JS)
         # The whole page, not a first run that a second one completes after a quiet gap.
         await wait(page, TEXT_JS, COMPLETE_PAGE_TEXT)
+        await wait(page, NO_PLACEHOLDER_JS)  # no placeholder left to grow under the thumbnails
         first = (await settled(page) - asked) * 1000
         clicks = []
         for index in clicked:
