@@ -51,12 +51,12 @@ body:has([data-testid="stProgress"]) [data-testid="stSpinnerIcon"] {{ animation:
 [data-test-script-state="running"] * {{ transition-duration: 0s !important; }}
 </style>"""
 """Thumbnails and heatmaps are scaled by the browser too: keep their pixels sharp. Hidden
-containers take no room, their wrapper's gap included (a 16 px gap above the page's elements
-for as long as the preload container lasted, which closed when the run ended). A map's caption never widens its picture: Streamlit stretches an
-image to a longer caption, so a failing map, whose caption gives the reason, was drawn larger
-than the others (``contain: inline-size`` lets the picture alone set the width; the caption
-wraps under it). No animation draws sixty frames a second beside the server's work:
-the browser draws each frame on the cores that work needs.
+containers take no room, their wrapper's gap included (16 px above the page's elements for as
+long as the preload container lasted, which closed when the run ended). A map's caption never
+widens its picture: Streamlit stretches an image to a longer caption, so a failing map, whose
+caption gives the reason, was drawn larger than the others (``contain: inline-size`` lets the
+picture alone set the width; the caption wraps under it). No animation draws sixty frames a
+second beside the server's work: the browser draws each frame on the cores that work needs.
 
 * Streamlit's spinner turns a quarter every half second, and stands still while a progress bar
   reports the work; the bar steps to each value instead of gliding.
