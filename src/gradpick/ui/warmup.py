@@ -13,7 +13,10 @@ that here, once per server process, through one code path:
   page run starts it in the background (``start``).
 
 A page run waits only for what it shows first (``wait_for_page``: the imports, the model and
-the default batch); the CPU profiler, which only a click's memory readout needs, warms after.
+the default batch); the CPU profiler, which only a click's memory readout needs, warms after,
+and a click meanwhile does not wait for it (``measure.profiler_warming``: the page measures
+memory from a later click). A hosted server leaves the profiler cold: its page measures no
+memory unless a visitor turns it on, and the profiler's set-up costs about 70 MB of a small host.
 Each stage prints one line (``gradpick: warm-up: ...``) to the server's log.
 """
 
@@ -182,10 +185,10 @@ def warm(app_args: Sequence[str], page_ready: threading.Event | None = None) -> 
     """Import torch and every module a page run imports, load the model the page opens on (the
     first built-in one, unless ``app_args`` name the user's own), run it once, read and infer
     the page's default batch where that is local (``_infer_default_batch``), then set
-    ``page_ready``; on the CPU set up the memory profiler the page measures clicks with, and
-    freeze all that out of the garbage collector's passes (``process.freeze_loaded_objects``);
-    then let this thread's OpenMP workers go (``process.release_openmp_threads``). Returns the
-    milliseconds until ``page_ready``.
+    ``page_ready``; on the CPU, unless hosted, set up the memory profiler the page measures
+    clicks with, and freeze all that out of the garbage collector's passes
+    (``process.freeze_loaded_objects``); then let this thread's OpenMP workers go
+    (``process.release_openmp_threads``). Returns the milliseconds until ``page_ready``.
 
     The allocator's policy is set first (``process.apply_memory_policy``): on the user's own
     machine, freed memory is kept for the next batch (half again as fast); in hosted mode it is
@@ -224,8 +227,8 @@ def warm(app_args: Sequence[str], page_ready: threading.Event | None = None) -> 
         _say(f"imports, the default model and batch ready in {page_ms:,.0f} ms")
         if page_ready is not None:
             page_ready.set()
-        if devices.resolve_device("auto").type == "cpu":  # the page measures clicks' memory
-            measure.warm_profiler()  # with the profiler, whose first use takes seconds
+        if devices.resolve_device("auto").type == "cpu" and not hosted:
+            measure.warm_profiler()  # the page measures clicks' memory with it: first use, seconds
         process.freeze_loaded_objects()  # out of the full collection after every script run
     process.release_openmp_threads()  # this thread infers no more: page runs have their own
     return page_ms
