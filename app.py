@@ -1,5 +1,17 @@
-"""Streamlit entry point: ``streamlit run app.py``. All logic lives in ``gradpick.ui``."""
+"""The explorer: ``streamlit run app.py`` (or ``make run``); the logic is in ``gradpick.ui``.
 
-from gradpick.ui.start import run
+``streamlit run`` finds ``app`` below, an ``st.App``: it imports this file once when the server
+starts, whose start-up hook begins the explorer's warm-up in the background
+(``gradpick.ui.warmup``), then runs the file as ``__main__`` for every page.
+"""
 
-run()
+import streamlit as st
+
+from gradpick.ui.warmup import lifespan
+
+if __name__ == "__main__":  # a page run
+    from gradpick.ui.start import run
+
+    run()
+else:  # the server's start
+    app = st.App(__file__, lifespan=lifespan)

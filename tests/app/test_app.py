@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -31,7 +32,8 @@ from gradpick.outputs import store_format as store
 from gradpick.outputs import stores as stored
 from gradpick.outputs.inference import infer_chunks
 from gradpick.picking import rules as selection
-from gradpick.ui import keys, service, state
+from gradpick.runtime import measure
+from gradpick.ui import cache, heatmaps, keys, service, state, warmup
 from gradpick.ui.panels import explore as gradients_panel
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -47,7 +49,10 @@ def open_app(tab: str | None = None, **session: Any) -> AppTest:
         app.session_state[key] = value
     if tab is not None:
         app.session_state[keys.EXPLORER_TAB] = tab
-    return app.run()
+    app.run()
+    begun = warmup.current()  # as a visitor finds the page once the server's start-up is over
+    assert begun is None or begun.done.wait(TIMEOUT)
+    return app
 
 
 def open_tab(app: AppTest, tab: str) -> AppTest:
@@ -170,6 +175,36 @@ def test_a_scatter_selection_shows_heatmaps_and_readouts_for_exactly_those_image
     assert re.fullmatch(r"[\d,]+ ms", shown["Server time for this update"])
     assert shown["Saved for backward"].endswith("MB") and shown["Peak memory"].endswith("MB")
     assert any("saved by autograd" in caption.value for caption in app.caption)
+
+
+def test_a_click_does_not_wait_for_the_profiler_the_warm_up_is_setting_up(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The profiler's first use takes seconds and holds the measurement lock: a click while the
+    warm-up sets it up shows its maps without a memory figure, and says so; a later click, once
+    the profiler is set up, measures."""
+    app = open_app(**TUTORIAL)
+    cache.step_memory.clear()
+    measured: list[int] = []
+    real = heatmaps.step_memory
+
+    def counted(*args: Any) -> Any:
+        measured.append(len(args[2]))
+        return real(*args)
+
+    monkeypatch.setattr(heatmaps, "step_memory", counted)
+    warming = threading.Event()
+    warming.set()  # the warm-up's thread is setting the profiler up
+    monkeypatch.setattr(measure, "_profiler_warming", warming)
+    app = select(app, keys.SCATTER_CHART, [5])
+    no_errors(app)
+    assert captioned_indices(app) == [5]
+    assert gradients_panel.PROFILER_WARMING in [caption.value for caption in app.caption]
+    assert measured == [] and "Peak memory" not in metrics(app)
+    warming.clear()
+    app = select(app, keys.SCATTER_CHART, [6])
+    assert measured == [1] and metrics(app)["Peak memory"].endswith("MB")
+    assert gradients_panel.PROFILER_WARMING not in [caption.value for caption in app.caption]
 
 
 def test_grid_selections_add_and_remove_in_the_chosen_mode(generated: Path) -> None:

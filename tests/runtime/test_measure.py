@@ -225,3 +225,21 @@ def test_warming_the_profiler_runs_it_once_and_a_measured_step_counts_as_warm() 
     )
     run = subprocess.run([sys.executable, "-c", measured], capture_output=True, text=True)
     assert run.stdout.split() == ["True"]
+
+
+def test_a_measurement_can_tell_the_profiler_is_being_set_up_in_another_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``warm_profiler`` holds the measurement lock for seconds on its first use: while it does
+    (held here at the lock), ``profiler_warming`` says so, and once it is done, not."""
+    monkeypatch.setattr(measure, "_profiler_used", threading.Event())  # as if never profiled
+    assert not measure.profiler_warming()
+    with measure.MEASUREMENT_LOCK:
+        warming = threading.Thread(target=measure.warm_profiler)
+        warming.start()
+        while warming.is_alive() and not measure.profiler_warming():
+            warming.join(0.01)
+        assert measure.profiler_warming()
+    warming.join(120)
+    assert not warming.is_alive()
+    assert not measure.profiler_warming() and measure.profiler_ready()

@@ -1,7 +1,7 @@
 """The launcher: its server is healthy, and a session's first run finds torch, the panels, the
 default model, (on the CPU) the memory profiler, the loaded objects frozen out of the garbage
-collector's passes and, for a local page on a local CIFAR-10 copy, the default batch read and
-inferred, already in the server's process."""
+collector's passes and, on a local CIFAR-10 copy, the default batch read and inferred, already in
+the server's process (``gradpick.ui.warmup``, run before it serves)."""
 
 from __future__ import annotations
 
@@ -46,11 +46,14 @@ from gradpick.ui import page
 found["frozen"] = gc.get_freeze_count() > 100_000
 service.read_batch = refuse  # what a cache miss of the batch calls
 stored.infer_and_keep = refuse  # and of its outputs
-base = service.DataChoice()
+from gradpick.ui import config
+
+hosted = config.hosted_mode(os.environ.get(config.HOSTED_ENV), Path.cwd())
+base = service.DataChoice(hosted=hosted)  # as the page opens it: a hosted page's own key
 source = cache.source(base.source_key, base)
-choice = service.default_batch(base, source)
+choice = service.default_batch(base, source, config.HOSTED_MAX_BATCH_SIZE if hosted else None)
 try:
-    page.infer_choice(choice, source, option, devices.resolve_device("auto"), keep=True)
+    page.infer_choice(choice, source, option, devices.resolve_device("auto"), keep=not hosted)
     found["batch"] = True
 except AssertionError:
     found["batch"] = False
@@ -81,7 +84,7 @@ async def _start_session(port: int) -> None:
 def test_the_first_run_finds_torch_the_panels_the_model_and_the_batch_loaded(
     tmp_path: Path, generated_folder: Path, hosted: bool
 ) -> None:
-    """A hosted page reads and infers its first batch itself, after its memory settings."""
+    """A hosted page finds its first batch inferred too, with the hosted memory settings."""
     script, out = tmp_path / "probe.py", tmp_path / "found.json"
     script.write_text(PROBE)
     port = free_port()
@@ -96,9 +99,11 @@ def test_the_first_run_finds_torch_the_panels_the_model_and_the_batch_loaded(
         wait_healthy(f"http://127.0.0.1:{port}", server)
         asyncio.run(_start_session(port))
         found = json.loads(out.read_text())
-        expected = {"torch": True, "page": True, "model": True, "profiler": True}
-        assert found == {**expected, "frozen": True, "batch": not hosted}
+        # A hosted page measures no memory unless asked: its profiler is left cold.
+        expected = {"torch": True, "page": True, "model": True, "profiler": not hosted}
+        assert found == {**expected, "frozen": True, "batch": True}
     finally:
         server.terminate()
         log = server.communicate(timeout=15)[0].decode()
     assert "imports and the default model ready" in log
+    assert "gradpick: warm-up: began (launcher)" in log  # the same work a plain server begins

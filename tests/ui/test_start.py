@@ -74,14 +74,47 @@ def test_the_preload_chart_is_cleared_when_the_run_ends(
         assert [c.value for c in app.caption] == ["the page"]
 
 
+MARKDOWN_KINDS = {"markdown", "title", "header", "subheader", "caption"}
+"""AppTest's names for what the browser draws with one element's code, Markdown's."""
+
+
+def _kinds_above_grid(node: Any, kinds: set[str]) -> bool:
+    """Collect into ``kinds`` the kinds of element drawn above the thumbnail grid (the page's
+    first plotly chart), leaving out what a collapsed expander holds; True once at the grid."""
+    kind = getattr(node, "type", None)
+    if kind == "plotly_chart":
+        return True
+    if kind == "expander" and not node.proto.expanded:
+        return False
+    children = getattr(node, "children", None)
+    if children is None:
+        kinds.add("markdown" if kind in MARKDOWN_KINDS else str(kind))
+        return False
+    return any(_kinds_above_grid(child, kinds) for child in children.values())
+
+
 @pytest.mark.parametrize("imported", [False, True])
-def test_the_preload_chart_waits_for_the_batch_once_the_imports_are_done(
+def test_the_frame_loads_the_code_of_what_the_grid_sits_under(
     generated: Path, monkeypatch: pytest.MonkeyPatch, imported: bool
 ) -> None:
-    """A process's first page sends the chart before it imports (the browser loads plotly
+    """The browser loads an element kind's code when the first one arrives, and draws a
+    placeholder until then: a metric or code block above the thumbnails, drawn late, moved the
+    grid down under a visitor's pointer. So every kind above the grid that the sidebar does not
+    load first is in the hidden frame, sent before the page waits for its batch. And a
+    process's first page sends the preload chart before it imports (the browser loads plotly
     meanwhile); any later page only once its batch is inferred, not while it infers."""
     events: list[str] = []
     send_chart, load = start.st.plotly_chart, page._load
+
+    def recorder(kind: str) -> Any:
+        send = getattr(start.st, kind)
+
+        def record(body: Any, *args: Any, **kwargs: Any) -> Any:
+            if body == start._LAZY_ABOVE_GRID:
+                events.append(kind)
+            return send(body, *args, **kwargs)
+
+        return record
 
     def recording_chart(*args: Any, **kwargs: Any) -> Any:
         events.append("chart")
@@ -92,18 +125,30 @@ def test_the_preload_chart_waits_for_the_batch_once_the_imports_are_done(
         events.append("batch")
         return loaded
 
+    for kind in ("metric", "code"):
+        monkeypatch.setattr(start.st, kind, recorder(kind))
     monkeypatch.setattr(start.st, "plotly_chart", recording_chart)
     monkeypatch.setattr(page, "_load", recording_load)
     if not imported:
         monkeypatch.setattr(start, "_PAGE_MODULE", "gradpick.ui.not_imported_yet")
     app = AppTest.from_function(_frame_only, default_timeout=120).run()
     assert not app.exception
-    assert events[:2] == (["batch", "chart"] if imported else ["chart", "batch"])
+    preloaded = ["metric", "code"]
+    if imported:
+        assert events[:4] == [*preloaded, "batch", "chart"]
+    else:
+        assert events[:4] == [*preloaded, "chart", "batch"]
     assert app.get("plotly_chart"), "the page's own charts are drawn"
+    above, sidebar = set[str](), set[str]()
+    assert _kinds_above_grid(app.main, above)
+    _kinds_above_grid(app.sidebar, sidebar)
+    assert above - sidebar - {"empty"} == set(preloaded)
 
 
 def test_containers_keyed_hidden_are_hidden_by_the_page_style() -> None:
-    assert f'[class*="st-key-{keys.HIDDEN_KEY_PREFIX}"] {{ display: none; }}' in start.PAGE_STYLE
+    hidden = f'[class*="st-key-{keys.HIDDEN_KEY_PREFIX}"]'
+    wrapper = f'[data-testid="stLayoutWrapper"]:has(> {hidden})'
+    assert f"{hidden},\n{wrapper} {{\n  display: none; }}" in start.PAGE_STYLE
     assert keys.PRELOAD_CONTAINER.startswith(keys.HIDDEN_KEY_PREFIX)
     assert keys.HOVER_SCRIPT.startswith(keys.HIDDEN_KEY_PREFIX)
 

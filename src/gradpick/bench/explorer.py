@@ -22,7 +22,8 @@ a markdown table with the median and the worst of each step:
   (each from a settled page), a click in the scatter and a click on a confusion-matrix cell,
   each until the page settled, with the first paint (the chart drawn, the heatmaps shown)
   beside it;
-* several sessions clicking at the same moment.
+* several sessions clicking at the same moment;
+* each way of serving's first visitor on fresh servers (``gradpick.bench.deploy``).
 
 The server keeps the app's own stores in an empty cache folder, so every run infers its batches.
 Every wait is a ``MutationObserver`` in the page that resolves on the first frame after its
@@ -51,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from gradpick import attribution
-from gradpick.bench import reference, views
+from gradpick.bench import deploy, reference, views
 from gradpick.bench.pages import (
     CLICK_TIMEOUT_MS,
     PAGE_SIZE,
@@ -124,13 +125,24 @@ class ExplorerBenchConfig:
     method: str | None = None
     """The attribution view the session opens on, through the page's link (None: the page's
     default, the plain gradient); e.g. 'gradcam' times the clicks with the layer maps on."""
+    first_visit_runs: int = 5
+    """Fresh servers per way of serving whose first visitor is timed (``bench.deploy``)."""
+    first_visit_clicks: int = 5
+    first_visits_only: bool = False
     app: Path = field(default_factory=default_app)
     python: str = sys.executable
     log: Path = Path("artifacts") / "bench-explorer-server.log"
 
 
 QUICK = ExplorerBenchConfig(
-    clicks=4, sessions=4, session_rounds=1, inference_seeds=2, sample_changes=2, first_launches=1
+    clicks=4,
+    sessions=4,
+    session_rounds=1,
+    inference_seeds=2,
+    sample_changes=2,
+    first_launches=1,
+    first_visit_runs=2,
+    first_visit_clicks=3,
 )
 
 
@@ -228,7 +240,7 @@ def report_text(report: ExplorerReport) -> str:
     for name, value in report.ratios.items():
         lines.append(f"- {name}: {value:.2f}")
     context = report.context
-    if "badge_checks" in context["page"]:
+    if "badge_checks" in context.get("page", {}):
         lines.append(f"- trust badges' map checks run (clicks): {context['page']['badge_checks']}")
     for failure in context["failed"]:
         lines.append(f"- failed: {failure}")
@@ -236,7 +248,7 @@ def report_text(report: ExplorerReport) -> str:
         f"- machine: {context['cpus']} CPUs, load average {context['load_before']} before and "
         f"{context['load_after']} after; server cores {context['server_cpus']}, browser cores "
         f"{context['browser_cpus']}, OMP_NUM_THREADS={context['threads']}; attribution view "
-        f"{context['page'].get('method', 'plain gradient')}"
+        f"{context.get('page', {}).get('method', 'plain gradient')}"
     )
     return "\n".join(lines)
 
@@ -248,7 +260,7 @@ def _prefix(cpus: Sequence[int]) -> list[str]:
     return ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
 
 
-def _server_env(config: ExplorerBenchConfig, cifar10_dir: str, cache: str) -> dict[str, str | None]:
+def _server_env(config: ExplorerBenchConfig, cifar10_dir: str, cache: str | None) -> dict:
     """The threads asked for, the CIFAR-10 copy, and an empty cache folder: the app keeps its
     inference of every batch there, and a store left by an earlier run would be shown instead
     of inferred, which is not what the inference figures time."""
@@ -575,6 +587,8 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     if clicked > PAGE_SIZE:
         raise InputError(f"At most {PAGE_SIZE} clicks in all (one per thumbnail); got {clicked}.")
     picks = [(7 * number + 3) % PAGE_SIZE for number in range(clicked)]
+    if config.first_visits_only:
+        return _first_visits_report(config, chromium, _server_env(config, cifar10_dir, None))
     with tempfile.TemporaryDirectory(prefix="gradpick-bench-cache-") as cache:
         env = _server_env(config, cifar10_dir, cache)
         load_before = _load_average()
@@ -668,4 +682,18 @@ def run_explorer_benchmark(config: ExplorerBenchConfig, chromium: str) -> Explor
     if not config.large_size:
         skipped |= set(LARGE_ROWS)
     rows = [steps[name] for name in order if name not in skipped]
-    return ExplorerReport(config, rows, ratios, context)
+    report = _first_visits_report(config, chromium, _server_env(config, cifar10_dir, None))
+    context["failed"] += report.context["failed"]
+    return ExplorerReport(config, rows + report.steps, ratios | report.ratios, context)
+
+
+def _first_visits_report(
+    config: ExplorerBenchConfig, chromium: str, env: dict[str, str | None]
+) -> ExplorerReport:
+    """The first visitors' rows of each way of serving (``deploy.every_server``)."""
+    load_before, runs, clicks = _load_average(), config.first_visit_runs, config.first_visit_clicks
+    table, memory, failed = deploy.every_server(runs, clicks, chromium, config.app, env)
+    steps = [Step(n, s, target, limit, worst_bound=True) for n, s, target, limit in table]
+    machine = {"server_cpus": "any", "browser_cpus": "any", "threads": config.threads or "unset"}
+    context = {"cpus": os.cpu_count(), "load_before": load_before, "load_after": _load_average()}
+    return ExplorerReport(config, steps, memory, {**context, **machine, "failed": failed})

@@ -37,6 +37,7 @@ __all__ = [
     "HEATMAPS_CHANGED_JS",
     "IDLE_JS",
     "LARGE_TIMEOUT_MS",
+    "NO_PLACEHOLDER_JS",
     "OBSERVE_JS",
     "Opened",
     "PAGE_SIZE",
@@ -169,6 +170,12 @@ CANVAS_JS = "(selector) => Boolean(document.querySelector(selector + ' canvas'))
 """True once the element at ``selector`` holds a canvas (a data grid drawn)."""
 TEXT_JS = "(text) => document.body.innerText.includes(text)"
 """True once the page shows ``text``."""
+
+NO_PLACEHOLDER_JS = """
+() => !document.querySelector('[data-testid="stMain"] [data-testid="stSkeleton"]')
+"""
+"""True while no element of the page waits for its kind's code: Streamlit's browser loads it
+when the first element of a kind arrives, and draws a placeholder of another height meanwhile."""
 
 THUMBNAILS_JS = f"""
 () => {{

@@ -103,13 +103,13 @@ def plain_reference(
 
 
 def launcher_inference() -> float:
-    """The explorer's launcher's work before it serves (``ui.launch.warm``: imports, model,
+    """The explorer's launcher's work before it serves (``ui.warmup.warm``: imports, model,
     warm-up pass, the page's default batch inferred) in this process; the throughput of that
     inference, which is what the first page shows (img/s)."""
     from gradpick.runtime import devices
-    from gradpick.ui import cache, launch, page, service
+    from gradpick.ui import cache, page, service, warmup
 
-    launch.warm([])
+    warmup.warm([])
     option = service.model_options()[0]
     base = service.DataChoice()
     source = cache.source(base.source_key, base)

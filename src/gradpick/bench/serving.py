@@ -182,14 +182,17 @@ def streamlit_server(
     log: Path,
     python: str = sys.executable,
     prefix: Sequence[str] = (),
+    launcher: bool = True,
 ) -> Iterator[Server]:
     """``python -m gradpick.ui.launch app`` (what ``make run`` starts: ``streamlit run``
-    after the heavy imports) on a free port with ``env`` over this process's
+    after the start-up work), or with ``launcher=False`` a plain ``streamlit run app`` (what
+    Streamlit Community Cloud starts), on a free port with ``env`` over this process's
     environment (a None value removes the variable), its output written to ``log``; ``prefix``
     goes before the command (e.g. ``taskset -c 0``)."""
     merged = environment(env)
     port = free_port()
-    command = [*prefix, python, "-m", "gradpick.ui.launch", str(app)]
+    server = ["gradpick.ui.launch"] if launcher else ["streamlit", "run"]
+    command = [*prefix, python, "-m", *server, str(app)]
     command += ["--server.port", str(port), "--server.headless", "true"]
     command += ["--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -118,6 +118,9 @@ def _bench_explorer(args: argparse.Namespace) -> int:
         server, browser = explorer_bench.parse_taskset(args.taskset)
         config = replace(config, server_cpus=server, browser_cpus=browser)
     config = _given(config, clicks=args.clicks, threads=args.threads, method=args.method)
+    config = _given(config, first_visit_runs=args.first_visits)
+    if args.first_visits_only:
+        config = replace(config, first_visits_only=True)
     report = explorer_bench.run_explorer_benchmark(config, chromium)
     return _written(report, explorer_bench.report_text(report), args.json or "bench-explorer.json")
 
@@ -256,6 +259,18 @@ def _bench_parser(commands: Commands) -> None:
         action="store_true",
         help="with --explorer: the first page, the thumbnail clicks, triage and compare "
         "(about 70 s)",
+    )
+    parser.add_argument(
+        "--first-visits",
+        type=positive_int,
+        metavar="RUNS",
+        help="with --explorer: fresh servers per way of serving (make run's launcher, a plain "
+        "streamlit run, hosted from .venv-cpu) whose first visitor is timed (default 5, --quick 2)",
+    )
+    parser.add_argument(
+        "--first-visits-only",
+        action="store_true",
+        help="with --explorer: only the first visitors' rows",
     )
     parser.add_argument(
         "--json", help="where to write the JSON results (bench.json, bench-explorer.json)"

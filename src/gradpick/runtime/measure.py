@@ -44,6 +44,7 @@ __all__ = [
     "SavedTensorCounter",
     "Stopwatch",
     "profiler_ready",
+    "profiler_warming",
     "warm_profiler",
 ]
 
@@ -168,17 +169,32 @@ def profiler_ready() -> bool:
     return _profiler_used.is_set()
 
 
+_profiler_warming = threading.Event()
+"""Set while ``warm_profiler`` sets the profiler up (or waits to)."""
+
+
+def profiler_warming() -> bool:
+    """Whether ``warm_profiler`` is setting the CPU memory profiler up in another thread: a
+    measurement now would wait seconds for it (it holds ``MEASUREMENT_LOCK`` meanwhile)."""
+    return _profiler_warming.is_set()
+
+
 def warm_profiler() -> float:
     """Run the CPU memory profiler once over nothing, unless it ran already; returns
     milliseconds.
 
     Its first use in a process sets up the profiler's library (kineto): 2.6 s on the project's
-    2-core machine, against 1 ms for every later use. The explorer's launcher pays it before it
-    serves, so a session's first measured click does not."""
+    2-core machine, against 1 ms for every later use. The explorer's warm-up pays it once the
+    first page's needs are met, and a click meanwhile skips its memory readout rather than wait
+    (``profiler_warming``)."""
     started = time.perf_counter()
     if not profiler_ready():
-        with MEASUREMENT_LOCK, PeakMemory(torch.device("cpu")).track():
-            pass
+        _profiler_warming.set()
+        try:
+            with MEASUREMENT_LOCK, PeakMemory(torch.device("cpu")).track():
+                pass
+        finally:
+            _profiler_warming.clear()
     return (time.perf_counter() - started) * 1000
 
 

@@ -113,8 +113,9 @@ CLASS_PREFIX = "st-key-"
 HIDDEN_KEY_PREFIX = "hidden_"
 """Containers whose key starts with this are never shown (``ui.start.PAGE_STYLE``): the preload
 chart and the hover thumbnails' script take no room, so nothing moves when they come or go."""
-PRELOAD_CONTAINER = HIDDEN_KEY_PREFIX + "plotly_preload"
-"""The container of the preload chart (``gradpick.ui.start``)."""
+PRELOAD_CONTAINER = HIDDEN_KEY_PREFIX + "preload"
+"""The container of the elements a page run sends first so the browser loads their code
+(``gradpick.ui.start``)."""
 
 PICKED = "picked"
 PICKED_BATCH = "picked_batch"

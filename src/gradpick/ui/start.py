@@ -7,7 +7,16 @@ arrives. ``run`` sends the page's frame and an invisible empty chart first, so t
 plotly while the server imports, and clears that chart when the run ends. This module imports
 only streamlit: everything heavier is imported inside ``run``, after the frame is sent.
 
-Where the imports are done already (the launcher's server, or any run after a process's first),
+Streamlit's browser code loads each kind of element's own code (a metric, a code block, a chart)
+only when the first one arrives, and draws a 40 px placeholder meanwhile. On a busy browser that
+code came seconds after the readouts' metrics and the link's code block, which then grew under
+the thumbnails already shown: the grid moved down 74 px, and a click aimed at a thumbnail missed.
+So the frame also holds one hidden metric and code block (``_LAZY_ABOVE_GRID``): their code is
+loaded while the server works, before anything the page draws needs it.
+
+The imports, the model and the default batch are ``gradpick.ui.warmup``'s, begun when the server
+started (or here, by a server's first page run): a run that finds them under way sends the frame
+and the chart, then waits for them. Where they are done already (any run after the first few),
 the chart waits until the page's batch is inferred: a session opened on a new sample would
 otherwise infer while its browser evaluates plotly on the same cores (five later sessions
 inferred their 1,000 images at 530-670 img/s beside it, and at 770-1,390 once it waited).
@@ -19,6 +28,7 @@ import sys
 
 import streamlit as st
 
+from gradpick.ui import warmup
 from gradpick.ui.keys import (
     CLASS_PREFIX,
     HEATMAPS_CONTAINER,
@@ -30,7 +40,9 @@ __all__ = ["PAGE_STYLE", "run"]
 
 PAGE_STYLE = f"""<style>
 .js-plotly-plot image, [data-testid="stImage"] img {{ image-rendering: pixelated; }}
-[class*="{CLASS_PREFIX}{HIDDEN_KEY_PREFIX}"] {{ display: none; }}
+[class*="{CLASS_PREFIX}{HIDDEN_KEY_PREFIX}"],
+[data-testid="stLayoutWrapper"]:has(> [class*="{CLASS_PREFIX}{HIDDEN_KEY_PREFIX}"]) {{
+  display: none; }}
 .{CLASS_PREFIX}{HEATMAPS_CONTAINER} [data-testid="stImageCaption"] {{ contain: inline-size; }}
 body [data-testid="stSpinnerIcon"] {{
   animation-duration: 2s; animation-timing-function: steps(4); }}
@@ -39,11 +51,12 @@ body:has([data-testid="stProgress"]) [data-testid="stSpinnerIcon"] {{ animation:
 [data-test-script-state="running"] * {{ transition-duration: 0s !important; }}
 </style>"""
 """Thumbnails and heatmaps are scaled by the browser too: keep their pixels sharp. Hidden
-containers take no room. A map's caption never widens its picture: Streamlit stretches an
-image to a longer caption, so a failing map, whose caption gives the reason, was drawn larger
-than the others (``contain: inline-size`` lets the picture alone set the width; the caption
-wraps under it). No animation draws sixty frames a second beside the server's work:
-the browser draws each frame on the cores that work needs.
+containers take no room, their wrapper's gap included (16 px above the page's elements for as
+long as the preload container lasted, which closed when the run ended). A map's caption never
+widens its picture: Streamlit stretches an image to a longer caption, so a failing map, whose
+caption gives the reason, was drawn larger than the others (``contain: inline-size`` lets the
+picture alone set the width; the caption wraps under it). No animation draws sixty frames a
+second beside the server's work: the browser draws each frame on the cores that work needs.
 
 * Streamlit's spinner turns a quarter every half second, and stands still while a progress bar
   reports the work; the bar steps to each value instead of gliding.
@@ -56,6 +69,11 @@ cores of the inference's two; without them, 0.24."""
 
 _PAGE_MODULE = "gradpick.ui.page"
 """Imported by a process's first page run (or its launcher), with torch and every panel."""
+
+_LAZY_ABOVE_GRID = "preload"
+"""The label of the hidden metric and code block: the kinds of element above the thumbnail grid
+whose code Streamlit's browser loads only when the first one arrives (the sidebar's widgets load
+theirs before)."""
 
 _INVISIBLE_CHART = {
     "data": [{"type": "scatter", "x": [0], "y": [0], "marker": {"opacity": 0}}],
@@ -71,19 +89,28 @@ _INVISIBLE_CHART = {
 
 
 def run() -> None:
-    """The whole page: frame and plotly preload, then ``gradpick.ui.page.main``."""
+    """The whole page: frame and preloaded element code, then ``gradpick.ui.page.main``."""
     st.set_page_config(page_title="gradpick", page_icon=":mag:", layout="wide")
     st.markdown(PAGE_STYLE, unsafe_allow_html=True)
     preload = st.empty()  # present on every run, so the elements after it keep their places
 
+    hidden = preload.container(key=PRELOAD_CONTAINER)
+    with hidden:
+        st.metric(_LAZY_ABOVE_GRID, "", label_visibility="collapsed")
+        st.code(_LAZY_ABOVE_GRID, language=None)
+
     def load_plotly() -> None:
-        with preload.container(key=PRELOAD_CONTAINER):
+        with hidden:
             st.plotly_chart(_INVISIBLE_CHART, config={"staticPlot": True, "displayModeBar": False})
 
-    imported = _PAGE_MODULE in sys.modules
+    # The server's start-up hook began the warm-up; a server without one gets it here.
+    begun = warmup.start(sys.argv[1:], origin="first page run")
+    imported = begun.page_ready.is_set() and _PAGE_MODULE in sys.modules
     if not imported:
+        warmup.import_charts()  # never beside the warm-up's own import of them
         load_plotly()
     try:
+        warmup.wait_for_page()  # the imports, the model and the default batch
         from gradpick.runtime import process
         from gradpick.ui.page import main
 

@@ -13,7 +13,7 @@ from gradpick import attribution
 from gradpick.attribution import Attribution
 from gradpick.attribution.notes import MapNote, grouped_notes, map_notes
 from gradpick.picking import rules as selection
-from gradpick.runtime.measure import MemoryReport
+from gradpick.runtime.measure import MemoryReport, profiler_warming
 from gradpick.share import export, report
 from gradpick.show import render
 from gradpick.triage.verdicts import VERDICTS
@@ -42,6 +42,7 @@ __all__ = [
     "PANELS_COMPACT",
     "PANELS_FULL",
     "PANELS_LAYER",
+    "PROFILER_WARMING",
     "absorb_target_click",
     "render_panel",
 ]
@@ -56,6 +57,10 @@ MAP_GAP = 6
 MEMORY_NOTE = (
     "Measured once for each number of picks with these settings: a step's memory follows "
     "the tensors' shapes, not the pixels, so another image of the batch costs the same."
+)
+PROFILER_WARMING = (
+    "Memory measured from a later click: the server is still setting up its memory profiler "
+    "(its first use takes seconds), and this click did not wait for it."
 )
 DETAIL_LABEL = "Detailed view: one pick's maps large, each pixel's value on hover, its classes"
 DOWNLOADS_LABEL = "Downloads: the gradients (.pt, .npz), the heatmap grid (.png), reports"
@@ -146,7 +151,9 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
     )
     memory = None
     with memory_slot:
-        if settings.measure_memory:
+        if settings.measure_memory and loaded.device.type == "cpu" and profiler_warming():
+            st.caption(PROFILER_WARMING)
+        elif settings.measure_memory:
             with guarded("Measuring memory"):
                 memory = cache.step_memory(
                     loaded.key,

@@ -1,0 +1,190 @@
+"""The explorer's start-up work (``gradpick.ui.warmup``): ``app.py`` is an ``st.App`` that
+``streamlit run`` serves with the warm-up as its start-up hook; the hook returns before the work
+is done; the work runs once per process; a page run waits for the model and the default batch
+and for nothing after them; a failed warm-up lets the page do the work; and a page run on a
+process without the hook (AppTest here) starts it and finds the batch ready."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+from streamlit.web.server.app_discovery import discover_asgi_app
+
+from gradpick.ui import warmup
+
+APP = Path(__file__).resolve().parents[2] / "app.py"
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process as if no warm-up had started yet (the real one, if any, is put back)."""
+    monkeypatch.setattr(warmup, "_CURRENT", [])
+    yield
+
+
+class Gate:
+    """A stand-in for ``warm`` that sets ``page_ready`` when ``page`` opens, then holds the
+    rest of the work (the profiler) until ``rest`` opens; counts its calls."""
+
+    def __init__(self) -> None:
+        self.page = threading.Event()
+        self.rest = threading.Event()
+        self.calls: list[list[str]] = []
+
+    def __call__(self, app_args: Sequence[str], page_ready: threading.Event | None) -> float:
+        self.calls.append(list(app_args))
+        assert self.page.wait(60)
+        assert page_ready is not None
+        page_ready.set()
+        assert self.rest.wait(60)
+        return 1.0
+
+
+def test_streamlit_run_serves_app_py_as_an_st_app_with_the_warm_up_as_its_lifespan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    found = discover_asgi_app(APP)  # what `streamlit run app.py` consults
+    assert found.is_asgi_app and found.import_string == "app:app"
+    from streamlit import config as streamlit_config
+    from streamlit.web.server.starlette.starlette_app import App
+
+    monkeypatch.setattr(streamlit_config, "_main_script_path", str(APP))
+    spec = importlib.util.spec_from_file_location("app", APP)  # as uvicorn imports it
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert isinstance(module.app, App)
+    assert module.app._user_lifespan is warmup.lifespan
+    assert module.app.script_path == APP
+
+
+def test_the_lifespan_returns_while_the_work_goes_on_in_the_background(
+    fresh: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = Gate()
+    monkeypatch.setattr(warmup, "warm", gate)
+    monkeypatch.setattr("sys.argv", ["app.py", "--model", "tutorial"])
+    entered: list[warmup.Warmup | None] = []
+
+    async def serve() -> None:
+        async with warmup.lifespan(object()):
+            entered.append(warmup.current())  # the server serves from here on
+
+    asyncio.run(serve())
+    begun = entered[0]
+    assert begun is not None and begun.origin == "server start"
+    assert not begun.page_ready.is_set()  # the hook did not wait for the work
+    gate.page.set()
+    assert begun.page_ready.wait(60)
+    gate.rest.set()
+    assert begun.done.wait(60)
+    assert gate.calls == [["--model", "tutorial"]]
+    assert begun.problem is None
+
+
+def test_the_work_runs_once_per_process_whoever_asks(
+    fresh: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = Gate()
+    monkeypatch.setattr(warmup, "warm", gate)
+    gate.page.set()
+    gate.rest.set()
+    first = warmup.start([], origin="launcher", background=False)
+    assert first.done.is_set() and first.page_ms == 1.0
+    again = warmup.start(["--model", "x"], origin="server start")
+    assert again is first and again.origin == "launcher"
+    assert gate.calls == [[]]
+
+
+def test_a_page_waits_for_the_model_and_batch_and_not_for_the_profiler(
+    fresh: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gate = Gate()
+    monkeypatch.setattr(warmup, "warm", gate)
+    assert warmup.wait_for_page() == 0.0  # nothing started: nothing to wait for
+    begun = warmup.start([], origin="server start")
+    waiting = threading.Thread(target=warmup.wait_for_page)
+    waiting.start()
+    waiting.join(0.2)
+    assert waiting.is_alive()  # held while the model and batch are not ready
+    gate.page.set()
+    waiting.join(60)
+    assert not waiting.is_alive()
+    assert not begun.done.is_set()  # the profiler's part still holds
+    warmup.wait_for_page()  # a later run: no second line in the log
+    gate.rest.set()
+    assert begun.done.wait(60)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "first page run" in line]
+    assert len(lines) == 1 and "waited" in lines[0]
+
+
+def test_a_failed_warm_up_lets_the_page_do_the_work(
+    fresh: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(app_args: Sequence[str], page_ready: threading.Event | None) -> float:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(warmup, "warm", broken)
+    begun = warmup.start([], origin="server start")
+    assert begun.done.wait(60)
+    assert begun.page_ready.is_set()
+    assert begun.problem == "OSError: disk gone"
+    assert warmup.wait_for_page() == 0.0
+    assert f"{warmup.LOG_PREFIX} failed: OSError: disk gone" in capsys.readouterr().out
+
+
+def test_a_page_run_without_the_hook_starts_the_warm_up_and_finds_its_batch(
+    fresh: None, generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AppTest runs app.py as ``__main__`` without a server: the page's first run begins the
+    real warm-up, whose inference of the default batch the page then reads from the cache."""
+    from gradpick.outputs import stores
+    from gradpick.ui import cache
+
+    cache.inference.clear()
+    inferred: list[str] = []
+    real = stores.infer_and_keep
+
+    def counted(*args: object, **kwargs: object) -> object:
+        inferred.append(threading.current_thread().name)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stores, "infer_and_keep", counted)
+    app = AppTest.from_file(str(APP), default_timeout=240).run()
+    assert not app.exception, [e.value for e in app.exception]
+    assert {metric.label: metric.value for metric in app.metric}["Images N"] == "64"
+    begun = warmup.current()
+    assert begun is not None and begun.origin == "first page run"
+    assert begun.page_ready.is_set() and begun.problem is None and begun.page_runs == 1
+    assert inferred == ["gradpick-warmup"]  # by the warm-up's thread, not again by the page
+    assert begun.done.wait(120)
+
+
+def test_a_page_run_imports_the_charts_only_once_the_warm_up_has_them_whole() -> None:
+    """plotly reads pandas from sys.modules: a page's first chart waits for the import in
+    progress in the warm-up's thread instead of meeting a half-made module."""
+    held = threading.Event()
+    release = threading.Event()
+
+    def warm_up_importing() -> None:
+        with warmup._CHARTS:
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=warm_up_importing)
+    holder.start()
+    assert held.wait(60)
+    page = threading.Thread(target=warmup.import_charts)
+    page.start()
+    page.join(0.2)
+    assert page.is_alive()  # waits while the warm-up imports
+    release.set()
+    page.join(60)
+    holder.join(60)
+    assert not page.is_alive()
