@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
+from gradpick.data.sources import ImageBatch
 from gradpick.show.render import colorize, fit
 from gradpick.slices.stored import read_beside
 from gradpick.ui import cache, keys, state
@@ -74,12 +75,11 @@ def render(loaded: Loaded, settings: Settings) -> None:
         f"removing their evidence; read from {where}."
     )
     index_of = {int(position): index for index, position in enumerate(loaded.batch.positions)}
-    images = loaded.batch.images
     for row in slices[:SHOWN]:
-        _card(row, index_of, images)
+        _card(row, index_of, loaded.batch)
 
 
-def _card(row: dict[str, Any], index_of: dict[int, int], images: Any) -> None:
+def _card(row: dict[str, Any], index_of: dict[int, int], batch: ImageBatch) -> None:
     rank = int(row["rank"])
     here = [index_of[p] for p in row["positions"] if p in index_of]
     with st.container(border=True):
@@ -96,7 +96,7 @@ def _card(row: dict[str, Any], index_of: dict[int, int], images: Any) -> None:
         typical = [index_of[p] for p in row["typical"] if p in index_of][:TYPICAL]
         if typical:
             right.image(
-                [fit(images[i].permute(1, 2, 0).numpy(), SIDE // 2) for i in typical],
+                [fit(batch.rows(i).permute(1, 2, 0).numpy(), SIDE // 2) for i in typical],
                 caption=[f"#{i}" for i in typical],
             )
         right.button(
