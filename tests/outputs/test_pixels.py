@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -154,3 +156,24 @@ def test_the_page_keys_a_stores_pixels_by_its_folders_fingerprint(
     (source.files[0]).write_bytes((source.files[1]).read_bytes())  # the folder changed
     changed = service.read_batch(service.open_source(choice), choice)
     assert len(decodes) == 12 and torch.equal(changed.images[0], changed.images[1])
+
+
+def test_one_job_per_store_a_second_one_leaves_it_to_the_first(
+    source: Any, store: Path, decodes: list[int], tmp_path: Path
+) -> None:
+    key = "the-key"
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"store": str(store), "key": key, "positions": [0, 1, 2]}))
+    lock = tmp_path / f"outputs{pixels.PIXELS_SUFFIX}.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a first job is decoding
+        pixels.main(str(job))
+        assert decodes == [] and pixels.load_kept(store, key) is None
+    job.write_text(json.dumps({"store": str(store), "key": key, "positions": [0, 1, 2]}))
+    pixels.main(str(job))  # the lock is free: this one decodes and keeps
+    assert sorted(decodes) == [0, 1, 2] and not job.exists()
+    kept = pixels.load_kept(store, key)
+    assert kept is not None and kept.positions == (0, 1, 2)
+    job.write_text(json.dumps({"store": str(store), "key": key, "positions": [0, 1, 2]}))
+    pixels.main(str(job))  # kept already: nothing to decode
+    assert len(decodes) == 3

@@ -2,16 +2,18 @@
 
 The first server to open a large store shows its first page from the few images that page
 draws (``data.batches.LazyBatch``), while a background process (``python -m
-gradpick.outputs.pixels JOB.json``, at the lowest CPU priority) decodes every image and writes them
-beside the store (``STORE.pixels.pt``); the server takes that file over when it is complete, and
-a second server, or this one restarted, loads it in a fraction of a second instead of decoding
-50,000 JPEGs again (12 s on two cores). The file is written whole or not at all: a temporary
-file renamed once complete, so a job stopped halfway leaves no file that reads as complete.
+gradpick.outputs.pixels JOB.json``, at the lowest CPU priority, one per store at a time: a lock
+file beside it) decodes every image and writes them beside the store (``STORE.pixels.pt``); the
+server takes that file over when it is complete, and a second server, or this one restarted,
+loads it in a fraction of a second instead of decoding 50,000 JPEGs again (12 s on two cores).
+The file is written whole or not at all: a temporary file renamed once complete, so a job
+stopped halfway leaves no file that reads as complete.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import pickle
@@ -162,14 +164,22 @@ def _keep_in_background(
 def main(job_file: str) -> None:
     """The background job: read ``{"store", "key", "positions"}`` from the JSON ``job_file``
     (then removed), decode those images of the store's folder and keep them beside the store."""
-    with contextlib.suppress(OSError):
-        os.nice(19)  # a page being served comes first
     job = json.loads(Path(job_file).read_text())
     Path(job_file).unlink(missing_ok=True)
-    source = stored_source(open_stored(job["store"], ["position"]))
-    batch = read_positions(source, job["positions"], workers=0)
-    keep(batch, job["store"], job["key"])
+    lock = sibling(job["store"], PIXELS_SUFFIX + ".lock")
+    with lock.open("w") as held:
+        try:  # one job per store: a second server's, or a restarted one's, leaves it to the first
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return
+        if load_kept(job["store"], job["key"], mmap=True) is not None:
+            return  # kept by the job that held the lock before
+        source = stored_source(open_stored(job["store"], ["position"]))
+        batch = read_positions(source, job["positions"], workers=0)
+        keep(batch, job["store"], job["key"])
 
 
 if __name__ == "__main__":
+    with contextlib.suppress(OSError):
+        os.nice(19)  # a page being served comes first
     main(sys.argv[1])

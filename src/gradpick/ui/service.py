@@ -238,16 +238,17 @@ def read_batch(
     from gradpick.outputs import pixels
 
     path = choice.outputs.strip()
-    key = f"{source.fingerprint()}|{source.spec.describe()}|{choice.batch_key}"
+    batch = f"start={choice.start}|size={choice.size}|seed={choice.seed}"  # not the path typed
+    key = f"{source.fingerprint()}|{source.spec.describe()}|{batch}"
     found = pixels.load_kept(path, key, mmap=True)
     if found is not None:
         return found
     wanted = data.batch_positions(len(source), choice.start, choice.size, choice.seed)
     if len(wanted) > pixels.LAZY_ABOVE:
         return pixels.lazy_batch(path, key, source, wanted)
-    batch = decode()
-    pixels.keep(batch, path, key)
-    return batch
+    decoded = decode()
+    pixels.keep(decoded, path, key)
+    return decoded
 
 
 @contextmanager
