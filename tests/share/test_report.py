@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import base64
 import io
+import json
 import os
 import re
 import shutil
@@ -30,7 +31,10 @@ from gradpick.errors import InputError
 from gradpick.gradients.request import GradientRequest
 from gradpick.models import zoo
 from gradpick.outputs import inference as infer
+from gradpick.outputs import store_format
+from gradpick.outputs.stores import infer_to_store
 from gradpick.share import export, report
+from gradpick.share.record import read_record
 from gradpick.trust import CheckOptions, report_dict, run_checks
 from tests.serving import save_screenshot
 
@@ -384,3 +388,124 @@ def test_a_sigmoid_models_report_shows_each_labels_own_probability(
     own = (1 / (1 + torch.exp(-logits))).sort(descending=True).values[: len(shown)]
     assert shown == [f"{value:.1%}" for value in own.tolist()]
     assert sum(float(text.rstrip("%")) for text in shown) != pytest.approx(100, abs=1)
+
+
+def _slices_file() -> dict[str, object]:
+    """A slices run's JSON: slice 1 verified with a one-cell peak in its 4x4 mean map, slice 2
+    with no errors (untested)."""
+    peak = [[0.0] * 4 for _ in range(4)]
+    peak[1][2] = 0.8
+    return {
+        "model": "m",
+        "fingerprint": "f",
+        "rows": 300,
+        "errors": 40,
+        "method": "gradcam",
+        "slices": [
+            {
+                "rank": 1,
+                "size": 30,
+                "errors": 27,
+                "error_rate": 0.9,
+                "positions": list(range(30)),
+                "description": "27 error(s) called frog <b>(27)</b>",
+                "mean_map": peak,
+                "effect": {
+                    "evidence_change": 0.91,
+                    "random_change": 0.03,
+                    "ratio": 33.1,
+                    "p_value": 1.3e-48,
+                    "tested": 27,
+                    "verified": True,
+                },
+                "verified": True,
+            },
+            {
+                "rank": 2,
+                "size": 12,
+                "errors": 0,
+                "error_rate": 0.0,
+                "positions": list(range(30, 42)),
+                "description": "correctly called cat.",
+                "mean_map": [[0.5]],
+                "effect": None,
+                "verified": False,
+            },
+        ],
+    }
+
+
+def test_the_slices_section_ranks_describes_verifies_and_draws_each_slice(
+    tiny_cnn: nn.Module, uint8_batch: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    import matplotlib
+
+    images, labels = uint8_batch
+    probabilities = infer.infer(tiny_cnn, images[PICKS]).probabilities
+    content = _content(tiny_cnn, images, labels)
+    assert "<h2>Slices</h2>" not in report.build_report(content, probabilities)
+    kept = _slices_file()
+    document = report.build_report(
+        content, probabilities, slices=kept, slice_verdicts={1: "model wrong"}
+    )
+    assert "<h2>Slices</h2>" in document
+    section = document[document.index("<h2>Slices</h2>") : document.index("<h2>All fields</h2>")]
+    text = " ".join(Page(section).text)
+    assert "2 slices of 40 errors among 300 images, 1 verified" in text
+    # The ranked table: each slice's row, its figures as the run measured them.
+    rows = re.findall(r"<tr>(.*?)</tr>", section)[1:]
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows]
+    assert cells == [
+        ["1", "yes", "model wrong", "30", "27", "90%", "91%", "3%", "33.1", "1.3e-48"],
+        ["2", "no", "", "12", "0", "0%", "", "", "", ""],
+    ]
+    # The cards: the description escaped, the verification line, the verdict.
+    assert "27 error(s) called frog &lt;b&gt;(27)&lt;/b&gt;" in section
+    assert (
+        "<b>Verified</b>: removing the evidence changed 91% of 27 calls, the same area at "
+        "random 3% (x33.1, p = 1.3e-48)." in section
+    )
+    assert "No errors to test." in section and "Judged <b>model wrong</b>." in section
+    # The mean map: 4x4 cells drawn 24 pixels each, the peak cell at the colour scale's top
+    # (inferno's brightest), every other cell its darkest.
+    (mean,) = [a for a in Page(section).images() if a.get("data-slice") == "1"]
+    picture = np.asarray(_png(mean["src"]))
+    assert picture.shape == (96, 96, 3)
+    inferno = matplotlib.colormaps["inferno"]
+    top = np.round(np.asarray(inferno(1.0)[:3]) * 255)
+    bottom = np.round(np.asarray(inferno(0.0)[:3]) * 255)
+    cells_drawn = picture[12::24, 12::24].astype(float)
+    assert np.abs(cells_drawn[1, 2] - top).max() <= 1
+    others = np.delete(cells_drawn.reshape(16, 3), 1 * 4 + 2, axis=0)
+    assert np.abs(others - bottom).max() <= 1
+    # The embedded record keeps each slice's figures, not its members.
+    record = read_record(document)
+    assert [row["rank"] for row in record["slices"]] == [1, 2]
+    assert record["slices"][0]["effect"]["ratio"] == 33.1
+    assert "positions" not in record["slices"][0]
+
+
+def test_the_command_adds_the_slices_of_a_store_and_refuses_a_store_without(
+    generated_folder: Path, tmp_path: Path
+) -> None:
+    loaded = zoo.load_model("tutorial")
+    source = data.open_source(str(generated_folder / "test"), spec=loaded.spec)
+    infer_to_store(loaded, source, range(12), tmp_path / "outputs")
+    out = tmp_path / "picks.html"
+    arguments = ["--data", str(generated_folder), "--model", "tutorial", "--size", "8"]
+    arguments += ["--indices", "1", "--slices", str(tmp_path / "outputs"), "--out", str(out)]
+    with pytest.raises(InputError, match="no slices of this store in .*run gradpick slices"):
+        _command(*arguments)
+    assert not out.exists()
+    metadata = store_format.open_store(tmp_path / "outputs").metadata
+    kept = {
+        **_slices_file(),
+        "model": metadata["model"]["identity"],
+        "fingerprint": metadata["source"]["fingerprint"],
+    }
+    (tmp_path / "outputs.slices.json").write_text(json.dumps(kept))
+    assert _command(*arguments) == 0
+    document = out.read_text()
+    assert "<h2>Slices</h2>" in document
+    assert "2 slices of 40 errors among 300 images, 1 verified" in document
+    assert [row["rank"] for row in read_record(document)["slices"]] == [1, 2]

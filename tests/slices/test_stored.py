@@ -5,6 +5,8 @@ the patch verify nothing; a store without embeddings is refused with what to run
 from __future__ import annotations
 
 import json
+import re
+from html import escape as html_escape
 from pathlib import Path
 
 import numpy as np
@@ -112,3 +114,36 @@ def test_a_store_without_embeddings_says_what_to_run(tmp_path: Path) -> None:
     opened, _, loaded = _store(tmp_path, patched=False, embeddings=False)
     with pytest.raises(InputError, match="gradpick infer --embeddings"):
         find_slices(opened, loaded)
+
+
+def test_slices_in_a_notebook_are_one_line_and_a_table_of_cards(
+    planted: tuple[Found, set[str]],
+) -> None:
+    found, _ = planted
+    summary = found.to_json()
+    first = summary["slices"][0]
+    text = repr(found)
+    assert "\n" not in text and len(text) < 200, text
+    verified = sum(row["verified"] for row in summary["slices"])
+    assert text == (
+        f"Found({len(summary['slices'])} slices of {summary['errors']} errors among "
+        f"{summary['rows']} images, {verified} verified; slice 1: {first['size']} images, "
+        f"error rate {first['error_rate']:.0%})"
+    )
+    html = found._repr_html_()
+    assert html.startswith('<div class="gradpick"><b>Failure slices of outputs</b>')
+    rows = re.findall(r"<tr><td>(\d+)</td><td>(yes|no)</td>", html)
+    assert rows == [(str(r["rank"]), "yes" if r["verified"] else "no") for r in summary["slices"]]
+    cards = re.findall(r'<section class="pick" data-slice="(\d+)"', html)
+    assert cards == [str(r["rank"]) for r in summary["slices"][:12]]
+    assert len(re.findall(r'<img src="data:image/png;base64,[^"]+"[^>]*data-slice=', html)) == len(
+        cards
+    )
+    for row in summary["slices"]:
+        assert html_escape(row["description"]) in html
+        if row["verified"]:
+            effect = row["effect"]
+            assert (
+                f"changed {effect['evidence_change']:.0%} of {effect['tested']} calls, the same "
+                f"area at random {effect['random_change']:.0%}" in html
+            )

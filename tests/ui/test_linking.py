@@ -25,6 +25,7 @@ from gradpick import attribution
 from gradpick.gradients import strategies
 from gradpick.ui import keys, linking, links, service, state
 from tests.app.test_app import store_of_the_stand_in
+from tests.app.test_slices_tab import write_slices
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 TIMEOUT = 180
@@ -84,6 +85,10 @@ NOT_A_VIEW: dict[str, str] = {
     keys.TRIAGE_PICK_VERDICT: "a picking rule's input; the picks it made are linked",
     keys.TRIAGE_PICK: "a button",
     keys.SLICE_PICK: "a button",
+    keys.SLICE_VERDICT: "buttons that record a slice's verdict, kept beside the store",
+    keys.SLICE_PROBLEM: "a message",
+    keys.SLICE_SAVE: "a button that saves a named selection",
+    keys.SLICE_SAVED: "a message",
     keys.COMPARE_DRIFT: "a button; the picks it made are linked",
     keys.DETAIL_OPEN: "an expander, opened with one click; what it shows follows the picks",
     keys.DETAIL: "the detailed view's pick, inside that expander",
@@ -347,6 +352,10 @@ ROUND_TRIPS: dict[str, Case] = {
         value_of("number_input", keys.TRIAGE_POSITION),
         ((keys.EXPLORER_TAB, "Triage"),),
     ),
+    keys.SLICE_CHOSEN: Case(
+        lambda app, _: app,  # replaced in the test below: it needs a store with slices
+        value_of("selectbox", keys.SLICE_CHOSEN),
+    ),
 }
 
 
@@ -407,7 +416,7 @@ def round_trip(
     return before, now, params
 
 
-ROUND_TRIP_KEYS = sorted(set(ROUND_TRIPS) - {keys.OUTPUTS_PATH})
+ROUND_TRIP_KEYS = sorted(set(ROUND_TRIPS) - {keys.OUTPUTS_PATH, keys.SLICE_CHOSEN})
 
 
 @pytest.mark.parametrize("key", ROUND_TRIP_KEYS)
@@ -433,6 +442,30 @@ def test_a_stored_outputs_folder_reopens_from_the_link(
     case = ROUND_TRIPS[keys.OUTPUTS_PATH]
     _, now, params = round_trip(Case(open_store, case.read), generated, caplog)
     assert now == str(outputs) and params["outputs"] == str(outputs)
+
+
+def test_the_slices_tab_and_the_slice_in_view_reopen_from_the_link(
+    generated: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder, outputs = tmp_path / "images", tmp_path / "outputs"
+    shutil.copytree(generated / "test", folder)
+    store_of_the_stand_in(folder, outputs)
+    write_slices(outputs)
+
+    def slice_two(app: AppTest, _: Path) -> AppTest:
+        app = app.sidebar.radio(key=keys.SOURCE_KIND).set_value("stored").run()
+        app = app.sidebar.text_input(key=keys.OUTPUTS_PATH).input(str(outputs)).run()
+        app.session_state[keys.EXPLORER_TAB] = "Slices"
+        app = app.run()
+        assert app.selectbox(key=keys.SLICE_CHOSEN).value == 0  # all of them at first
+        return app.selectbox(key=keys.SLICE_CHOSEN).set_value(2).run()
+
+    case = ROUND_TRIPS[keys.SLICE_CHOSEN]
+    _, now, params = round_trip(Case(slice_two, case.read), generated, caplog)
+    assert now == 2 and (params["tab"], params["slice"]) == ("Slices", "2")
+    again = open_page(params)
+    cards = [m.value for m in again.markdown if m.value.startswith("**Slice ")]
+    assert len(cards) == 1 and cards[0].startswith("**Slice 2**: 4 images"), cards
 
 
 SETTINGS = [

@@ -162,6 +162,7 @@ def test_the_layer_compare_queue_scale_and_switches_come_back_unchanged() -> Non
         layer="layer2.1.conv2",
         compare="tiny",
         suspect=3,
+        slice=2,
         scale="shared",
         badges=False,
         memory=True,
@@ -173,6 +174,7 @@ def test_the_layer_compare_queue_scale_and_switches_come_back_unchanged() -> Non
     params = view.to_params()
     assert params["layer"] == "layer2.1.conv2" and params["compare"] == "tiny"
     assert (params["badges"], params["memory"], params["suspect"]) == ("off", "on", "3")
+    assert params["slice"] == "2"
     assert from_params(params, WIDGETS) == (view, [])
     none = View(compare="none")
     assert from_params(none.to_params(), WIDGETS) == (none, [])
@@ -186,6 +188,8 @@ def test_the_layer_compare_queue_scale_and_switches_come_back_unchanged() -> Non
         ({"compare": "mine:evil"}, "'mine:evil' is not offered"),
         ({"suspect": "0"}, "counts from 1"),
         ({"suspect": "-2"}, "not a whole number"),
+        ({"slice": "0"}, "counts from 1"),
+        ({"slice": "first"}, "not a whole number"),
         ({"scale": "log"}, "colour scale 'log'"),
         ({"badges": "maybe"}, "badges 'maybe'"),
         ({"per_page": "7"}, "thumbnails per page '7'"),

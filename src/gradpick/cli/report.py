@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from gradpick import data
 from gradpick.attribution import AttributionMethod
@@ -28,8 +28,10 @@ from gradpick.cli.arguments import (
 )
 from gradpick.errors import InputError
 from gradpick.gradients import strategies
+from gradpick.outputs.store_format import open_store
 from gradpick.picking.rules import parse_indices
 from gradpick.share import export, report
+from gradpick.slices.stored import read_beside
 from gradpick.trust.engine import CHECKABLE, MethodSettings
 from gradpick.trust.report import CheckOptions
 
@@ -44,6 +46,20 @@ def output_path(text: str) -> Path:
     if not path.parent.is_dir():
         raise InputError(f"--out: the folder {path.parent} does not exist.")
     return path
+
+
+def _slices(store: str | None) -> dict[str, Any] | None:
+    """The slices kept beside ``store`` (None without --slices); refused when there are none
+    that describe it, before any work."""
+    if store is None:
+        return None
+    kept, where = read_beside(open_store(store))
+    if kept is None:
+        raise InputError(
+            f"--slices {store}: no slices of this store in {where}; run gradpick slices "
+            f"--outputs {store} first."
+        )
+    return kept
 
 
 def say(step: str, stream: TextIO | None = None) -> None:
@@ -108,6 +124,12 @@ def register(commands: Commands) -> None:
         type=int,
         help="with --check: randomise only this many layers from the output (default: all)",
     )
+    parser.add_argument(
+        "--slices",
+        metavar="DIR",
+        help="a store whose failure slices (gradpick slices --outputs DIR) the report adds as a "
+        "Slices section",
+    )
     parser.add_argument("--out", required=True, metavar="FILE.html", help="the report to write")
     parser.set_defaults(handler=run)
 
@@ -115,6 +137,7 @@ def register(commands: Commands) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compute the picks' maps and write the report; the exit status."""
     out = output_path(args.out)
+    slices = _slices(args.slices)
     method = method_of(args)
     checks = _check_options(args, method)
     loaded = load_model(args)
@@ -159,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         shared_scale=args.shared_scale,
         progress=say,
+        slices=slices,
     )
     if sys.stderr.isatty():  # end the step line a terminal kept overwriting
         sys.stderr.write("\n")

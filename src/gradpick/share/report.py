@@ -4,7 +4,8 @@
 object
 the ``.npz`` and JSON downloads are built from) into one page: the model and its card, the
 batch, each pick's image, saliency map and overlay, its prediction, top classes and target, the
-method and its settings, the readouts, and the trust checks' summary when they ran. Every
+method and its settings, the readouts, the trust checks' summary when they ran, and the failure
+slices of the store the picks came from when it has them (``gradpick.show.slice_cards``). Every
 picture is a PNG data URI and the style sheet is inline, so the file makes no request when
 opened: it reads the same offline, attached to a mail, or printed.
 """
@@ -42,6 +43,7 @@ from gradpick.show.html import (
     key_values,
     memory_rows,
 )
+from gradpick.show.slice_cards import slices_html
 from gradpick.show.trust_tables import trust_summary
 from gradpick.trust.command import badge_rows
 from gradpick.trust.report import CheckOptions, TrustReport, report_dict, run_checks
@@ -286,6 +288,8 @@ def build_report(
     shared_scale: bool = False,
     model_note: str | None = None,
     badges: Sequence[Mapping[str, Any]] = (),
+    slices: Mapping[str, Any] | None = None,
+    slice_verdicts: Mapping[int, str] | None = None,
 ) -> str:
     """The report of ``content``'s picks as one HTML document (a str), needing no network.
 
@@ -297,7 +301,9 @@ def build_report(
     as JSON (``gradpick.share.record``), with no absolute local path. ``model_note`` is said above
     the maps (``attribution.notes.model_note``); a map that shows nothing says why. ``badges``
     are the explorer's verdicts of the same maps (``gradpick.trust.command.badge_rows``), shown
-    and kept with the checks.
+    and kept with the checks. ``slices`` is the slices file kept beside the picks' store
+    (``gradpick.slices.stored.read_beside``): a section ranks them, with each one's description,
+    verification and mean map, and ``slice_verdicts`` (rank -> verdict in words) beside them.
     """
     record = shareable(export.metadata(content))
     card = shareable(card) if card else card
@@ -325,9 +331,23 @@ def build_report(
     if trust is not None:
         summary = trust_summary(checked or {}, content.class_names)
         checks = f'<h2>Trust checks</h2><div class="box">{summary}</div>'
+    found = ""
+    if slices is not None:
+        found = (
+            '<h2>Slices</h2><p class="lead">Where the model fails systematically on the store '
+            f"these picks come from (<code>gradpick slices</code>).</p>"
+            f'<div class="box">{slices_html(slices, slice_verdicts)}</div>'
+        )
 
     full = json.dumps(record, indent=2, default=str)
-    embedded = embedded_record({"picks": record, "checks": checked, "model_note": model_note})
+    embedded = embedded_record(
+        {
+            "picks": record,
+            "checks": checked,
+            "model_note": model_note,
+            "slices": _slice_summary(slices),
+        }
+    )
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -342,13 +362,22 @@ def build_report(
         f"{warning}<h2>Picks</h2>"
         f'<p class="legend">{_colour_strip()} saliency: the largest |value| over the '
         f"channels, 0 to the limit under each map ({escape(scale)}).</p>"
-        f"{picks}{checks}"
+        f"{picks}{checks}{found}"
         "<h2>All fields</h2><details><summary>The export schema's JSON of these picks</summary>"
         f"<pre>{escape(full)}</pre></details>{embedded}"
         f"<footer>Written by gradpick {escape(record['versions'].get('gradpick', ''))}. "
         "This file is self-contained: it loads nothing from the network.</footer>"
         "</main></body></html>\n"
     )
+
+
+def _slice_summary(slices: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """Each slice's figures for the embedded record (not its members or map: they can be
+    long, and the section draws them)."""
+    if slices is None:
+        return None
+    fields = ("rank", "size", "errors", "error_rate", "description", "effect", "verified")
+    return [{name: row.get(name) for name in fields} for row in slices.get("slices", [])]
 
 
 def write_report(path: Path, document: str) -> Path:
@@ -375,13 +404,15 @@ def of_batch(
     source: Mapping[str, Any] | None = None,
     shared_scale: bool = False,
     progress: Callable[[str], None] | None = None,
+    slices: Mapping[str, Any] | None = None,
 ) -> str:
     """The report of ``batch[indices]`` under ``loaded``: maps by ``method`` (the plain
     gradient when None) for ``target`` (None: the method's default, ``attribution.default_target``)
     and ``classes`` as ``input_gradients`` takes them, the
     trust checks with ``checks`` when given, and ``source`` as the export's record of where the
     batch came from (default: the batch's source, all of it). ``progress`` is told each step
-    in words as it starts ('maps', then each check and randomised layer).
+    in words as it starts ('maps', then each check and randomised layer). ``slices`` are the
+    store's slices for the report's Slices section (``build_report``).
 
     The engine gets the whole batch, so SmoothGrad's noise is seeded by the batch index and the
     maps are the explorer's for the same batch; 'recompute' forwards only the picks.
@@ -448,4 +479,5 @@ def of_batch(
         shared_scale=shared_scale,
         model_note=model_note(outputs.logits, loaded.name),
         badges=badges,
+        slices=slices,
     )

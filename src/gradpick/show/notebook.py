@@ -7,7 +7,9 @@ and the HTML report) with its readouts. The results hold maps but not the images
 explain, so the notebook shows the maps alone; the HTML report draws image, map and overlay.
 ``comparison(runs)`` shows ``gradpick.gradients.timing``'s rows as a table. A
 ``Triage``, a two-model ``Pairing`` and its ``MapComparison`` show themselves too, with short
-one-line ``repr``s, classes by name and the layer of a layer method. Below every result type,
+one-line ``repr``s, classes by name and the layer of a layer method; so do the failure slices of
+a store (``gradpick.slices.stored.Found``), as the report draws them
+(``gradpick.show.slice_cards``). Below every result type,
 which it names for typing only: each result hands over what it derives (a pairing's flips, a
 trust report's record) when it calls the function that draws it.
 """
@@ -29,6 +31,7 @@ from gradpick.show.html import (
     key_values,
     memory_rows,
 )
+from gradpick.show.slice_cards import slices_html
 from gradpick.show.trust_tables import trust_summary
 
 if TYPE_CHECKING:
@@ -44,6 +47,7 @@ __all__ = [
     "Html",
     "attribution_html",
     "comparison",
+    "found_slices_html",
     "gradient_html",
     "map_comparison_html",
     "pairing_html",
@@ -181,6 +185,14 @@ def triage_html(found: Triage) -> str:
     return (
         f'<div class="gradpick"><b>Label triage</b>{key_values(rows)}'
         f"<p>The {len(top)} most suspect:</p>{table}</div>"
+    )
+
+
+def found_slices_html(kept: Mapping[str, Any], store: str) -> str:
+    """The slices of a store (a slices run's JSON, ``Found.to_json``): the ranked table and a
+    card per slice with its mean map, description and verification."""
+    return (
+        f'<div class="gradpick"><b>Failure slices of {escape(store)}</b>{slices_html(kept)}</div>'
     )
 
 

@@ -35,6 +35,7 @@ from gradpick.models.zoo import LoadedModel, load_model
 from gradpick.outputs import sidecar
 from gradpick.outputs.store_format import OpenedStore, check_store
 from gradpick.outputs.stores import stored_source
+from gradpick.show.notebook import found_slices_html
 from gradpick.slices.discover import (
     CLUSTERS,
     Slice,
@@ -182,6 +183,25 @@ class Found:
     def _name(self, index: int) -> str:
         names = self.class_names
         return names[index] if 0 <= index < len(names) else f"class {index}"
+
+    def __repr__(self) -> str:
+        """One line, not the arrays: a notebook cell ending in slices stays short."""
+        verified = sum(bool(e and e.verified) for e in self.effects)
+        errors = int((self.labels != self.predictions).sum())
+        first = (
+            ""
+            if not self.slices
+            else f"; slice 1: {self.slices[0].size:,} images, error rate "
+            f"{self.slices[0].error_rate:.0%}"
+        )
+        return (
+            f"Found({len(self.slices)} slices of {errors:,} errors among "
+            f"{len(self.positions):,} images, {verified} verified{first})"
+        )
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the ranked slices and their cards (``gradpick.show.notebook``)."""
+        return found_slices_html(self.to_json(), self.store.name)
 
     def write_beside(self) -> Path:
         """The JSON beside the store (``outputs.slices.json``), written atomically."""

@@ -3,7 +3,9 @@
 The Triage tab records verdicts (``gradpick.triage.verdicts``) beside the batch's store; the table,
 the scatter and the thumbnails show them and the pickers' verdict rule picks by them, all read
 through here so that each view sees the same verdicts: the file's, overlaid by those kept for
-this session only (a hosted demo, or a file that could not be written).
+this session only (a hosted demo, or a file that could not be written). The slices kept
+beside an opened store, and the verdicts on them, are read here too, for the Slices tab and the
+report.
 """
 
 from __future__ import annotations
@@ -16,12 +18,25 @@ import streamlit as st
 
 from gradpick.errors import DataError
 from gradpick.outputs import stores as stored
+from gradpick.slices.stored import read_beside
+from gradpick.slices.verdicts import SliceVerdict, SliceVerdictBook
+from gradpick.slices.verdicts import in_force as slices_in_force
 from gradpick.triage.verdicts import VERDICTS, Verdict, VerdictBook, split_stale
-from gradpick.ui import keys
+from gradpick.ui import cache, keys
 from gradpick.ui.config import app_config
 from gradpick.ui.session import Loaded, Settings
 
-__all__ = ["MARKS", "book", "by_index", "in_force", "marks", "session_book", "store_path"]
+__all__ = [
+    "MARKS",
+    "book",
+    "by_index",
+    "in_force",
+    "marks",
+    "session_book",
+    "slice_verdicts",
+    "slices_of",
+    "store_path",
+]
 
 MARKS = {
     "label_wrong": ("#c2255c", "diamond-open"),
@@ -110,3 +125,25 @@ def marks(
                 }
             )
     return traces
+
+
+def slices_of(loaded: Loaded) -> tuple[dict[str, Any] | None, Path | None]:
+    """The slices kept beside the opened store (``read_beside``: None when there are none or
+    they describe another store) and their file; (None, None) for a batch of no store."""
+    if loaded.choice.kind != "stored":
+        return None, None
+    path = loaded.choice.outputs.strip()
+    opened = cache.stored_outputs(path, Path(path).expanduser().stat().st_mtime)
+    return read_beside(opened)
+
+
+def slice_verdicts(
+    loaded: Loaded, kept: dict[str, Any]
+) -> tuple[SliceVerdictBook, dict[int, SliceVerdict], str | None]:
+    """The opened store's slice verdicts file, the verdicts in force on the slices ``kept``
+    by rank, and why the file could not be read (None when it could)."""
+    book = SliceVerdictBook.beside(loaded.choice.outputs.strip())
+    try:
+        return book, slices_in_force(kept, book.history()), None
+    except DataError as error:
+        return book, {}, str(error)

@@ -293,10 +293,25 @@ TRIAGE_POSITION = "triage_position"
 """The suspect in view: its place in the queue, from 1 (flagged suspects first)."""
 SLICE_PICK = "slice_pick"
 """Prefix of each slice card's button that picks its images (``per_source(SLICE_PICK, rank)``)."""
+SLICE_VERDICT = "slice_verdict"
+"""Prefix of each slice card's verdict buttons (``per_source(SLICE_VERDICT, rank, verdict)``)."""
+SLICE_PROBLEM = "slice_problem"
+"""A message of the Slices tab's last action (a verdict or selection not saved)."""
+SLICE_CHOSEN = "slice_chosen"
+"""The slice in view in the Slices tab: its rank, or 0 for all of them (a link's ``slice``)."""
+SLICE_SAVE = "slice_save"
+"""Prefix of each slice card's button that saves it as a named selection."""
+SLICE_SAVED = "slice_saved"
+"""The Slices tab's note on the named selection just saved."""
 VERDICT_STORE = "verdict_store"
 """(batch and model, path) of the store the batch's verdicts belong beside."""
 __all__ += [
+    "SLICE_CHOSEN",
     "SLICE_PICK",
+    "SLICE_PROBLEM",
+    "SLICE_SAVE",
+    "SLICE_SAVED",
+    "SLICE_VERDICT",
     "TRIAGE_CLASS",
     "TRIAGE_NEIGHBOUR",
     "TRIAGE_NOTE",
@@ -422,6 +437,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         TRUST_MAP_IMAGE,
     ),
     "Triage": (TRIAGE_POSITION, TRIAGE_PICK_VERDICT, TRIAGE_NOTE, TRIAGE_CLASS),
+    "Slices": (SLICE_CHOSEN,),
 }
 """The value widgets each explorer tab draws, by key (or ``per_source`` prefix): a closed tab
 is not drawn, and Streamlit forgets the value of a widget a run does not draw. The Strategies

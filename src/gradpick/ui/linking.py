@@ -72,6 +72,7 @@ LINKED: dict[str, str] = {
     keys.EXPLORER_TAB: "tab",
     keys.OUTPUTS_TAB: "view",
     keys.TRIAGE_POSITION: "suspect",
+    keys.SLICE_CHOSEN: "slice",
     keys.MEASURE_MEMORY: "memory",
     keys.GRID_PAGE_SIZE: "per_page",
     keys.GRID_PAGE: "page",
@@ -168,6 +169,7 @@ def apply_view(session: state.State, view: links.View, config: AppConfig) -> lis
         (keys.EXPLORER_TAB, view.tab),
         (keys.OUTPUTS_TAB, view.view),
         (keys.TRIAGE_POSITION, view.suspect),
+        (keys.SLICE_CHOSEN, view.slice),
         (keys.COMPARE_WITH, _compared(view.compare)),
     ):
         if value is not None:
@@ -240,6 +242,7 @@ def view_of(loaded: Loaded, settings: Settings, session: state.State) -> links.V
     choice, option, request = loaded.choice, loaded.option, settings.request
     linkable = choice.kind != "upload"
     position = session.get(keys.TRIAGE_POSITION)
+    chosen_slice = session.get(keys.SLICE_CHOSEN)
     memory_default = not app_config().hosted
     per_page = session.get(keys.GRID_PAGE_SIZE, outputs.PAGE_SIZES[0])
     page = session.get(keys.per_source(keys.GRID_PAGE, loaded.key, per_page))
@@ -265,6 +268,7 @@ def view_of(loaded: Loaded, settings: Settings, session: state.State) -> links.V
         layer=_layer(loaded, request.method),
         compare=_compare_name(session, option),
         suspect=position if isinstance(position, int) and linkable else None,
+        slice=chosen_slice if isinstance(chosen_slice, int) and chosen_slice > 0 else None,
         scale=links.SCALES[1] if settings.shared_scale else None,
         badges=None if session.get(keys.TRUST_BADGES, True) else False,
         occlusion=True if session.get(keys.OCCLUSION_CHECK, False) else None,

@@ -1,7 +1,8 @@
 """A view of the explorer as URL query parameters, and back: what a deep link holds.
 
 Plain Python, no Streamlit, so every refusal is unit-tested. ``View.to_params`` writes what the
-page shows (the source, model, batch, picks, method and its settings, target, tab and view);
+page shows (the source, model, batch, picks, method and its settings, target, tab and view,
+the triage's suspect and the slice in view);
 ``from_params`` reads a link someone sent, keeping only what this server allows: a hosted demo
 never takes a server folder, a store path or a model it does not ship. Whatever is dropped is
 said in a note, and the page keeps its default for it, as for whatever the link leaves out.
@@ -100,6 +101,8 @@ class View:
     """The built-in model compared with, or ``COMPARE_NONE``."""
     suspect: int | None = None
     """The Triage queue's position, from 1."""
+    slice: int | None = None
+    """The slice in view in the Slices tab, by rank from 1 (None: all of them)."""
     scale: str | None = None
     badges: bool | None = None
     occlusion: bool | None = None
@@ -153,6 +156,7 @@ class View:
         _put(params, "colour", self.colour)
         _put(params, "compare", self.compare)
         _put(params, "suspect", self.suspect)
+        _put(params, "slice", self.slice)
         return params
 
 
@@ -181,6 +185,7 @@ KNOWN = frozenset(
         "layer",
         "compare",
         "suspect",
+        "slice",
         "scale",
         "badges",
         "occlusion",
@@ -233,6 +238,7 @@ def from_params(
         layer=_layer(raw.get("layer"), notes),
         compare=_choice(raw, "compare", (*allowed.models, COMPARE_NONE), "model to compare", notes),
         suspect=_from_one(raw, "suspect", notes),
+        slice=_from_one(raw, "slice", notes),
         scale=_choice(raw, "scale", SCALES, "colour scale", notes),
         badges=_switch(raw, "badges", notes),
         occlusion=_switch(raw, "occlusion", notes),

@@ -16,8 +16,20 @@ from gradpick.picking import rules as selection
 from gradpick.runtime.measure import MemoryReport
 from gradpick.share import export, report
 from gradpick.show import render
+from gradpick.triage.verdicts import VERDICTS
 from gradpick.trust.agreement import TOP_SHARE
-from gradpick.ui import badges, cache, figures, heatmaps, keys, layer_select, media, service, state
+from gradpick.ui import (
+    badges,
+    cache,
+    figures,
+    heatmaps,
+    judged,
+    keys,
+    layer_select,
+    media,
+    service,
+    state,
+)
 from gradpick.ui.browser import pixels
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import HeatmapRequest
@@ -328,17 +340,25 @@ def _report_html(
     loaded: Loaded, exported: export.Export, picked: list[int], shared_scale: bool
 ) -> bytes:
     """The picks as one self-contained HTML page (``gradpick.share.report``), with the Trust tab's
-    checks when they last ran on exactly these picks of this batch."""
+    checks when they last ran on exactly these picks of this batch, and the slices kept beside
+    the opened store with their verdicts."""
     stored = st.session_state.get(keys.TRUST_CHECKS)
     trust = None
     if stored is not None and stored.key[0] == loaded.key:  # the checks' key starts with the batch
         trust = stored.report if list(stored.report.indices) == picked else None
+    slices, _ = judged.slices_of(loaded)
+    said: dict[int, str] = {}
+    if slices is not None:
+        _, verdicts, _ = judged.slice_verdicts(loaded, slices)
+        said = {rank: VERDICTS[v.verdict] for rank, v in verdicts.items()}
     document = report.build_report(
         exported,
         loaded.result.probabilities[picked],
         loaded.served.card,
         trust,
         shared_scale=shared_scale,
+        slices=slices,
+        slice_verdicts=said,
     )
     return document.encode()
 
