@@ -6,6 +6,7 @@ behave as a batch of hundreds of thousands does, without one.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,3 +65,37 @@ def test_the_scatters_say_they_draw_a_sample_past_their_limit(
     assert not app.exception and not app.error
     captions = [caption.value for caption in app.caption]
     assert any(f"20 of {IMAGES} images drawn (a seeded sample)" in text for text in captions)
+
+
+def test_a_large_stores_first_page_decodes_only_the_thumbnails_it_shows(
+    generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``pixels.LAZY_ABOVE`` a store's images are decoded as views show them: the first
+    page (a grid of 20 thumbnails) decodes those 20, and a pick decodes its own image."""
+    from gradpick import data
+    from gradpick.outputs import pixels
+    from tests.app.test_app import store_of_the_stand_in
+
+    out = tmp_path / "outputs"
+    store_of_the_stand_in(generated / "test", out)
+    monkeypatch.setattr(pixels, "LAZY_ABOVE", 10)
+    monkeypatch.setattr(pixels, "_keep_in_background", lambda *args: lambda: None)
+    monkeypatch.setattr(outputs, "PAGE_SIZES", (20, 50))
+    decoded: list[int] = []
+    read_one = data.FolderSource.read_one
+    monkeypatch.setattr(
+        data.FolderSource, "read_one", lambda self, p: decoded.append(p) or read_one(self, p)
+    )
+    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
+    app = AppTest.from_file(str(APP), default_timeout=180)
+    for key, value in TUTORIAL.items():
+        app.session_state[key] = value
+    app = app.run()
+    assert not app.exception and not app.error
+    positions = data.batch_positions(IMAGES, 0, IMAGES)  # the store holds the whole folder
+    assert app.session_state[keys.PICKED] == []
+    assert sorted(decoded) == sorted(positions[:20])
+    app.session_state[keys.PICKED] = [40]
+    app = app.run()
+    assert not app.exception and not app.error
+    assert sorted(decoded) == sorted([*positions[:20], positions[40]])

@@ -183,18 +183,22 @@ def streamlit_server(
     python: str = sys.executable,
     prefix: Sequence[str] = (),
     launcher: bool = True,
+    app_args: Sequence[str] = (),
 ) -> Iterator[Server]:
     """``python -m gradpick.ui.launch app`` (what ``make run`` starts: ``streamlit run``
     after the start-up work), or with ``launcher=False`` a plain ``streamlit run app`` (what
     Streamlit Community Cloud starts), on a free port with ``env`` over this process's
     environment (a None value removes the variable), its output written to ``log``; ``prefix``
-    goes before the command (e.g. ``taskset -c 0``)."""
+    goes before the command (e.g. ``taskset -c 0``), ``app_args`` after ``--`` (the app's own,
+    e.g. ``--outputs STORE``)."""
     merged = environment(env)
     port = free_port()
     server = ["gradpick.ui.launch"] if launcher else ["streamlit", "run"]
     command = [*prefix, python, "-m", *server, str(app)]
     command += ["--server.port", str(port), "--server.headless", "true"]
     command += ["--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
+    if app_args:
+        command += ["--", *app_args]
     log.parent.mkdir(parents=True, exist_ok=True)
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as output:

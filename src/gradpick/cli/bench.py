@@ -111,6 +111,8 @@ def _bench_explorer(args: argparse.Namespace) -> int:
         raise InputError(
             "The explorer benchmark drives Debian's chromium: apt-get install chromium."
         )
+    if args.store:
+        return _bench_explorer_store(args, chromium)
     config = explorer_bench.QUICK if args.quick else explorer_bench.ExplorerBenchConfig()
     if args.clicks_only:
         config = replace(config, sessions=0, large_size=0, inference_seeds=0, sample_changes=0)
@@ -123,6 +125,22 @@ def _bench_explorer(args: argparse.Namespace) -> int:
         config = replace(config, first_visits_only=True)
     report = explorer_bench.run_explorer_benchmark(config, chromium)
     return _written(report, explorer_bench.report_text(report), args.json or "bench-explorer.json")
+
+
+def _bench_explorer_store(args: argparse.Namespace, chromium: str) -> int:
+    from pathlib import Path
+
+    from gradpick.bench import explorer_store
+
+    config = explorer_store.StoreBenchConfig(
+        Path(args.store).expanduser().resolve(),
+        switches=args.clicks or (1 if args.quick else 3),
+        cold=not args.keep_pixels,
+        restart=not args.quick,
+    )
+    report = explorer_store.run_store_benchmark(config, chromium)
+    text = explorer_store.report_text(report)
+    return _written(report, text, args.json or "bench-explorer-store.json")
 
 
 def _cmd_bench_infer(args: argparse.Namespace) -> int:
@@ -273,7 +291,23 @@ def _bench_parser(commands: Commands) -> None:
         help="with --explorer: only the first visitors' rows",
     )
     parser.add_argument(
-        "--json", help="where to write the JSON results (bench.json, bench-explorer.json)"
+        "--store",
+        metavar="STORE",
+        help="with --explorer: time the explorer opened on this store instead (gradpick infer "
+        "--out): the first page of a first server, every view's and tab's first opening and "
+        "later switches (--clicks of them), a click per view, the server's peak memory, and a "
+        "second server's first page (not with --quick)",
+    )
+    parser.add_argument(
+        "--keep-pixels",
+        action="store_true",
+        help="with --store: leave the pixels kept beside the store (STORE.pixels.pt) in place, "
+        "instead of removing them to time a first server",
+    )
+    parser.add_argument(
+        "--json",
+        help="where to write the JSON results (bench.json, bench-explorer.json, "
+        "bench-explorer-store.json)",
     )
     parser.set_defaults(handler=_cmd_bench)
 

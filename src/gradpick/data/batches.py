@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 
 from gradpick.data.sources import (
@@ -22,7 +25,15 @@ from gradpick.data.sources import (
 from gradpick.data.streaming import ReadReport, stream
 from gradpick.errors import DataError, InputError
 
-__all__ = ["batch_positions", "decoded_cache", "load_batch", "read_class_names"]
+__all__ = [
+    "LazyBatch",
+    "LazyPixels",
+    "batch_positions",
+    "decoded_cache",
+    "load_batch",
+    "read_class_names",
+    "read_positions",
+]
 
 
 def batch_positions(
@@ -63,6 +74,17 @@ def load_batch(
     ``positions`` say which images it holds.
     """
     wanted = batch_positions(len(source), start, size, seed)
+    return read_positions(source, wanted, chunk_size, progress, workers)
+
+
+def read_positions(
+    source: ImageSource,
+    wanted: Sequence[int],
+    chunk_size: int = 256,
+    progress: ProgressCallback | None = None,
+    workers: int | None = None,
+) -> ImageBatch:
+    """``wanted`` positions of a source decoded into memory as a batch (``load_batch``)."""
     images = torch.empty(len(wanted), 3, *source.spec.size, dtype=torch.uint8)
     positions: list[int] = []
     report = ReadReport(source.spec)
@@ -132,6 +154,119 @@ def decoded_cache(source: ImageSource, progress: ProgressCallback | None = None)
     )
     temporary.replace(path)
     return batch
+
+
+class LazyPixels:
+    """A batch's pixels decoded row by row when first asked for, so a page that shows a few
+    of 50,000 images decodes those few, not all (12 s of JPEGs on two cores).
+
+    ``rows`` decodes the rows it is asked for that are not decoded yet; ``complete`` decodes
+    the rest. ``finished``, when set, is asked before each: it returns all the pixels once a
+    job elsewhere has decoded them (the copy kept beside a store), which then replace these.
+    Safe to share between threads: two readers of one row decode it twice, into equal pixels.
+    """
+
+    def __init__(self, source: ImageSource, positions: Sequence[int], chunk_size: int = 256):
+        self.source = source
+        self.positions = np.asarray(positions, dtype=np.int64)
+        self.buffer = torch.empty(len(self.positions), 3, *source.spec.size, dtype=torch.uint8)
+        self.ready = np.zeros(len(self.positions), dtype=bool)
+        self.chunk_size = chunk_size
+        self.finished: Callable[[], torch.Tensor | None] | None = None
+
+    @property
+    def decoded(self) -> int:
+        """How many rows are in memory."""
+        self._poll()
+        return int(self.ready.sum())
+
+    def rows(self, index: Any) -> torch.Tensor:
+        """``images[index]`` (an int, slice, list, array or tensor), decoding only those rows."""
+        self._poll()
+        if isinstance(index, torch.Tensor):
+            index = index.cpu().numpy()
+        elif isinstance(index, list | tuple):
+            index = np.asarray(index, dtype=np.int64)
+        wanted = np.unique(np.atleast_1d(np.arange(len(self.ready))[index]))
+        self._decode(wanted[~self.ready[wanted]])
+        return self.buffer[torch.as_tensor(index) if isinstance(index, np.ndarray) else index]
+
+    def complete(self) -> torch.Tensor:
+        """All the pixels, the rows not decoded yet decoded now."""
+        self._poll()
+        self._decode(np.flatnonzero(~self.ready))
+        return self.buffer
+
+    def _poll(self) -> None:
+        if self.finished is None or bool(self.ready.all()):
+            return
+        images = self.finished()
+        if images is not None and images.shape == self.buffer.shape:
+            self.buffer = images
+            self.ready[:] = True
+
+    def _decode(self, rows: np.ndarray) -> None:
+        for start in range(0, len(rows), self.chunk_size):
+            part = rows[start : start + self.chunk_size]
+            pixels = self.source.read(self.positions[part].tolist())
+            self.buffer[torch.from_numpy(part)] = pixels
+            self.ready[part] = True
+
+
+class LazyBatch(ImageBatch):
+    """A batch whose images are decoded when shown (``LazyPixels``): ``rows`` decodes the
+    rows asked for; reading ``images`` whole decodes them all, so code that needs every image
+    gets every image."""
+
+    pixels: LazyPixels
+
+    def __init__(
+        self,
+        pixels: LazyPixels,
+        labels: torch.Tensor | None,
+        class_names: tuple[str, ...],
+        names: tuple[str, ...],
+        source: str,
+        notes: tuple[str, ...] = (),
+        split: str | None = None,
+    ) -> None:
+        object.__setattr__(self, "pixels", pixels)
+        positions = tuple(int(p) for p in pixels.positions)
+        super().__init__(pixels.buffer, labels, class_names, names, positions, source, notes, split)
+
+    @property
+    def images(self) -> torch.Tensor:
+        return self.pixels.complete()
+
+    @images.setter
+    def images(self, value: torch.Tensor) -> None:
+        """Called once, by the dataclass's ``__init__``, with ``pixels.buffer``: kept there."""
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __repr__(self) -> str:
+        return f"LazyBatch({len(self):,} images of {self.source}, {self.pixels.decoded:,} decoded)"
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        height, width = self.pixels.buffer.shape[-2:]
+        return int(height), int(width)
+
+    @property
+    def all_decoded(self) -> bool:
+        return self.pixels.decoded == len(self)
+
+    def rows(self, index: Any) -> torch.Tensor:
+        return self.pixels.rows(index)
+
+    def relabelled(self, labels: torch.Tensor | None, class_names: tuple[str, ...]) -> ImageBatch:
+        return LazyBatch(
+            self.pixels, labels, class_names, self.names, self.source, self.notes, self.split
+        )
 
 
 def read_class_names(path: str | Path) -> tuple[str, ...]:

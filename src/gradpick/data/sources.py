@@ -73,6 +73,26 @@ class ImageBatch:
     def __len__(self) -> int:
         return int(self.images.shape[0])
 
+    @property
+    def image_size(self) -> tuple[int, int]:
+        """(height, width) of every image, known without decoding one."""
+        height, width = self.images.shape[-2:]
+        return int(height), int(width)
+
+    @property
+    def all_decoded(self) -> bool:
+        """Whether every image is in memory (a lazily decoded batch's are once decoded)."""
+        return True
+
+    def rows(self, index: Any) -> torch.Tensor:
+        """``images[index]``: of a batch decoded lazily (``batches.LazyBatch``), only those
+        rows are decoded; here they are all in memory already."""
+        return self.images[index]
+
+    def relabelled(self, labels: torch.Tensor | None, class_names: tuple[str, ...]) -> ImageBatch:
+        """The same images under other labels and class names (none of them decoded)."""
+        return replace(self, labels=labels, class_names=class_names)
+
     def float_images(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The images as [N, 3, H, W] floats in [0, 1], the form every model takes."""
         return self.images.to(dtype) / 255.0

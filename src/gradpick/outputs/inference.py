@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -505,12 +505,12 @@ def fit_classes(
             "classes; write one name per output."
         )
     if labels_fit(batch.class_names, classes):
-        return (replace(batch, class_names=names) if names else batch), None
+        return (batch.relabelled(batch.labels, names) if names else batch), None
     ignored = "their labels are ignored" + (
         "" if names else " and the model's class names are used"
     )
     names = output_names(classes, names)
-    fitted = replace(batch, labels=None, class_names=names)
+    fitted = batch.relabelled(None, names)
     if batch.labels is None:  # uploads: no labels to ignore, only the model's names to use
         return fitted, None
     note = (

@@ -17,11 +17,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import pickle
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +41,6 @@ from gradpick.outputs.inference import (
     result_from_logits,
     source_labels,
 )
-from gradpick.outputs.sidecar import sibling
 from gradpick.outputs.store_format import OpenedStore
 from gradpick.runtime.devices import model_device
 from gradpick.runtime.measure import Stopwatch
@@ -52,9 +49,7 @@ __all__ = [
     "INFERENCE_BATCH_SIZE",
     "OUTPUT_COLUMNS",
     "StoreRun",
-    "KEEP_PIXELS_AT_MOST",
     "infer_and_keep",
-    "kept_pixels",
     "infer_to_store",
     "is_current",
     "open_stored",
@@ -129,47 +124,6 @@ def _rows_of(column: Any, rows: np.ndarray) -> torch.Tensor:
     width = len(flat[0]) if len(flat) else 0
     values = flat.flatten().to_numpy(zero_copy_only=False).reshape(len(flat), width)
     return torch.from_numpy(np.ascontiguousarray(values[rows], dtype=np.float32))
-
-
-KEEP_PIXELS_AT_MOST = 1 << 30
-"""A store's decoded batch is kept beside it up to this many bytes of pixels (50,000 CIFAR-10
-images: 154 MB); a larger one (ImageNet at 224 pixels) is decoded again by each server."""
-PIXELS_SUFFIX = ".pixels.pt"
-_UNREADABLE = (
-    OSError, EOFError, RuntimeError, ValueError, TypeError, KeyError, pickle.UnpicklingError
-)  # fmt: skip
-"""What a missing, damaged or foreign kept file raises: it is then decoded again."""
-
-
-def kept_pixels(
-    store_path: str | Path,
-    key: str,
-    read: Callable[[], ImageBatch],
-    at_most: int = KEEP_PIXELS_AT_MOST,
-) -> ImageBatch:
-    """The batch ``read`` decodes, kept in a file beside the store (``sidecar.sibling``) so a
-    second server, or this one restarted, loads it in a fraction of a second instead of
-    decoding every image again (50,000 JPEGs: 12 s on two cores).
-
-    ``key`` names what the pixels are of (the folder's fingerprint, the input spec, the batch):
-    a file of another key is read again and replaced. Keeping is best effort, written whole or
-    not at all (a temporary file renamed); the file holds only tensors, strings and numbers, and
-    is loaded with ``weights_only``."""
-    path = sibling(store_path, PIXELS_SUFFIX)
-    with contextlib.suppress(*_UNREADABLE):
-        kept = torch.load(path, weights_only=True)
-        if kept.get("key") == key:
-            kept.pop("key")
-            return ImageBatch(**kept)
-    batch = read()
-    if batch.images.numel() * batch.images.element_size() <= at_most:
-        fields = {name: getattr(batch, name) for name in ImageBatch.__dataclass_fields__}
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-        with contextlib.suppress(OSError, RuntimeError):
-            torch.save({**fields, "key": key}, partial)
-            os.replace(partial, path)
-        partial.unlink(missing_ok=True)
-    return batch
 
 
 def is_current(opened: OpenedStore, source: ImageSource) -> bool:

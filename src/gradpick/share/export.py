@@ -167,7 +167,7 @@ def of_picks(
     return Export(
         result,
         indices=picked if indices is None else list(indices),
-        images=as_model_input(batch.images[picked]),
+        images=as_model_input(batch.rows(picked)),
         positions=[batch.positions[row] for row in picked],
         names=[batch.names[row] for row in picked],
         labels=None if batch.labels is None else batch.labels[picked].tolist(),

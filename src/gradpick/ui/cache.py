@@ -204,8 +204,8 @@ def hover_atlas(batch_key: str, _batch: ImageBatch) -> hover.Atlas:
     images its scatters draw (``figures.drawn_sample``)."""
     drawn = figures.drawn_sample(len(_batch))
     if drawn is None:
-        return hover.atlas(_batch.images.numpy())
-    return hover.atlas(_batch.images[torch.from_numpy(drawn)].numpy(), drawn.tolist())
+        return hover.atlas(_batch.rows(slice(None)).numpy())
+    return hover.atlas(_batch.rows(drawn).numpy(), drawn.tolist())
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -287,7 +287,7 @@ def projection(
 def thumbnail_sheet(
     batch_key: str, first: int, last: int, columns: int, _batch: ImageBatch
 ) -> bytes:
-    return figures.thumbnail_sheet(_batch.images[first:last].numpy(), columns)
+    return figures.thumbnail_sheet(_batch.rows(slice(first, last)).numpy(), columns)
 
 
 @st.cache_data(max_entries=32, show_spinner="Computing gradients…")

@@ -142,7 +142,7 @@ def whole_batch_bytes(model: nn.Module, images: torch.Tensor) -> int:
 
 def _check_whole_batch_cost(model: nn.Module, batch: ImageBatch, strategy: str) -> None:
     """Refuse a whole-batch strategy whose saved activations alone would exceed the budget."""
-    needed = whole_batch_bytes(model, batch.images)
+    needed = whole_batch_bytes(model, batch.rows(slice(0, 1))) * len(batch)
     if needed > WHOLE_BATCH_BUDGET:
         raise InputError(
             f"The '{strategy}' strategy forwards all {len(batch):,} images with gradients, "
@@ -200,7 +200,7 @@ def engine_images(
     if whole:
         return batch.float_images(), list(indices), batch.labels
     rows = torch.tensor(list(indices), dtype=torch.long)
-    images = batch.images.index_select(0, rows).to(torch.float32) / 255.0
+    images = batch.rows(rows).to(torch.float32) / 255.0
     labels = None if batch.labels is None else batch.labels.index_select(0, rows)
     return images, list(range(len(rows))), labels
 

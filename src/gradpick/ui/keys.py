@@ -8,6 +8,7 @@ from these names and a renamed key cannot silently break them.
 from __future__ import annotations
 
 __all__ = [
+    "EXPLORER_TABS",
     "BATCH_SIZE",
     "CLASS_PREFIX",
     "COLOUR_SCALE",
@@ -366,6 +367,9 @@ __all__ += [
     "SELECTIONS_STORE",
 ]
 EXPLORER_TAB = "explorer_tab"
+EXPLORER_TABS = ("Explore", "Strategies", "Trust", "Compare", "Triage", "Slices")
+"""The explorer's tabs, as the page names them (and the links do); the values of
+``EXPLORER_TAB``."""
 LINK_OPENED = "link_opened"
 """Set once the session's URL was read: a link seeds only the first run."""
 LINK_NOTES = "link_notes"

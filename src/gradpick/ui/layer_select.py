@@ -27,8 +27,7 @@ AUTOMATIC = " (automatic)"
 
 def candidates(loaded: Loaded) -> layers.Probe:
     """The model's layers with a spatial output at the batch's image size."""
-    _, channels, height, width = loaded.batch.images.shape
-    return layers.probe(loaded.model, (int(height), int(width)), int(channels))
+    return layers.probe(loaded.model, loaded.batch.image_size, 3)  # a batch is [N, 3, H, W]
 
 
 def _key(loaded: Loaded) -> str:

@@ -46,7 +46,7 @@ __all__ = [
     "view_of",
 ]
 
-TABS = ("Explore", "Strategies", "Trust", "Compare", "Triage", "Slices")
+TABS = keys.EXPLORER_TABS
 """The explorer's tabs, as the page names them (and the links do)."""
 LINKED: dict[str, str] = {
     keys.SOURCE_KIND: "src",

@@ -222,8 +222,10 @@ def check_batch_size(requested: int, total: int, cap: int | None = None) -> int:
 def read_batch(
     source: ImageSource, choice: DataChoice, progress: ProgressCallback | None = None
 ) -> ImageBatch:
-    """The batch a choice names, decoded chunk by chunk with progress; a store's, kept beside
-    it once decoded (``stores.kept_pixels``)."""
+    """The batch a choice names, decoded chunk by chunk with progress. A store's is loaded from
+    the pixels kept beside it; without them, past ``pixels.LAZY_ABOVE`` images it is decoded
+    lazily, as views show its images, while a background process keeps them
+    (``pixels.lazy_batch``), and a smaller one is decoded now and kept."""
 
     def decode() -> ImageBatch:
         with _named_for_visitors(choice):
@@ -233,10 +235,20 @@ def read_batch(
 
     if choice.kind != "stored":
         return decode()
-    from gradpick.outputs import stores as stored
+    from gradpick.outputs import pixels
 
-    key = f"{source.fingerprint()}|{source.spec.describe()}|{choice.batch_key}"
-    return stored.kept_pixels(choice.outputs.strip(), key, decode)
+    path = choice.outputs.strip()
+    batch = f"start={choice.start}|size={choice.size}|seed={choice.seed}"  # not the path typed
+    key = f"{source.fingerprint()}|{source.spec.describe()}|{batch}"
+    found = pixels.load_kept(path, key, mmap=True)
+    if found is not None:
+        return found
+    wanted = data.batch_positions(len(source), choice.start, choice.size, choice.seed)
+    if len(wanted) > pixels.LAZY_ABOVE:
+        return pixels.lazy_batch(path, key, source, wanted)
+    decoded = decode()
+    pixels.keep(decoded, path, key)
+    return decoded
 
 
 @contextmanager

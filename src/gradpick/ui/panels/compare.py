@@ -371,7 +371,7 @@ def _maps(loaded: Loaded, settings: Settings, second: Second, pairing: versus.Pa
         image, first, second_column = st.columns(3)
         first_label, second_label = names[pairing.first[row]], _name(names, pairing.second[row])
         image.image(
-            pictures.fit(pictures.as_hwc(loaded.batch.images[row]), SIDE),
+            pictures.fit(pictures.as_hwc(loaded.batch.rows(row)), SIDE),
             caption=f"index {row}, {_true(pairing, row)}",
             width=SIDE,
         )

@@ -96,7 +96,7 @@ def render_panel(loaded: Loaded, settings: Settings, started: float) -> None:
         st.caption(f"{cost}, batched; the same picks and settings later reuse the maps.")
     result = cache.attribution(*cached_by, request, loaded.model, loaded.batch)
     titles = service.describe_indices(loaded.batch, loaded.result, picked)
-    tiles = heatmaps.tiles(loaded.batch.images[picked], result.maps, settings.shared_scale)
+    tiles = heatmaps.tiles(loaded.batch.rows(picked), result.maps, settings.shared_scale)
     unit = heatmaps.unit(request, loaded.batch.class_names)
 
     main, side = st.columns([3, 1], gap="medium")
@@ -395,7 +395,7 @@ def _downloads(
 
     grid = functools.partial(
         render.grid_png,
-        loaded.batch.images[picked],
+        loaded.batch.rows(picked),
         result.maps,
         titles,
         shared_scale=settings.shared_scale,

@@ -105,7 +105,7 @@ def readouts(loaded: Loaded) -> None:
     )
     columns[3].metric("Throughput", f"{result.images_per_second:,.0f} img/s")
     columns[4].metric("Device", result.device)
-    height, width = loaded.batch.images.shape[-2:]
+    height, width = loaded.batch.image_size
     st.caption(
         f"Images read at {height}x{width} pixels, as {loaded.served.name} takes them: "
         f"{loaded.served.spec.describe()}."
@@ -134,7 +134,8 @@ def render(loaded: Loaded, judged: Mapping[int, str] | None = None) -> None:
             if where != position and _kept(loaded, kept):
                 with row[where], guarded(f"The {kept.lower()} view"):
                     chart(loaded, judged, state.drawn_revision(st.session_state, chart_key))
-                    cache.hover_atlas(loaded.key, loaded.batch)  # made now, sent when it opens
+                    if loaded.batch.all_decoded:  # made now, sent when it opens
+                        cache.hover_atlas(loaded.key, loaded.batch)
 
 
 def _kept(loaded: Loaded, view: str) -> bool:
@@ -171,7 +172,10 @@ def _plot(figure: go.Figure, key: str) -> None:
 
 
 def _hover_thumbnails(loaded: Loaded, chart_key: str) -> None:
-    """The hovered image of the chart ``chart_key``, shown beside the mouse (``ui.hover``)."""
+    """The hovered image of the chart ``chart_key``, shown beside the mouse (``ui.hover``);
+    of a batch decoded lazily, once its images are all decoded (the hover label meanwhile)."""
+    if not loaded.batch.all_decoded:
+        return
     layout = cache.hover_atlas(loaded.key, loaded.batch)
     url = media.image_url(layout.jpeg, keys.HOVER_ATLAS, "image/jpeg")
     with st.container(key=keys.HOVER_SCRIPT):

@@ -19,6 +19,7 @@ from typing import Any
 
 import streamlit as st
 
+from gradpick.data.sources import ImageBatch
 from gradpick.errors import GradpickError
 from gradpick.picking.named import NamedSelection, SelectionShelf
 from gradpick.show.render import fit
@@ -101,14 +102,13 @@ def render(loaded: Loaded, settings: Settings) -> None:
     if saved:
         st.success(saved)
     index_of = {int(position): index for index, position in enumerate(loaded.batch.positions)}
-    images = loaded.batch.images
     shelf = SelectionShelf.beside(path)
     view = replace(linking.view_of(loaded, settings, st.session_state), slice=None)
     for row in _in_view(slices):
         here = [index_of[p] for p in row["positions"] if p in index_of]
         link = replace(view, picks=tuple(here), tab="Explore").to_params()
         with st.container(border=True):
-            _card(row, here, index_of, images)
+            _card(row, here, index_of, loaded.batch)
             _verdicts(kept, row, book, judged.get(int(row["rank"])))
             st.button(
                 f"Save its {len(here)} images as the named selection 'slice {row['rank']}'",
@@ -158,7 +158,9 @@ def _verdicts(
         )
 
 
-def _card(row: dict[str, Any], here: list[int], index_of: dict[int, int], images: Any) -> None:
+def _card(
+    row: dict[str, Any], here: list[int], index_of: dict[int, int], batch: ImageBatch
+) -> None:
     rank = int(row["rank"])
     st.markdown(
         f"**Slice {rank}**: {row['size']:,} images, {row['errors']:,} errors "
@@ -171,7 +173,7 @@ def _card(row: dict[str, Any], here: list[int], index_of: dict[int, int], images
     typical = [index_of[p] for p in row["typical"] if p in index_of][:TYPICAL]
     if typical:
         right.image(
-            [fit(images[i].permute(1, 2, 0).numpy(), SIDE // 2) for i in typical],
+            [fit(batch.rows(i).permute(1, 2, 0).numpy(), SIDE // 2) for i in typical],
             caption=[f"#{i}" for i in typical],
         )
     right.button(

@@ -139,7 +139,7 @@ def _contrast(
     maps = cache.attribution(
         *cached_by, request, loaded.model, loaded.batch, contrast=(suggested, given)
     ).maps
-    tile = heatmaps.tiles(loaded.batch.images[[index]], maps.cpu(), False)[0]
+    tile = heatmaps.tiles(loaded.batch.rows([index]), maps.cpu(), False)[0]
     return heatmaps.strip(tile, compact=True), attribution.get(request.method).label
 
 
@@ -156,7 +156,7 @@ def _evidence(
             "slice verified by removing its evidence (see the Slices tab), so it is not flagged."
         )
     left, right = st.columns([1, 2])
-    left.image(loaded.batch.images[index].permute(1, 2, 0).numpy(), width=128)
+    left.image(loaded.batch.rows(index).permute(1, 2, 0).numpy(), width=128)
     left.markdown(
         f"**#{index}** {loaded.batch.names[index]}  \n"
         f"given **{names[given]}** ({float(probabilities[given]):.1%})  \n"
@@ -186,7 +186,7 @@ def _evidence(
         strict=False,
     ):
         label = int(found.given[neighbour])
-        column.image(loaded.batch.images[neighbour].permute(1, 2, 0).numpy(), width=64)
+        column.image(loaded.batch.rows(neighbour).permute(1, 2, 0).numpy(), width=64)
         column.button(
             f"#{neighbour} {names[label]}",
             key=keys.per_source(keys.TRIAGE_NEIGHBOUR, int(neighbour)),

@@ -219,7 +219,7 @@ def _randomisation(loaded: Loaded, report: TrustReport, titles: list[str]) -> No
     )
     curve = curves[method]
     maps = torch.stack([curve.original[position], *(s.maps[position] for s in curve.steps)])
-    image = loaded.batch.images[report.indices[position]]
+    image = loaded.batch.rows(report.indices[position])
     pictures = _heat(image.expand(len(maps), *image.shape), maps)
     st.image(pictures, caption=labels, width=96)
 
@@ -296,7 +296,7 @@ def _class_maps(loaded: Loaded, report: TrustReport, titles: list[str]) -> None:
     maps = report.class_maps
     names = loaded.batch.class_names
     for position, title in enumerate(titles):
-        image = loaded.batch.images[report.indices[position]]
+        image = loaded.batch.rows(report.indices[position])
         stacked = torch.cat([maps.top_maps[position], maps.contrast_maps[position : position + 1]])
         pictures = [heatmaps.tiles(image[None], stacked[:1], False)[0].image]
         pictures += _heat(image.expand(len(stacked), *image.shape), stacked)

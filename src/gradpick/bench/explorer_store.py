@@ -1,0 +1,370 @@
+"""The explorer benchmark on a store (``gradpick bench --explorer --store STORE``): what a
+visitor of a large store waits for, in a real browser.
+
+It starts the explorer on the store (``python -m gradpick.ui.launch app.py -- --outputs
+STORE``, as ``make run`` does), drives headless chromium (Debian's, through Playwright) and
+prints a markdown table, each row with the 1-minute load average beside it:
+
+* the first page, from the moment the server answered its health check and the browser was
+  started, until the thumbnails showed and until the page settled (its last change before
+  ``pages.QUIET_MS`` without one); by default on a first server, the store's kept pixels
+  (``STORE.pixels.pt``) removed first, so its images are decoded as the page shows them;
+* every outputs view (the scatter, the confusion matrix, the feature space, the table) and every
+  explorer tab (Strategies, Trust, Compare, Triage, Slices), each from a settled page to the
+  page settled: its first opening, then later switches;
+* one click per view (a thumbnail, a point of the scatter, a confusion-matrix cell, a point of
+  the feature space) until the page settled;
+* the server's peak memory: the resident set (VmRSS) of the server and every process below it
+  (the background job decoding the store's pixels included), summed and sampled every 0.25 s;
+* with ``restart``: once the background job has kept the pixels, a second server's first page.
+
+Targets are the scale issue's at 50,000 rows: the first page settled in 3 s, every tab and view
+in 0.5 s, a click in 0.5 s. Playwright is imported only when the benchmark runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradpick.bench.explorer import default_app
+from gradpick.bench.pages import (
+    CANVAS_JS,
+    CELLS_JS,
+    CONFUSION,
+    DRAWN_JS,
+    EMBEDDING,
+    GRID,
+    SCATTER,
+    TABLE,
+    THUMBNAILS_JS,
+    WATCH_CHANGES_JS,
+    click_until_changed,
+    click_until_settled,
+    isolated_points,
+    settled,
+    settled_points,
+    switch_tab,
+    thumbnail,
+    wait,
+)
+from gradpick.bench.process import descendants, live_kilobytes
+from gradpick.bench.rows import markdown_table
+from gradpick.bench.serving import CHROMIUM_ARGS, LOAD_TIMEOUT_MS, VIEWPORT, streamlit_server
+from gradpick.errors import InputError
+from gradpick.outputs.pixels import PIXELS_SUFFIX
+from gradpick.outputs.sidecar import sibling
+from gradpick.outputs.stores import open_stored
+from gradpick.ui.keys import EXPLORER_TABS as TABS
+
+__all__ = [
+    "MemoryPeak",
+    "StoreBenchConfig",
+    "StoreReport",
+    "TAB_SELECTED_JS",
+    "VIEWS",
+    "report_text",
+    "run_store_benchmark",
+]
+
+VIEWS = (
+    ("Confidence vs loss", SCATTER, DRAWN_JS),
+    ("Confusion matrix", CONFUSION, DRAWN_JS),
+    ("Feature space", EMBEDDING, DRAWN_JS),
+    ("Table", TABLE, CANVAS_JS),
+)
+"""The outputs views but the thumbnails (the first page's), with what shows each is drawn."""
+TAB_SELECTED_JS = """
+(name) => Array.from(document.querySelectorAll('[role="tab"]')).some(
+  (tab) => tab.innerText.trim() === name && tab.getAttribute('aria-selected') === 'true')
+"""
+"""True once the explorer tab ``name`` is the selected one (its content is then timed to the
+page settled)."""
+FIRST_PAGE_MS = 3000.0
+TAB_MS = 500.0
+CLICK_MS = 500.0
+
+
+@dataclass(frozen=True)
+class StoreBenchConfig:
+    store: Path
+    switches: int = 3
+    """Later switches to each view and tab (after its first opening)."""
+    cold: bool = True
+    """Remove the pixels kept beside the store first: the first page of a first server."""
+    restart: bool = True
+    """Then, once the background job kept the pixels, time a second server's first page."""
+    keep_timeout_s: float = 900.0
+    """How long the second server waits for the kept pixels before its row is left empty."""
+    app: Path = field(default_factory=default_app)
+    python: str = sys.executable
+    log: Path = Path("artifacts") / "bench-explorer-store-server.log"
+
+
+@dataclass
+class Row:
+    """One timed step: its samples (ms, or MB for memory) and the load average at each."""
+
+    name: str
+    target: str = ""
+    limit: float | None = None
+    unit: str = "ms"
+    samples: list[float] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)
+
+    def add(self, value: float) -> None:
+        self.samples.append(value)
+        self.loads.append(os.getloadavg()[0])
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples) if self.samples else float("nan")
+
+    @property
+    def worst(self) -> float:
+        return max(self.samples) if self.samples else float("nan")
+
+    @property
+    def met(self) -> str:
+        if self.limit is None or not self.samples:
+            return ""
+        return "yes" if self.median <= self.limit else "no"
+
+
+@dataclass
+class StoreReport:
+    config: StoreBenchConfig
+    rows: list[Row]
+    context: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        config = {**asdict(self.config), "store": str(self.config.store)}
+        return {
+            "config": {**config, "app": str(self.config.app), "log": str(self.config.log)},
+            "rows": [
+                {**asdict(row), "median": row.median, "worst": row.worst, "met": row.met}
+                for row in self.rows
+            ],
+            "context": self.context,
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.as_dict(), indent=2, default=str))
+
+
+class MemoryPeak:
+    """The largest summed VmRSS of a process and every process below it, sampled every
+    ``interval`` seconds in a thread (a sample can miss a peak shorter than that)."""
+
+    def __init__(self, root: int, interval: float = 0.25) -> None:
+        self.root = root
+        self.interval = interval
+        self.peak_kilobytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def now_kilobytes(self) -> int:
+        tree = [self.root, *descendants(self.root)]
+        return sum(live_kilobytes(pid, "VmRSS") for pid in tree)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak_kilobytes = max(self.peak_kilobytes, self.now_kilobytes())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> MemoryPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _rows() -> dict[str, Row]:
+    rows = {
+        "first_shown": Row("first page: thumbnails shown"),
+        "first": Row("first page settled", f"≤ {FIRST_PAGE_MS / 1000:.0f} s", FIRST_PAGE_MS),
+    }
+    for view, _, _ in VIEWS:
+        rows[f"view {view}"] = Row(f"view {view}: first opening", f"≤ {TAB_MS:.0f} ms", TAB_MS)
+        rows[f"view {view} again"] = Row(f"view {view}: later switch", f"≤ {TAB_MS:.0f}", TAB_MS)
+    for tab in TABS[1:]:
+        rows[f"tab {tab}"] = Row(f"tab {tab}: first opening", f"≤ {TAB_MS:.0f} ms", TAB_MS)
+        rows[f"tab {tab} again"] = Row(f"tab {tab}: later switch", f"≤ {TAB_MS:.0f} ms", TAB_MS)
+    for view in ("thumbnail", "scatter point", "confusion cell", "feature-space point"):
+        rows[f"click {view}"] = Row(f"click a {view}", f"≤ {CLICK_MS:.0f} ms", CLICK_MS)
+    rows["memory"] = Row("server peak memory (RSS of its process tree)", unit="MB")
+    rows["second_first"] = Row(
+        "first page settled, second server (pixels kept)", f"≤ {FIRST_PAGE_MS / 1000:.0f} s"
+    )
+    rows["second_first"].limit = FIRST_PAGE_MS
+    return rows
+
+
+async def _first_page(browser: Any, url: str, ready: float) -> tuple[Any, float, float]:
+    """A new session: its page and the milliseconds from ``ready`` to its thumbnails shown and
+    to the page settled."""
+    context = await browser.new_context(viewport=VIEWPORT)
+    await context.add_init_script(
+        f"document.addEventListener('DOMContentLoaded', {WATCH_CHANGES_JS})"
+    )
+    page = await context.new_page()
+    page.set_default_timeout(LOAD_TIMEOUT_MS)
+    await page.goto(url)
+    shown = await wait(page, THUMBNAILS_JS)
+    done = await settled(page)
+    return page, (shown - ready) * 1000, (done - ready) * 1000
+
+
+async def _switches(page: Any, rows: dict[str, Row], switches: int) -> None:
+    """Every view, then every explorer tab: its first opening, then ``switches`` later ones."""
+    for suffix in ("", *[" again"] * switches):
+        for view, chart, script in VIEWS:
+            rows[f"view {view}{suffix}"].add((await switch_tab(page, view, chart, script))[1])
+        await switch_tab(page, "Thumbnails", GRID)
+        for tab in TABS[1:]:
+            rows[f"tab {tab}{suffix}"].add((await switch_tab(page, tab, tab, TAB_SELECTED_JS))[1])
+        await switch_tab(page, TABS[0], GRID)
+
+
+async def _clicks(page: Any, rows: dict[str, Row]) -> None:
+    """One click per view, each from a settled page until the page settled."""
+    point = await thumbnail(page, 3)
+    rows["click thumbnail"].add((await click_until_settled(page, point, [3]))[1])
+    await switch_tab(page, "Confidence vs loss", SCATTER)
+    isolated = isolated_points(await settled_points(page, SCATTER))
+    rows["click scatter point"].add((await click_until_changed(page, isolated[0]))[1])
+    await switch_tab(page, "Confusion matrix", CONFUSION)
+    cells = [c for c in await page.evaluate(CELLS_JS) if c["cell"][0] != c["cell"][1]]
+    smallest = min((c for c in cells if c["count"] > 0), key=lambda c: c["count"])
+    rows["click confusion cell"].add((await click_until_changed(page, smallest))[1])
+    await switch_tab(page, "Feature space", EMBEDDING)
+    isolated = isolated_points(await settled_points(page, EMBEDDING))
+    rows["click feature-space point"].add((await click_until_changed(page, isolated[0]))[1])
+
+
+async def _drive(
+    config: StoreBenchConfig, chromium: str, env: dict[str, str | None], rows: dict[str, Row]
+) -> list[str]:
+    from playwright.async_api import async_playwright
+
+    failures: list[str] = []
+    arguments = ["--outputs", str(config.store)]
+
+    async def phase(name: str, work: Any) -> None:
+        print(f"explorer store bench: {name}", file=sys.stderr, flush=True)
+        try:
+            await work
+        except Exception as error:  # a timeout or a missing element: say which phase, go on
+            failures.append(f"{name}: {type(error).__name__}: {str(error).splitlines()[0]}")
+
+    def serve() -> Any:
+        return streamlit_server(config.app, env, config.log, config.python, app_args=arguments)
+
+    with serve() as server:
+        with MemoryPeak(server.process.pid) as memory:
+            async with async_playwright() as playwright:
+                browser = await playwright.chromium.launch(
+                    executable_path=chromium, args=CHROMIUM_ARGS
+                )
+                page, shown, done = await _first_page(browser, server.url, time.monotonic())
+                rows["first_shown"].add(shown)
+                rows["first"].add(done)
+                await phase("views and tabs", _switches(page, rows, config.switches))
+                await phase("clicks", _clicks(page, rows))
+                await browser.close()
+        rows["memory"].add(memory.peak_kilobytes / 1024)
+        kept = config.restart and _wait_for_kept(config, server.process.pid)
+    if config.restart and not kept:
+        failures.append(f"second server: the pixels were not kept in {config.keep_timeout_s} s")
+    if kept:
+        with streamlit_server(
+            config.app, env, config.log, config.python, app_args=arguments
+        ) as again:
+            async with async_playwright() as playwright:
+                browser = await playwright.chromium.launch(
+                    executable_path=chromium, args=CHROMIUM_ARGS
+                )
+                _, _, done = await _first_page(browser, again.url, time.monotonic())
+                rows["second_first"].add(done)
+                await browser.close()
+    return failures
+
+
+def _wait_for_kept(config: StoreBenchConfig, server: int) -> bool:
+    """Whether the background job below the server kept the pixels within the timeout."""
+    kept = sibling(config.store, PIXELS_SUFFIX)
+    deadline = time.monotonic() + config.keep_timeout_s
+    while time.monotonic() < deadline:
+        jobs = [c for c in descendants(server).values() if "gradpick.outputs.pixels" in c]
+        if kept.is_file() and not jobs:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def run_store_benchmark(config: StoreBenchConfig, chromium: str) -> StoreReport:
+    """The scripted session against a fresh server on the store; see the module docstring."""
+    if not config.app.is_file():
+        raise InputError(f"{config.app}: no such app; run from the gradpick checkout.")
+    opened = open_stored(str(config.store), ["position"])  # a DataError that says what a store is
+    if config.cold:
+        sibling(config.store, PIXELS_SUFFIX).unlink(missing_ok=True)
+    rows = _rows()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="gradpick-bench-cache-") as cache:
+        env: dict[str, str | None] = {"GRADPICK_CACHE_DIR": cache}
+        failures = asyncio.run(_drive(config, chromium, env, rows))
+    context = {
+        "rows": len(opened),
+        "cpus": os.cpu_count(),
+        "load_before": " ".join(f"{v:.2f}" for v in load_before),
+        "load_after": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+        "failed": failures,
+    }
+    return StoreReport(config, list(rows.values()), context)
+
+
+def _value(value: float, unit: str) -> str:
+    if value != value:
+        return "–"
+    return f"{value:,.0f}" if unit == "MB" or value >= 100 else f"{value:,.1f}"
+
+
+def report_text(report: StoreReport) -> str:
+    """The markdown table (each row's load average beside it) and what failed."""
+    cells = [
+        [
+            row.name,
+            len(row.samples),
+            _value(row.median, row.unit),
+            _value(row.worst, row.unit),
+            row.unit,
+            f"{statistics.mean(row.loads):.2f}" if row.loads else "–",
+            row.target,
+            row.met,
+        ]
+        for row in report.rows
+    ]
+    columns = ["step", "runs", "median", "worst", "unit", "load (1 min)", "target", "met"]
+    lines = markdown_table(columns, cells, right={"runs", "median", "worst", "load (1 min)"})
+    lines.append("")
+    for failure in report.context["failed"]:
+        lines.append(f"- failed: {failure}")
+    context, kept = report.context, "without" if report.config.cold else "with"
+    lines.append(
+        f"- store {report.config.store} ({context['rows']:,} rows); first server {kept} the "
+        f"kept pixels; machine: {context['cpus']} CPUs, load average {context['load_before']} "
+        f"before and {context['load_after']} after"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""A store's decoded images: kept beside it whole or not at all, and decoded lazily until then."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gradpick import data
+from gradpick.cli import main
+from gradpick.data.batches import LazyBatch
+from gradpick.models import shipped as models
+from gradpick.outputs import pixels
+from gradpick.ui import service
+
+
+@pytest.fixture
+def source(image_folder_factory: Any) -> data.FolderSource:
+    return data.image_folder(image_folder_factory(list(data.CIFAR10_CLASSES), per_class=2))
+
+
+@pytest.fixture
+def store(source: data.FolderSource, tmp_path: Path) -> Path:
+    """A store of the 20 images by the tutorial net, written as ``gradpick infer --out`` does."""
+    weights = tmp_path / "tutorial.pt"
+    torch.save(models.build("tutorial").state_dict(), weights)
+    out = tmp_path / "outputs"
+    arguments = ["infer", "--model", "tutorial", "--weights", str(weights)]
+    assert main([*arguments, "--data", str(source.root), "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The position of every image this process decodes from now on."""
+    seen: list[int] = []
+    read_one = data.FolderSource.read_one
+
+    def counted(self: data.FolderSource, position: int) -> Any:
+        seen.append(position)
+        return read_one(self, position)
+
+    monkeypatch.setattr(data.FolderSource, "read_one", counted)
+    return seen
+
+
+def test_a_batch_is_kept_beside_the_store_and_read_back_under_its_key_only(
+    source: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "outputs"
+    batch = data.load_batch(source, size=6, seed=3)
+    assert pixels.keep(batch, out, "key-a")
+    kept_file = tmp_path / f"outputs{pixels.PIXELS_SUFFIX}"
+    assert kept_file.is_file()  # beside the store, not in it
+    again = pixels.load_kept(out, "key-a")
+    assert again is not None
+    assert torch.equal(again.images, batch.images) and again.images.dtype == torch.uint8
+    assert torch.equal(again.labels, batch.labels)
+    assert (again.names, again.positions, again.class_names, again.source, again.split) == (
+        batch.names, batch.positions, batch.class_names, batch.source, batch.split
+    )  # fmt: skip
+    mapped = pixels.load_kept(out, "key-a", mmap=True)
+    assert mapped is not None and torch.equal(mapped.images, batch.images)
+    assert pixels.load_kept(out, "key-b") is None  # other images, spec or batch
+    assert not pixels.keep(batch, tmp_path / "big", "key-a", at_most=batch.images.numel() - 1)
+    assert not (tmp_path / f"big{pixels.PIXELS_SUFFIX}").exists()
+    kept_file.write_bytes(b"damaged")
+    assert pixels.load_kept(out, "key-a") is None
+    assert [p.name for p in tmp_path.iterdir() if "partial" in p.name] == []
+
+
+def test_an_interrupted_write_leaves_no_file_that_reads_as_complete(
+    source: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where = tmp_path / "stores"
+    where.mkdir()
+    out = where / "outputs"
+    batch = data.load_batch(source, size=6, seed=3)
+    assert pixels.keep(batch, out, "key")
+    whole = (where / f"outputs{pixels.PIXELS_SUFFIX}").read_bytes()
+    (where / f"outputs{pixels.PIXELS_SUFFIX}").write_bytes(whole[: len(whole) // 2])
+    assert pixels.load_kept(out, "key") is None  # a cut file is not taken for the pixels
+    (where / f"outputs{pixels.PIXELS_SUFFIX}").unlink()
+    save = torch.save
+
+    def stopped_halfway(value: Any, path: Any) -> None:
+        save(value, path)
+        Path(path).write_bytes(Path(path).read_bytes()[:100])
+        raise KeyboardInterrupt  # the job is stopped while it writes
+
+    monkeypatch.setattr(torch, "save", stopped_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        pixels.keep(batch, out, "key")
+    assert list(where.iterdir()) == []  # no file, not even a part
+    assert pixels.load_kept(out, "key") is None
+
+
+def test_a_large_stores_batch_decodes_only_the_rows_asked_for(
+    source: Any, store: Path, decodes: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pixels, "LAZY_ABOVE", 4)
+    monkeypatch.setattr(pixels, "_keep_in_background", lambda *args: lambda: None)
+    choice = service.DataChoice(kind="stored", outputs=str(store), size=12, seed=5)
+    batch = service.read_batch(service.open_source(choice), choice)
+    eager = data.load_batch(source, size=12, seed=5)
+    decodes.clear()
+    assert isinstance(batch, LazyBatch) and decodes == [] and not batch.all_decoded
+    assert len(batch) == 12 and batch.image_size == (32, 32)
+    assert (batch.positions, batch.names) == (eager.positions, eager.names)
+    assert torch.equal(batch.labels, eager.labels)
+    assert torch.equal(batch.rows([7, 2]), eager.images[[7, 2]])
+    assert sorted(decodes) == sorted(eager.positions[i] for i in (2, 7))
+    assert torch.equal(batch.rows(torch.tensor([2])), eager.images[[2]])
+    assert torch.equal(batch.rows(slice(0, 3)), eager.images[0:3])
+    assert len(decodes) == 4  # rows 0 and 1 were new, row 2 was decoded already
+    assert torch.equal(batch.images, eager.images)  # the whole tensor: every image, decoded
+    assert len(decodes) == 12 and sorted(decodes) == sorted(eager.positions)
+    assert batch.all_decoded
+
+
+def test_the_background_job_keeps_every_image_and_the_batch_takes_them_over(
+    source: Any, store: Path, decodes: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pixels, "LAZY_ABOVE", 4)
+    choice = service.DataChoice(kind="stored", outputs=str(store), size=12, seed=5)
+    batch = service.read_batch(service.open_source(choice), choice)
+    decodes.clear()
+    deadline = time.monotonic() + 300  # a hung job fails the test rather than hanging it
+    while not batch.all_decoded:
+        assert time.monotonic() < deadline, "the background job never finished"
+        time.sleep(0.1)
+    assert decodes == []  # taken over from the kept file, not decoded in this process
+    eager = data.load_batch(source, size=12, seed=5)
+    decodes.clear()
+    assert torch.equal(batch.images, eager.images) and decodes == []
+    assert (store.parent / f"outputs{pixels.PIXELS_SUFFIX}").is_file()
+    again = service.read_batch(service.open_source(choice), choice)  # the next server
+    assert not isinstance(again, LazyBatch) and torch.equal(again.images, eager.images)
+    assert decodes == []
+
+
+def test_the_page_keys_a_stores_pixels_by_its_folders_fingerprint(
+    source: Any, store: Path, decodes: list[int]
+) -> None:
+    """The page's read of a store's batch finds the kept pixels until the folder changes."""
+    choice = service.DataChoice(kind="stored", outputs=str(store), size=6)
+    first = service.read_batch(service.open_source(choice), choice)
+    assert len(decodes) == 6
+    again = service.read_batch(service.open_source(choice), choice)
+    assert len(decodes) == 6 and torch.equal(again.images, first.images)
+    (source.files[0]).write_bytes((source.files[1]).read_bytes())  # the folder changed
+    changed = service.read_batch(service.open_source(choice), choice)
+    assert len(decodes) == 12 and torch.equal(changed.images[0], changed.images[1])
+
+
+def test_one_job_per_store_a_second_one_leaves_it_to_the_first(
+    source: Any, store: Path, decodes: list[int], tmp_path: Path
+) -> None:
+    key = "the-key"
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"store": str(store), "key": key, "positions": [0, 1, 2]}))
+    lock = tmp_path / f"outputs{pixels.PIXELS_SUFFIX}.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a first job is decoding
+        pixels.main(str(job))
+        assert decodes == [] and pixels.load_kept(store, key) is None
+    job.write_text(json.dumps({"store": str(store), "key": key, "positions": [0, 1, 2]}))
+    pixels.main(str(job))  # the lock is free: this one decodes and keeps
+    assert sorted(decodes) == [0, 1, 2] and not job.exists()
+    kept = pixels.load_kept(store, key)
+    assert kept is not None and kept.positions == (0, 1, 2)
+    job.write_text(json.dumps({"store": str(store), "key": key, "positions": [0, 1, 2]}))
+    pixels.main(str(job))  # kept already: nothing to decode
+    assert len(decodes) == 3
