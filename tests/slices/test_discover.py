@@ -10,6 +10,7 @@ from gradpick.errors import InputError
 from gradpick.slices.discover import (
     aligned_mean,
     clustering_space,
+    cut_to_cells,
     describe,
     kmeans,
     ranked_clusters,
@@ -88,3 +89,18 @@ def test_summaries_count_members_errors_and_confusions() -> None:
     assert first.error_rate == pytest.approx(2 / 3)
     assert first.confusions == ((0, 1, 2),)
     assert (second.rank, second.errors, second.confusions) == (2, 1, ((1, 0, 1),))
+
+
+def test_a_cluster_mostly_in_one_confusion_cell_is_cut_to_that_cell() -> None:
+    # Cluster 0: four errors labelled 2 called 0, one labelled 8 called 0, one correct row.
+    # Cluster 1: errors of four labels, all called 6 (a shortcut): no cell holds half.
+    # Cluster 2: only errors of one cell: nothing to cut.
+    labels = np.array([2, 2, 2, 2, 8, 0, 1, 3, 4, 5, 5, 5])
+    predictions = np.array([0, 0, 0, 0, 0, 0, 6, 6, 6, 6, 3, 3])
+    assignment = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2])
+    cut = cut_to_cells(assignment, labels, predictions)
+    groups = {tuple(np.flatnonzero(cut == n)) for n in np.unique(cut)}
+    assert groups == {(0, 1, 2, 3), (4, 5), (6, 7, 8, 9), (10, 11)}
+    # Under the share asked for, the cluster stays whole.
+    kept = cut_to_cells(assignment, labels, predictions, share=0.9)
+    assert len(np.unique(kept)) == 3

@@ -45,8 +45,10 @@ __all__ = [
     "TYPICAL",
     "Slice",
     "aligned_mean",
+    "CELL_SHARE",
     "cluster",
     "clustering_space",
+    "cut_to_cells",
     "describe",
     "kmeans",
     "merged",
@@ -63,6 +65,9 @@ ERROR_WEIGHT = 8.0
 MERGE = 0.5
 """Clusters of errors called the same class merge when their evidence differs by at most this
 many standard deviations (root mean square over ``EVIDENCE``)."""
+CELL_SHARE = 0.5
+"""A cluster whose errors sit at least this much in one confusion cell (label, prediction) is
+cut to that cell (``cut_to_cells``)."""
 EVIDENCE = DESCRIPTORS[:10]
 """The descriptors of the evidence itself (the last three describe the whole image)."""
 RESTARTS = 4
@@ -194,9 +199,43 @@ def cluster(
     merge: float = MERGE,
 ) -> np.ndarray:
     """The cluster of each row [n]: k-means in the ``clustering_space``, then clusters of
-    errors merged (``merged``)."""
+    errors merged (``merged``) and cut to their confusion cell (``cut_to_cells``)."""
     found = kmeans(clustering_space(table, labels, predictions, classes), k, seed)
-    return merged(found, table, labels, predictions, merge)
+    return cut_to_cells(merged(found, table, labels, predictions, merge), labels, predictions)
+
+
+def cut_to_cells(
+    assignment: np.ndarray,
+    labels: np.ndarray,
+    predictions: np.ndarray,
+    share: float = CELL_SHARE,
+) -> np.ndarray:
+    """``assignment`` with each cluster whose errors sit mostly (at least ``share``) in one
+    confusion cell split in two: that cell's errors, and the rest of the cluster (its correct
+    rows and the other cells' errors). The prediction weighs most in the clustering, so errors
+    called the same class gather, and a cluster of one failure (grayscale birds called
+    airplane) takes in errors of other labels called that class too: those are other failures
+    (the model confuses another class), and the slice is sharper without them. A cause that
+    spans labels (a shortcut: many labels, one call) has no dominant cell and stays whole."""
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    errors = labels != predictions
+    out = np.asarray(assignment, dtype=np.int64).copy()
+    following = int(out.max()) + 1 if len(out) else 0
+    for number in np.unique(assignment):
+        inside = assignment == number
+        wrong = inside & errors
+        if not wrong.any():
+            continue
+        cells = labels[wrong] * (int(predictions.max()) + 1) + predictions[wrong]
+        counts = np.bincount(cells)
+        top = int(counts.argmax())
+        if counts[top] < share * wrong.sum() or counts[top] == inside.sum():
+            continue
+        width = int(predictions.max()) + 1
+        cell = wrong & (labels == top // width) & (predictions == top % width)
+        out[cell] = following
+        following += 1
+    return np.unique(out, return_inverse=True)[1].astype(np.int64)
 
 
 def merged(
