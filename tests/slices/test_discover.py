@@ -93,7 +93,7 @@ def test_summaries_count_members_errors_and_confusions() -> None:
 
 def test_a_cluster_mostly_in_one_confusion_cell_is_cut_to_that_cell() -> None:
     # Cluster 0: four errors labelled 2 called 0, one labelled 8 called 0, one correct row.
-    # Cluster 1: errors of four labels, all called 6 (a shortcut): no cell holds half.
+    # Cluster 1: errors of four labels, all called 6 (a shortcut): no cell holds 60%.
     # Cluster 2: only errors of one cell: nothing to cut.
     labels = np.array([2, 2, 2, 2, 8, 0, 1, 3, 4, 5, 5, 5])
     predictions = np.array([0, 0, 0, 0, 0, 0, 6, 6, 6, 6, 3, 3])
@@ -101,6 +101,8 @@ def test_a_cluster_mostly_in_one_confusion_cell_is_cut_to_that_cell() -> None:
     cut = cut_to_cells(assignment, labels, predictions)
     groups = {tuple(np.flatnonzero(cut == n)) for n in np.unique(cut)}
     assert groups == {(0, 1, 2, 3), (4, 5), (6, 7, 8, 9), (10, 11)}
-    # Under the share asked for, the cluster stays whole.
+    # Under the share asked for, the cluster stays whole; so does a shortcut of two labels.
     kept = cut_to_cells(assignment, labels, predictions, share=0.9)
     assert len(np.unique(kept)) == 3
+    two = cut_to_cells(np.zeros(4, dtype=np.int64), np.array([1, 1, 2, 2]), np.full(4, 6))
+    assert len(np.unique(two)) == 1

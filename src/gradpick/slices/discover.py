@@ -65,9 +65,10 @@ ERROR_WEIGHT = 8.0
 MERGE = 0.5
 """Clusters of errors called the same class merge when their evidence differs by at most this
 many standard deviations (root mean square over ``EVIDENCE``)."""
-CELL_SHARE = 0.5
+CELL_SHARE = 0.6
 """A cluster whose errors sit at least this much in one confusion cell (label, prediction) is
-cut to that cell (``cut_to_cells``)."""
+cut to that cell (``cut_to_cells``). Over a half, so that a shortcut of two labels, half of its
+errors in each, stays whole (0.5 to 0.6 gave the same slices on the benchmark's seed 0)."""
 EVIDENCE = DESCRIPTORS[:10]
 """The descriptors of the evidence itself (the last three describe the whole image)."""
 RESTARTS = 4
