@@ -18,6 +18,7 @@ from gradpick.models import shipped as models
 from gradpick.models.zoo import load_model
 from gradpick.outputs import store_format as store
 from gradpick.outputs.stores import infer_to_store
+from gradpick.show.slice_cards import verification
 from gradpick.slices.discover import CLUSTERS
 
 __all__ = ["register"]
@@ -153,6 +154,9 @@ def _cmd_bench_slices(args: argparse.Namespace) -> int:
             f"{name} model: {len(result.slices)} slices, verified: {verified or 'none'}; "
             f"{len(result.labels):,} rows ({len(result.mapped):,} mapped) in {took:.1f} s"
         )
+        for row in result.to_json()["slices"]:
+            if row["effect"] is not None:
+                print(f"- slice {row['rank']} ({row['errors']} errors): {verification(row)}")
     print()
     truth["wrong labels all"] = np.array(sorted(row_of[n] for n in names_of["wrong labels"]))
     print("\n".join(_triage_figures(opened, truth)))
