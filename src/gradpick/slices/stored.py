@@ -65,6 +65,7 @@ __all__ = [
     "TESTED",
     "Found",
     "find_slices",
+    "colour_rows",
     "read_beside",
     "store_model",
 ]
@@ -348,7 +349,7 @@ def find_slices(
         every = wrong
         if len(wrong) > tested:
             wrong = np.sort(generator.choice(wrong, tested, replace=False))
-        recolour = _colour_test(every, described, sub_labels, sub_predictions, tested, generator)
+        recolour = colour_rows(every, described, sub_labels, sub_predictions, tested, generator)
         alpha = SIGNIFICANCE / (2 if recolour else 1)
         images = source.read(positions[mapped[wrong]].tolist()).float() / 255.0
         changed, control = interventions(
@@ -402,7 +403,7 @@ def find_slices(
     )
 
 
-def _colour_test(
+def colour_rows(
     wrong: np.ndarray,
     described: np.ndarray,
     labels: np.ndarray,
