@@ -53,6 +53,12 @@ def test_clusters_rank_by_error_count_times_rate() -> None:
     # A correct row standing for 3 (a sample) lowers its cluster's rate: 2 / (2 + 3 + 3).
     weights = np.array([1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1], dtype=float)
     assert [list(m) for m in ranked_clusters(assignment, errors, weights)][-1] == [0, 1, 2, 3]
+    # With the calls, a cluster counts only its errors called its commonest call: cluster 1's
+    # three errors called three ways count 1 (rate 1 -> 1), cluster 2's called one way count 3
+    # (rate 1/2 -> 1.5), cluster 0's two called alike 2 (rate 1/2 -> 1, larger than cluster 1).
+    predictions = np.array([5, 5, 0, 0, 1, 2, 3, 4, 4, 4, 0, 0, 0])
+    ranked = ranked_clusters(assignment, errors, predictions=predictions)
+    assert [int(m[0]) for m in ranked] == [7, 0, 4]
 
 
 def test_the_aligned_mean_puts_every_peak_at_the_centre() -> None:

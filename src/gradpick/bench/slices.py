@@ -194,7 +194,7 @@ def baseline_groups(
     for name, table in (("k-means on embeddings", embeddings[mapped]), ("raw maps", small)):
         space = clustering_space(table, labels[mapped], predictions[mapped], classes)
         assignment = cut_to_cells(kmeans(space, k, seed), labels[mapped], predictions[mapped])
-        ranked = ranked_clusters(assignment, errors[mapped], weights)
+        ranked = ranked_clusters(assignment, errors[mapped], weights, predictions[mapped])
         groups[name] = [mapped[members] for members in ranked[:3]]
     datalab = _datalab(embeddings, probabilities, labels)
     if datalab is not None:

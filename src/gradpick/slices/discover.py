@@ -12,9 +12,10 @@ times ``ERROR_WEIGHT``; k-means (k-means++ seeding, the best of ``RESTARTS`` see
 groups them. The label weighs less than the prediction: one cause (a shortcut to one class)
 makes errors of many labels, all called the same.
 
-Slices are ranked by their estimated error count times their error rate, so a large slice of
-mostly errors comes first. Correct rows enter as a per-class sample, each standing for
-``weight`` rows, so the error rate is an estimate over the whole class, not the sample.
+Slices are ranked by their errors called their commonest call times their error rate, so a
+large slice of mostly errors called one way comes first. Correct rows enter as a per-class
+sample, each standing for ``weight`` rows, so the error rate is an estimate over the whole
+class, not the sample.
 
 Example::
 
@@ -275,16 +276,25 @@ def merged(
 
 
 def ranked_clusters(
-    assignment: np.ndarray, errors: np.ndarray, weights: np.ndarray | None = None
+    assignment: np.ndarray,
+    errors: np.ndarray,
+    weights: np.ndarray | None = None,
+    predictions: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """The members of each cluster, ranked as slices are: by error count times error rate
-    (``weights``: the rows each row stands for), then by size, then by first member."""
+    (``weights``: the rows each row stands for), then by size, then by first member. With
+    ``predictions``, the error count is of the errors called the cluster's commonest call: a
+    systematic failure is called one way, and a mixed bag of errors called many ways (what is
+    left of a cluster once ``cut_to_cells`` took its failure out) ranks below it."""
     weights = np.ones(len(errors)) if weights is None else np.asarray(weights, dtype=np.float64)
 
     def key(members: np.ndarray) -> tuple[float, int, int]:
         wrong = errors[members]
         rate = float(weights[members][wrong].sum() / weights[members].sum())
-        return (-(int(wrong.sum()) * rate), -len(members), int(members[0]))
+        count = int(wrong.sum())
+        if predictions is not None and count:
+            count = int(np.bincount(predictions[members][wrong]).max())
+        return (-(count * rate), -len(members), int(members[0]))
 
     clusters = [np.flatnonzero(assignment == number) for number in np.unique(assignment)]
     return sorted(clusters, key=key)
@@ -377,7 +387,8 @@ def summarise(
     errors = labels != predictions
     stack = np.asarray(maps)
     found = []
-    for place, members in enumerate(ranked_clusters(assignment, errors, weights), start=1):
+    ranked = ranked_clusters(assignment, errors, weights, predictions)
+    for place, members in enumerate(ranked, start=1):
         inside = np.zeros(len(labels), dtype=bool)
         inside[members] = True
         wrong = int(errors[inside].sum())
