@@ -64,8 +64,8 @@ __all__ = [
     "SUFFIX",
     "TESTED",
     "Found",
-    "find_slices",
     "colour_rows",
+    "find_slices",
     "read_beside",
     "store_model",
 ]
