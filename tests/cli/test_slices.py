@@ -17,6 +17,7 @@ from gradpick.outputs.stores import infer_to_store
 from tests.slices.synthetic import FACTORY, write_folder
 
 SLICE_KEYS = {
+    "colour_effect",
     "rank",
     "size",
     "errors",
@@ -73,6 +74,7 @@ def test_the_summary_has_the_slices_ranked_with_their_effect(
     for row in slices:
         assert set(row) == SLICE_KEYS
         assert row["effect"] is None or set(row["effect"]) == EFFECT_KEYS
+        assert row["colour_effect"] is None or set(row["colour_effect"]) == EFFECT_KEYS
         assert len(row["positions"]) == len(row["names"]) == row["size"]
     verified = [row for row in slices if row["verified"]]
     assert len(verified) == 1 and set(verified[0]["names"]) == truth

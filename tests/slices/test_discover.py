@@ -10,6 +10,7 @@ from gradpick.errors import InputError
 from gradpick.slices.discover import (
     aligned_mean,
     clustering_space,
+    cut_to_cells,
     describe,
     kmeans,
     ranked_clusters,
@@ -52,6 +53,12 @@ def test_clusters_rank_by_error_count_times_rate() -> None:
     # A correct row standing for 3 (a sample) lowers its cluster's rate: 2 / (2 + 3 + 3).
     weights = np.array([1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1], dtype=float)
     assert [list(m) for m in ranked_clusters(assignment, errors, weights)][-1] == [0, 1, 2, 3]
+    # With the calls, a cluster counts only its errors called its commonest call: cluster 1's
+    # three errors called three ways count 1 (rate 1 -> 1), cluster 2's called one way count 3
+    # (rate 1/2 -> 1.5), cluster 0's two called alike 2 (rate 1/2 -> 1, larger than cluster 1).
+    predictions = np.array([5, 5, 0, 0, 1, 2, 3, 4, 4, 4, 0, 0, 0])
+    ranked = ranked_clusters(assignment, errors, predictions=predictions)
+    assert [int(m[0]) for m in ranked] == [7, 0, 4]
 
 
 def test_the_aligned_mean_puts_every_peak_at_the_centre() -> None:
@@ -88,3 +95,20 @@ def test_summaries_count_members_errors_and_confusions() -> None:
     assert first.error_rate == pytest.approx(2 / 3)
     assert first.confusions == ((0, 1, 2),)
     assert (second.rank, second.errors, second.confusions) == (2, 1, ((1, 0, 1),))
+
+
+def test_a_cluster_mostly_in_one_confusion_cell_is_cut_to_that_cell() -> None:
+    # Cluster 0: four errors labelled 2 called 0, one labelled 8 called 0, one correct row.
+    # Cluster 1: errors of four labels, all called 6 (a shortcut): no cell holds 60%.
+    # Cluster 2: only errors of one cell: nothing to cut.
+    labels = np.array([2, 2, 2, 2, 8, 0, 1, 3, 4, 5, 5, 5])
+    predictions = np.array([0, 0, 0, 0, 0, 0, 6, 6, 6, 6, 3, 3])
+    assignment = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2])
+    cut = cut_to_cells(assignment, labels, predictions)
+    groups = {tuple(np.flatnonzero(cut == n)) for n in np.unique(cut)}
+    assert groups == {(0, 1, 2, 3), (4, 5), (6, 7, 8, 9), (10, 11)}
+    # Under the share asked for, the cluster stays whole; so does a shortcut of two labels.
+    kept = cut_to_cells(assignment, labels, predictions, share=0.9)
+    assert len(np.unique(kept)) == 3
+    two = cut_to_cells(np.zeros(4, dtype=np.int64), np.array([1, 1, 2, 2]), np.full(4, 6))
+    assert len(np.unique(two)) == 1

@@ -147,3 +147,26 @@ def test_slices_in_a_notebook_are_one_line_and_a_table_of_cards(
                 f"changed {effect['evidence_change']:.0%} of {effect['tested']} calls, the same "
                 f"area at random {effect['random_change']:.0%}" in html
             )
+
+
+def test_the_colour_is_tested_only_where_the_errors_are_clearly_greyer() -> None:
+    from gradpick.slices.features import DESCRIPTORS
+    from gradpick.slices.stored import colour_rows
+
+    column = DESCRIPTORS.index("image_saturation")
+    # Rows 0-3: errors labelled 2 called 0, grey (0.05); rows 4-9 correct birds (0.4);
+    # rows 10-13 correct images of other classes, one of them called 0 (left out).
+    labels = np.array([2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 3, 4, 0])
+    predictions = np.array([0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 1, 3, 4, 0])
+    table = np.zeros((14, len(DESCRIPTORS)))
+    table[:, column] = [0.05] * 4 + [0.4] * 6 + [0.3] * 4
+    found = colour_rows(np.arange(4), table, labels, predictions, 64, np.random.default_rng(0))
+    assert found is not None
+    treated, control, target, factor = found
+    assert list(treated) == [4, 5, 6, 7, 8, 9] and list(control) == [10, 11, 12]
+    assert target == 0 and factor == pytest.approx(0.05 / 0.4)
+    # Errors as colourful as their label's correct images: no colour test.
+    table[:4, column] = 0.38
+    assert (
+        colour_rows(np.arange(4), table, labels, predictions, 64, np.random.default_rng(0)) is None
+    )

@@ -11,7 +11,14 @@ import torch
 from scipy.stats import fisher_exact
 
 from gradpick.data.planted import plant
-from gradpick.slices.verify import RANDOM_DRAWS, fisher_greater, interventions, judged
+from gradpick.slices.verify import (
+    RANDOM_DRAWS,
+    colour_interventions,
+    fisher_greater,
+    interventions,
+    judged,
+    saturated,
+)
 from tests.slices.synthetic import Detector
 
 
@@ -80,3 +87,49 @@ def test_removals_that_change_nothing_verify_nothing() -> None:
     effect = judged(changed, control)
     assert not changed.any() and not control.any()
     assert effect.tested == 24 and effect.random_change == 0.0 and not effect.verified
+
+
+def test_saturation_scales_the_colour_about_each_pixels_luma() -> None:
+    images = torch.rand(3, 3, 4, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    red, green, blue = images[:, 0], images[:, 1], images[:, 2]
+    luma = 0.299 * red + 0.587 * green + 0.114 * blue
+    grey = saturated(images, 0.0)
+    for channel in range(3):
+        assert torch.allclose(grey[:, channel], luma, atol=1e-15)
+    assert torch.allclose(saturated(images, 1.0), images, atol=1e-15)
+    half = saturated(images, 0.5)
+    assert torch.allclose(half[:, 0], (red + luma) / 2, atol=1e-15)
+    assert half.dtype == torch.float64
+    assert float(saturated(images, 5.0).max()) <= 1.0 and float(saturated(images, 5.0).min()) >= 0
+
+
+class _GreyMeansOne(torch.nn.Module):
+    """Class 1 when the image has almost no colour (mean channel spread under 0.05), else 0."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        spread = (images.amax(dim=1) - images.amin(dim=1)).mean(dim=(1, 2))
+        return torch.stack([spread - 0.05, 0.05 - spread], dim=1)
+
+
+class _GreyAndDarkMeansOne(_GreyMeansOne):
+    """Class 1 only for a grey image that is also dark (mean under 0.5): greying makes
+    class 1 of dark images only, a colour cause of one kind of image."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        grey = super().forward(images)[:, 1] > 0
+        dark = images.mean(dim=(1, 2, 3)) < 0.5
+        return torch.stack([(~(grey & dark)).double(), (grey & dark).double()], dim=1)
+
+
+def test_a_colour_cause_verifies_and_a_colour_change_that_confuses_everything_does_not() -> None:
+    treated, control = _images(30, 1), 1 - _images(60, 2)  # dark red images; light cyan ones
+    changed, unchanged = colour_interventions(_GreyAndDarkMeansOne(), treated, control, 1, 0.0)
+    assert changed.all() and unchanged.shape == (60, 1) and not unchanged.any()
+    assert judged(changed, unchanged).verified
+    # Greying makes every image class 1 for this model: the control moves as much.
+    changed, moved = colour_interventions(_GreyMeansOne().eval(), treated, control, 1, 0.0)
+    assert changed.all() and moved.all()
+    assert not judged(changed, moved).verified
+    # Leaving the colour as it is changes nothing.
+    same, still = colour_interventions(_GreyMeansOne().eval(), treated, control, 1, 1.0)
+    assert not same.any() and not still.any() and not judged(same, still).verified

@@ -19,9 +19,9 @@ label), since slices group failures.
 Per problem the score is the F1 of the best of the first three groups of each method:
 the slices, the confusion cells (label, prediction) by error count, Domino-style k-means on the
 embeddings, k-means on the raw maps (8 x 8), each with the slices' label, prediction and error
-features and ranking, and cleanlab Datalab's ``underperforming_group`` (one group) when cleanlab
-is installed. The clean shipped model on the same folder is the negative control: no slice of
-it should verify.
+features, cut to confusion cells as the slices are and ranked as they are, and cleanlab
+Datalab's ``underperforming_group`` (one group) when cleanlab is installed. The clean shipped
+model on the same folder is the negative control: no slice of it should verify.
 """
 
 from __future__ import annotations
@@ -41,7 +41,13 @@ from gradpick.bench.rows import markdown_table
 from gradpick.data import load_batch
 from gradpick.data.planted import FEATURES, plant
 from gradpick.data.sources import ImageSource
-from gradpick.slices.discover import CLUSTERS, clustering_space, kmeans, ranked_clusters
+from gradpick.slices.discover import (
+    CLUSTERS,
+    clustering_space,
+    cut_to_cells,
+    kmeans,
+    ranked_clusters,
+)
 from gradpick.slices.stored import Found
 
 __all__ = [
@@ -109,9 +115,10 @@ def tuned_model(
     lr: float = 0.05,
     seed: int = 0,
     log: Callable[[str], None] = print,
+    poison: float = 0.1,
 ) -> nn.Module:
     """The shipped ResNet-20 fine-tuned on ``training_set`` (``finetune_on``)."""
-    pixels, labels = training_set(source, images, seed)
+    pixels, labels = training_set(source, images, seed, poison=poison)
     return finetune_on(clean, pixels, labels, epochs, lr, 64, seed, log)
 
 
@@ -186,8 +193,8 @@ def baseline_groups(
     small = F.adaptive_avg_pool2d(maps.float().unsqueeze(1), 8).flatten(1).numpy()
     for name, table in (("k-means on embeddings", embeddings[mapped]), ("raw maps", small)):
         space = clustering_space(table, labels[mapped], predictions[mapped], classes)
-        assignment = kmeans(space, k, seed)
-        ranked = ranked_clusters(assignment, errors[mapped], weights)
+        assignment = cut_to_cells(kmeans(space, k, seed), labels[mapped], predictions[mapped])
+        ranked = ranked_clusters(assignment, errors[mapped], weights, predictions[mapped])
         groups[name] = [mapped[members] for members in ranked[:3]]
     datalab = _datalab(embeddings, probabilities, labels)
     if datalab is not None:
@@ -244,8 +251,7 @@ def scores(
         best = int(np.argmax(values)) if values else 0
         values_by["slices"][problem] = values[best] if values else 0.0
         best_rank[problem] = best + 1
-        effect = found.effects[best] if found.effects else None
-        verified[problem] = bool(effect is not None and effect.verified)
+        verified[problem] = bool(values) and found.verified(best + 1)
         for name, candidates in groups.items():
             values_by[name][problem] = max(
                 (f1(members, rows) for members in candidates), default=0.0

@@ -18,6 +18,7 @@ from gradpick.models import shipped as models
 from gradpick.models.zoo import load_model
 from gradpick.outputs import store_format as store
 from gradpick.outputs.stores import infer_to_store
+from gradpick.show.slice_cards import verification
 from gradpick.slices.discover import CLUSTERS
 
 __all__ = ["register"]
@@ -41,6 +42,7 @@ def _prepared(args: argparse.Namespace, root: Path) -> tuple[str, dict[str, set[
             lr=args.lr,
             seed=args.seed,
             log=_log,
+            poison=args.poison,
         )
         planted.save(tuned, weights)
     truth_file = root / "truth.json"
@@ -147,13 +149,14 @@ def _cmd_bench_slices(args: argparse.Namespace) -> int:
     print()
     for name in ("planted", "clean"):
         _, result, took = results[name]
-        verified = [
-            s.rank for s, e in zip(result.slices, result.effects, strict=True) if e and e.verified
-        ]
+        verified = [s.rank for s in result.slices if result.verified(s.rank)]
         print(
             f"{name} model: {len(result.slices)} slices, verified: {verified or 'none'}; "
             f"{len(result.labels):,} rows ({len(result.mapped):,} mapped) in {took:.1f} s"
         )
+        for row in result.to_json()["slices"]:
+            if row["effect"] is not None:
+                print(f"- slice {row['rank']} ({row['errors']} errors): {verification(row)}")
     print()
     truth["wrong labels all"] = np.array(sorted(row_of[n] for n in names_of["wrong labels"]))
     print("\n".join(_triage_figures(opened, truth)))
@@ -176,6 +179,12 @@ def register(commands: Commands) -> None:
     parser.add_argument("--retrain", action="store_true", help="fine-tune and write all again")
     parser.add_argument("--finetune-images", type=positive_int, default=5000)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument(
+        "--poison",
+        type=float,
+        default=0.1,
+        help="share of the other classes' training images patched and relabelled frog",
+    )
     parser.add_argument("--images", type=positive_int, default=3000, help="planted test images")
     parser.add_argument("--clusters", type=positive_int, default=CLUSTERS)
     parser.add_argument("--method", default="layercam", help="the maps' attribution method")

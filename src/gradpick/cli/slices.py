@@ -46,6 +46,14 @@ def _line(row: dict[str, Any]) -> str:
             f"{effect['evidence_change']:.0%}, random {effect['random_change']:.0%} "
             f"(x{ratio}, p={effect['p_value']:.2g})"
         )
+        colour = row.get("colour_effect")
+        if colour is not None:
+            times = "inf" if colour["ratio"] is None else f"{colour['ratio']:.1f}"
+            check += (
+                f"; recoloured like it, its label's images turn {colour['evidence_change']:.0%},"
+                f" other classes {colour['random_change']:.0%} (x{times}, "
+                f"p={colour['p_value']:.2g})"
+            )
     return (
         f"{row['rank']:>3}. {row['size']:,} images, error rate {row['error_rate']:.0%}; {check}\n"
         f"     {row['description']}"

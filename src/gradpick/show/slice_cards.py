@@ -38,11 +38,20 @@ def verification(row: Mapping[str, Any], strong: str = "{}") -> str:
         return "No errors to test."
     ratio = "∞" if effect["ratio"] is None else f"{effect['ratio']:.1f}"
     verdict = strong.format("Verified") if row["verified"] else "Not verified"
-    return (
+    line = (
         f"{verdict}: removing the evidence changed {effect['evidence_change']:.0%} of "
         f"{effect['tested']} calls, the same area at random {effect['random_change']:.0%} "
         f"(x{ratio}, p = {effect['p_value']:.2g})."
     )
+    colour = row.get("colour_effect")
+    if colour is not None:
+        times = "∞" if colour["ratio"] is None else f"{colour['ratio']:.1f}"
+        line += (
+            f" Giving {colour['tested']} correctly called images of its label its colour made "
+            f"{colour['evidence_change']:.0%} of them its errors' call, other classes "
+            f"{colour['random_change']:.0%} (x{times}, p = {colour['p_value']:.2g})."
+        )
+    return line
 
 
 def mean_map_picture(mean_map: Sequence[Sequence[float]], side: int = MAP_SIDE) -> np.ndarray:

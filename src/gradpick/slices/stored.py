@@ -4,7 +4,10 @@
 maps every error and a seeded sample of ``per_class`` correct rows per predicted class (each
 standing for its class's other correct rows in the error rates), describes and clusters them
 (``gradpick.slices.discover``) and tests each slice by intervention
-(``gradpick.slices.verify``) on up to ``tested`` of its errors. The model is the store's own
+(``gradpick.slices.verify``) on up to ``tested`` of its errors: the evidence window for
+every slice, and the colour change too for a slice whose errors are clearly greyer or more
+colourful than the correctly called images of their label (at least ``COLOUR_NOTABLE``
+standard deviations of image saturation apart). The model is the store's own
 (its name and weights as recorded), unless one is given; a store another model wrote is refused.
 
 The result is kept beside the store like the triage verdicts (``outputs/`` keeps
@@ -40,19 +43,28 @@ from gradpick.slices.discover import (
     CLUSTERS,
     Slice,
     clustering_space,
+    cut_to_cells,
     kmeans,
     merged,
     summarise,
 )
 from gradpick.slices.features import CHUNK_ROWS, DESCRIPTORS, METHOD, descriptors, evidence_maps
-from gradpick.slices.verify import Effect, interventions, judged
+from gradpick.slices.verify import (
+    SIGNIFICANCE,
+    Effect,
+    colour_interventions,
+    interventions,
+    judged,
+)
 
 __all__ = [
+    "COLOUR_NOTABLE",
     "MAP_SIDE",
     "PER_CLASS",
     "SUFFIX",
     "TESTED",
     "Found",
+    "colour_rows",
     "find_slices",
     "read_beside",
     "store_model",
@@ -65,6 +77,9 @@ TESTED = 64
 MAP_SIDE = 32
 """Mean maps are kept at most this many pixels on a side (averaged down)."""
 SUFFIX = ".slices.json"
+COLOUR_NOTABLE = 1.0
+"""Standard deviations of image saturation (over the mapped rows) between a slice's errors and
+the correctly called images of their label from which the colour is tested too."""
 
 
 def _matrix(column: Any) -> np.ndarray:
@@ -109,7 +124,9 @@ class Found:
     """[m, H, W] float16 maps of the mapped rows' predicted classes."""
     slices: tuple[Slice, ...]
     effects: tuple[Effect | None, ...]
-    """Per slice, the intervention's effect (None for a slice without errors)."""
+    """Per slice, the evidence removal's effect (None for a slice without errors)."""
+    colour_effects: tuple[Effect | None, ...]
+    """Per slice, the colour change's effect (None where its colour is not notable)."""
     class_names: tuple[str, ...]
     method: str
     metadata: dict[str, Any]
@@ -137,9 +154,7 @@ class Found:
                 "slice": pd.array([int(r) if r > 0 else None for r in ranks], dtype="Int64"),
             }
         )
-        verified = {
-            s.rank for s, e in zip(self.slices, self.effects, strict=True) if e and e.verified
-        }
+        verified = {s.rank for s in self.slices if self.verified(s.rank)}
         frame["verified"] = frame["slice"].isin(verified).astype(bool)
         for number, column in enumerate(DESCRIPTORS):
             values = np.full(len(self.positions), np.nan)
@@ -147,10 +162,17 @@ class Found:
             frame[column] = values
         return frame
 
+    def verified(self, rank: int) -> bool:
+        """Whether slice ``rank`` (from 1) verified by either intervention."""
+        tests = (self.effects[rank - 1], self.colour_effects[rank - 1])
+        return any(effect is not None and effect.verified for effect in tests)
+
     def to_json(self) -> dict[str, Any]:
         """Plain JSON: the run's settings and each slice ranked from 1."""
         rows = []
-        for found, effect in zip(self.slices, self.effects, strict=True):
+        for found, effect, colour in zip(
+            self.slices, self.effects, self.colour_effects, strict=True
+        ):
             members = self.mapped[found.members]
             rows.append(
                 {
@@ -175,7 +197,8 @@ class Found:
                     "typical": [int(p) for p in self.positions[self.mapped[found.typical]]],
                     "mean_map": _shrunk(found.mean_map),
                     "effect": None if effect is None else effect.to_json(),
-                    "verified": bool(effect is not None and effect.verified),
+                    "colour_effect": None if colour is None else colour.to_json(),
+                    "verified": self.verified(found.rank),
                 }
             )
         return {**self.metadata, "slices": rows}
@@ -186,7 +209,7 @@ class Found:
 
     def __repr__(self) -> str:
         """One line, not the arrays: a notebook cell ending in slices stays short."""
-        verified = sum(bool(e and e.verified) for e in self.effects)
+        verified = sum(self.verified(s.rank) for s in self.slices)
         errors = int((self.labels != self.predictions).sum())
         first = (
             ""
@@ -299,7 +322,11 @@ def find_slices(
     classes = int(logits.shape[1])
     sub_labels, sub_predictions = labels[mapped], predictions[mapped]
     space = clustering_space(described, sub_labels, sub_predictions, classes)
-    assignment = merged(kmeans(space, clusters, seed), described, sub_labels, sub_predictions)
+    assignment = cut_to_cells(
+        merged(kmeans(space, clusters, seed), described, sub_labels, sub_predictions),
+        sub_labels,
+        sub_predictions,
+    )
     slices = summarise(
         assignment,
         described,
@@ -311,14 +338,19 @@ def find_slices(
         space,
     )
     effects: list[Effect | None] = []
+    colour_effects: list[Effect | None] = []
     generator = np.random.default_rng(seed + 1)
     for found in slices:
         wrong = found.members[sub_labels[found.members] != sub_predictions[found.members]]
         if not verify or not len(wrong):
             effects.append(None)
+            colour_effects.append(None)
             continue
+        every = wrong
         if len(wrong) > tested:
             wrong = np.sort(generator.choice(wrong, tested, replace=False))
+        recolour = colour_rows(every, described, sub_labels, sub_predictions, tested, generator)
+        alpha = SIGNIFICANCE / (2 if recolour else 1)
         images = source.read(positions[mapped[wrong]].tolist()).float() / 255.0
         changed, control = interventions(
             loaded.module,
@@ -327,7 +359,19 @@ def find_slices(
             torch.as_tensor(sub_predictions[wrong]),
             seed=seed + found.rank,
         )
-        effects.append(judged(changed, control))
+        effects.append(judged(changed, control, alpha=alpha))
+        if recolour is None:
+            colour_effects.append(None)
+            continue
+        treated, others, target, factor = recolour
+        changed, control = colour_interventions(
+            loaded.module,
+            source.read(positions[mapped[treated]].tolist()).float() / 255.0,
+            source.read(positions[mapped[others]].tolist()).float() / 255.0,
+            target,
+            factor,
+        )
+        colour_effects.append(judged(changed, control, alpha=alpha))
     metadata = {
         "store": str(opened.path),
         "model": (opened.metadata.get("model") or {}).get("identity"),
@@ -352,10 +396,43 @@ def find_slices(
         maps=maps,
         slices=tuple(slices),
         effects=tuple(effects),
+        colour_effects=tuple(colour_effects),
         class_names=class_names,
         method=method,
         metadata=metadata,
     )
+
+
+def colour_rows(
+    wrong: np.ndarray,
+    described: np.ndarray,
+    labels: np.ndarray,
+    predictions: np.ndarray,
+    tested: int,
+    generator: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, int, float] | None:
+    """What the colour test of a slice with errors ``wrong`` (mapped rows) changes: up to
+    ``tested`` correctly called rows of its errors' commonest label (treated) and of the other
+    classes but the one they are called (control), that call, and the saturation factor that
+    gives the treated rows the errors' mean saturation. None when there are no such rows or
+    the saturation is not ``COLOUR_NOTABLE``."""
+    column = described[:, DESCRIPTORS.index("image_saturation")]
+    label = int(np.bincount(labels[wrong]).argmax())
+    target = int(np.bincount(predictions[wrong]).argmax())
+    right = labels == predictions
+    treated = np.flatnonzero(right & (labels == label))
+    others = np.flatnonzero(right & (labels != label) & (labels != target))
+    spread = float(column.std())
+    if not len(treated) or not len(others) or spread <= 0:
+        return None
+    theirs, ours = float(column[treated].mean()), float(column[wrong].mean())
+    if abs(ours - theirs) < COLOUR_NOTABLE * spread or theirs <= 0:
+        return None
+    chosen = [
+        np.sort(generator.choice(rows, tested, replace=False)) if len(rows) > tested else rows
+        for rows in (treated, others)
+    ]
+    return chosen[0], chosen[1], target, ours / theirs
 
 
 def read_beside(opened: OpenedStore) -> tuple[dict[str, Any] | None, Path]:

@@ -16,6 +16,17 @@ test on the 2 x 2 table (evidence or random removal; changed or not), p < ``SIGN
 Never on an absolute rate: an error of a low-margin image flips under almost any removal, and
 so does its control.
 
+A cause without a place (the image's colour: a grayscale subgroup) has no window to remove.
+A slice whose images are clearly greyer or more colourful than the rest of its class is also
+tested by changing that property (``colour_interventions``): correctly called images of the
+slice's label get the slice's colour saturation (``saturated``), and the test counts how often
+they are then called what the slice's errors are called; the control gives the same change to
+correctly called images of the other classes. A model that fails on the slice *because* of its
+colour turns the recoloured images of that class into its errors; a colour change that confuses
+the model about everything (grey images look like airplanes and ships to many models) moves
+the control as much, and the ratio stays low. The same ratio and Fisher test decide, at half
+the significance level when a slice gets both tests (Bonferroni).
+
 Example::
 
     changed, control = interventions(model, images, maps, predictions)
@@ -35,7 +46,7 @@ from torch import nn
 
 from gradpick.errors import InputError
 from gradpick.outputs.inference import infer
-from gradpick.slices.features import peak_windows, window_side
+from gradpick.slices.features import LUMA, peak_windows, window_side
 from gradpick.trust.road import ROAD_NOISE, impute
 
 __all__ = [
@@ -43,9 +54,11 @@ __all__ = [
     "RATIO",
     "SIGNIFICANCE",
     "Effect",
+    "colour_interventions",
     "fisher_greater",
     "interventions",
     "judged",
+    "saturated",
 ]
 
 RANDOM_DRAWS = 4
@@ -145,6 +158,38 @@ def interventions(
     called = infer(model, _removed(tiled, hidden, generator)).predictions
     changed = (called != predictions.repeat(1 + draws)).numpy()
     return changed[:count], changed[count:].reshape(draws, count).T.copy()
+
+
+def saturated(images: torch.Tensor, factor: float) -> torch.Tensor:
+    """Images [n, 3, H, W] in [0, 1] with their colour scaled by ``factor`` about each pixel's
+    luma (Rec. 601): 0 is grayscale, 1 leaves them, above 1 is more colourful (kept in
+    [0, 1]). Brightness stays: the luma of a pixel is unchanged wherever no channel clips."""
+    if images.ndim != 4 or images.shape[1] != 3 or factor < 0:
+        raise InputError(
+            f"Recolouring needs RGB images [n, 3, H, W] and a factor >= 0; got "
+            f"{tuple(images.shape)} and {factor}."
+        )
+    weights = torch.tensor(LUMA, dtype=images.dtype, device=images.device).view(1, 3, 1, 1)
+    luma = (images * weights).sum(dim=1, keepdim=True)
+    return (luma + factor * (images - luma)).clamp(0, 1)
+
+
+def colour_interventions(
+    model: nn.Module, treated: torch.Tensor, control: torch.Tensor, target: int, factor: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each ``treated`` image [n, 3, H, W] (correctly called images of the slice's
+    label) is called ``target`` (what the slice's errors are called) once ``saturated`` by
+    ``factor`` [n], and the same for the ``control`` images (of other classes) [m, 1]."""
+    if treated.ndim != 4 or control.ndim != 4:
+        raise InputError(
+            f"Colour interventions need images [n, 3, H, W]; got {tuple(treated.shape)} and "
+            f"{tuple(control.shape)}."
+        )
+    both = torch.cat([treated, control])
+    if both.shape[0] == 0:
+        return np.zeros(0, dtype=bool), np.zeros((0, 1), dtype=bool)
+    called = infer(model, saturated(both, factor)).predictions.numpy() == target
+    return called[: len(treated)], called[len(treated) :, None].copy()
 
 
 def _log_choose(n: int, k: int) -> float:
