@@ -22,6 +22,7 @@ from gradpick.outputs import store_format as store
 from gradpick.outputs.stores import infer_to_store
 from gradpick.slices.stored import find_slices
 from tests.serving import (
+    APP_IDLE,
     CHROMIUM_ARGS,
     chromium_executable,
     cifar10_images,
@@ -74,6 +75,7 @@ def test_the_slices_tab_shows_cards_and_picks_a_slice_into_explore(
         )
         page = open_explorer(browser, f"{server}/?{link}")
         page.get_by_text(re.compile(r"\d+ slices of \d+ errors")).wait_for()
+        page.locator(APP_IDLE).wait_for()  # every card drawn, not only the first
         cards = page.get_by_text(re.compile(r"^Slice \d+: \d+ images, \d+ errors"))
         assert cards.count() >= 1
         assert cards.first.inner_text().startswith("Slice 1: ")
