@@ -80,7 +80,9 @@ def test_the_slices_tab_shows_cards_and_picks_a_slice_into_explore(
         assert cards.count() >= 1
         assert cards.first.inner_text().startswith("Slice 1: ")
         assert page.get_by_text(re.compile(r"^(Verified|Not verified): removing")).count() >= 1
-        assert page.get_by_text("mean map, peaks at the centre").count() == cards.count()
+        mean_maps = page.get_by_text("mean map, peaks at the centre")
+        mean_maps.nth(cards.count() - 1).wait_for()  # a picture's caption comes with its image
+        assert mean_maps.count() == cards.count()
         assert page_errors(page).count() == 0
         page.set_viewport_size({"width": 1400, "height": 1400})
         page.wait_for_timeout(800)  # let the pictures finish drawing
