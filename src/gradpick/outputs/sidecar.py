@@ -12,10 +12,11 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from gradpick.errors import DataError
 
-__all__ = ["BUSY_SECONDS", "connect", "sibling", "unreadable", "writing"]
+__all__ = ["BUSY_SECONDS", "connect", "rows", "sibling", "unreadable", "writing"]
 
 BUSY_SECONDS = 30.0
 """How long a writer waits for another to finish: eight sessions at once wait milliseconds."""
@@ -44,6 +45,19 @@ def connect(path: Path, schema: str, what: str) -> sqlite3.Connection:
     except sqlite3.DatabaseError as error:
         raise unreadable(path, what, error) from None
     return connection
+
+
+def rows(path: Path, schema: str, what: str, query: str) -> list[Any]:
+    """Every row ``query`` selects; none when the file is not there yet."""
+    if not path.exists():
+        return []
+    connection = connect(path, schema, what)
+    try:
+        return connection.execute(query).fetchall()
+    except sqlite3.DatabaseError as error:
+        raise unreadable(path, what, error) from None
+    finally:
+        connection.close()
 
 
 @contextmanager

@@ -24,7 +24,6 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -125,19 +124,11 @@ class SliceVerdictBook:
 
     def history(self) -> list[SliceVerdict]:
         """Every slice verdict ever recorded, oldest first; empty when there is no file yet."""
-        if not self.path.exists():
-            return []
-        connection = beside.connect(self.path, _SCHEMA, "verdicts")
-        try:
-            rows = connection.execute(
-                "SELECT rank, members, model, fingerprint, verdict, note, time "
-                "FROM slice_verdicts ORDER BY id"
-            ).fetchall()
-        except sqlite3.DatabaseError as error:
-            raise beside.unreadable(self.path, "verdicts", error) from None
-        finally:
-            connection.close()
-        return [SliceVerdict(*row) for row in rows]
+        query = (
+            "SELECT rank, members, model, fingerprint, verdict, note, time "
+            "FROM slice_verdicts ORDER BY id"
+        )
+        return [SliceVerdict(*row) for row in beside.rows(self.path, _SCHEMA, "verdicts", query)]
 
 
 def in_force(kept: Mapping[str, Any], history: Sequence[SliceVerdict]) -> dict[int, SliceVerdict]:

@@ -21,7 +21,6 @@ Example::
 from __future__ import annotations
 
 import csv
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -115,18 +114,8 @@ class VerdictBook:
 
     def history(self) -> list[Verdict]:
         """Every verdict ever recorded, oldest first; empty when there is no file yet."""
-        if not self.path.exists():
-            return []
-        connection = beside.connect(self.path, _SCHEMA, "verdicts")
-        try:
-            rows = connection.execute(
-                "SELECT position, name, verdict, new_label, note, time FROM verdicts ORDER BY id"
-            ).fetchall()
-        except sqlite3.DatabaseError as error:
-            raise beside.unreadable(self.path, "verdicts", error) from None
-        finally:
-            connection.close()
-        return [Verdict(*row) for row in rows]
+        query = "SELECT position, name, verdict, new_label, note, time FROM verdicts ORDER BY id"
+        return [Verdict(*row) for row in beside.rows(self.path, _SCHEMA, "verdicts", query)]
 
     def latest(self) -> dict[int, Verdict]:
         """The verdict in force for each judged position (the most recent one)."""
