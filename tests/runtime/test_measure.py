@@ -227,6 +227,45 @@ def test_warming_the_profiler_runs_it_once_and_a_measured_step_counts_as_warm() 
     assert run.stdout.split() == ["True"]
 
 
+def test_the_cpu_peak_is_the_most_tensor_bytes_live_at_once() -> None:
+    """4 MB and 2 MB live together, then 4 MB freed and 1 MB made: a peak of 6,000,000 bytes
+    by hand, and the same from ``torch.profiler.profile``'s events of the same block."""
+
+    def block() -> None:
+        first = torch.empty(1000, 1000)  # float32: 4,000,000 bytes
+        second = torch.empty(500, 1000)  # 2,000,000
+        del first
+        third = torch.ones(250, 1000)  # 1,000,000, while the 2,000,000 still lives
+        del second, third
+
+    peak = measure.PeakMemory(torch.device("cpu"))
+    with peak.track():
+        block()
+    assert peak.figure.bytes == 6_000_000
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, profile_memory=True) as reference:
+        block()
+    changes = sorted(
+        (event.time_range.start, event.self_cpu_memory_usage)
+        for event in reference.events()
+        if event.self_cpu_memory_usage
+    )
+    running = [sum(change for _, change in changes[: i + 1]) for i in range(len(changes))]
+    assert max(running) == peak.figure.bytes
+
+
+def test_setting_the_profiler_up_imports_no_compiler() -> None:
+    """``torch.profiler.profile``'s first start imports torch's compiler stack (dynamo, inductor,
+    sympy: ~900 modules, over a second holding the GIL beside the explorer's first page); the
+    autograd profiler it wraps, which ``PeakMemory`` calls, needs none of it."""
+    probe = (
+        "import sys\nfrom gradpick.runtime import measure\nmeasure.warm_profiler()\n"
+        "print(sorted({'torch._inductor', 'torch._dynamo', 'sympy'} & set(sys.modules)))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"
+
+
 def test_a_measurement_can_tell_the_profiler_is_being_set_up_in_another_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

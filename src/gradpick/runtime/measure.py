@@ -142,7 +142,7 @@ class SavedTensorCounter:
             yield self
 
 
-def _cpu_peak_bytes(profile: torch.profiler.profile) -> int:
+def _cpu_peak_bytes(profile: torch.autograd.profiler.profile) -> int:
     """Peak of the running sum of allocations and frees recorded by the profiler.
 
     Each op's own (self) bytes only: an op's total includes its children's, which would count
@@ -150,7 +150,7 @@ def _cpu_peak_bytes(profile: torch.profiler.profile) -> int:
     """
     events = [
         (event.time_range.start, event.self_cpu_memory_usage)
-        for event in profile.events()
+        for event in profile.function_events or ()
         if event.self_cpu_memory_usage != 0
     ]
     live = peak = 0
@@ -183,10 +183,11 @@ def warm_profiler() -> float:
     """Run the CPU memory profiler once over nothing, unless it ran already; returns
     milliseconds.
 
-    Its first use in a process sets up the profiler's library (kineto): 2.6 s on the project's
-    2-core machine, against 1 ms for every later use. The explorer's warm-up pays it once the
-    first page's needs are met, and a click meanwhile skips its memory readout rather than wait
-    (``profiler_warming``)."""
+    Its first use in a process sets up the profiler's library (kineto): about 0.1 s of one core
+    on the project's 2-core machine (1.4 s through ``torch.profiler.profile``, which also
+    imported torch's compiler stack), against 1 ms for every later use. The explorer's warm-up
+    pays it once the first page's needs are met, and a click meanwhile skips its memory readout
+    rather than wait (``profiler_warming``)."""
     started = time.perf_counter()
     if not profiler_ready():
         _profiler_warming.set()
@@ -220,8 +221,12 @@ class PeakMemory:
             # and logs the failed probe ("gpuGetDeviceCount failed") and every start and stop to
             # stderr; it reads its log level when first used. A level set by the user is kept.
             os.environ.setdefault(KINETO_LOG_LEVEL_ENV, KINETO_QUIET)
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
+            # The autograd profiler that ``torch.profiler.profile`` wraps, called directly: the
+            # wrapper's first start looks ``torch._inductor`` up, which imports it with torch's
+            # compiler stack (dynamo, sympy; ~900 modules, 1.4 s of one core holding the GIL).
+            with torch.autograd.profiler.profile(
+                use_cpu=True, profile_memory=True, use_kineto=True
+            ) as profile:
                 _profiler_used.set()
                 yield self
             self.figure = MemoryFigure(_cpu_peak_bytes(profile), CPU_PEAK_LABEL)
