@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import torch
 from streamlit.testing.v1 import AppTest
 from streamlit.web.server.app_discovery import discover_asgi_app
 
@@ -36,9 +37,13 @@ class Gate:
         self.page = threading.Event()
         self.rest = threading.Event()
         self.calls: list[list[str]] = []
+        self.threads: list[int | None] = []
 
-    def __call__(self, app_args: Sequence[str], page_ready: threading.Event | None) -> float:
+    def __call__(
+        self, app_args: Sequence[str], page_ready: threading.Event | None, threads: int | None
+    ) -> float:
         self.calls.append(list(app_args))
+        self.threads.append(threads)
         assert self.page.wait(60)
         assert page_ready is not None
         page_ready.set()
@@ -85,6 +90,7 @@ def test_the_lifespan_returns_while_the_work_goes_on_in_the_background(
     gate.rest.set()
     assert begun.done.wait(60)
     assert gate.calls == [["--model", "tutorial"]]
+    assert gate.threads == [1]  # beside a server that serves: one thread for the batch
     assert begun.problem is None
 
 
@@ -95,11 +101,12 @@ def test_the_work_runs_once_per_process_whoever_asks(
     monkeypatch.setattr(warmup, "warm", gate)
     gate.page.set()
     gate.rest.set()
-    first = warmup.start([], origin="launcher", background=False)
+    first = warmup.start([], origin=warmup.LAUNCHER, background=False)
     assert first.done.is_set() and first.page_ms == 1.0
     again = warmup.start(["--model", "x"], origin="server start")
-    assert again is first and again.origin == "launcher"
+    assert again is first and again.origin == warmup.LAUNCHER
     assert gate.calls == [[]]
+    assert gate.threads == [None]  # before serving: the process's threads
 
 
 def test_a_page_waits_for_the_model_and_batch_and_not_for_the_profiler(
@@ -127,7 +134,9 @@ def test_a_page_waits_for_the_model_and_batch_and_not_for_the_profiler(
 def test_a_failed_warm_up_lets_the_page_do_the_work(
     fresh: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def broken(app_args: Sequence[str], page_ready: threading.Event | None) -> float:
+    def broken(
+        app_args: Sequence[str], page_ready: threading.Event | None, threads: int | None
+    ) -> float:
         raise OSError("disk gone")
 
     monkeypatch.setattr(warmup, "warm", broken)
@@ -149,13 +158,16 @@ def test_a_page_run_without_the_hook_starts_the_warm_up_and_finds_its_batch(
 
     cache.inference.clear()
     inferred: list[str] = []
+    threads: list[int] = []
     real = stores.infer_and_keep
 
     def counted(*args: object, **kwargs: object) -> object:
         inferred.append(threading.current_thread().name)
+        threads.append(torch.get_num_threads())
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(stores, "infer_and_keep", counted)
+    zero_passes = _count_zero_passes(monkeypatch)
     app = AppTest.from_file(str(APP), default_timeout=240).run()
     assert not app.exception, [e.value for e in app.exception]
     assert {metric.label: metric.value for metric in app.metric}["Images N"] == "64"
@@ -163,7 +175,42 @@ def test_a_page_run_without_the_hook_starts_the_warm_up_and_finds_its_batch(
     assert begun is not None and begun.origin == "first page run"
     assert begun.page_ready.is_set() and begun.problem is None and begun.page_runs == 1
     assert inferred == ["gradpick-warmup"]  # by the warm-up's thread, not again by the page
+    assert threads == [1]  # beside the page's run: one thread
     assert begun.done.wait(120)
+    assert zero_passes == []  # the default batch's inference warmed the kernels itself
+
+
+def _count_zero_passes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The shapes of the warm-up's passes over an all-zero batch (``warm`` imports ``infer``
+    when it runs, so it finds this stand-in; the stores call their own)."""
+    from gradpick.outputs import inference
+
+    shapes: list[tuple[int, ...]] = []
+    real = inference.infer
+
+    def counted(model: object, images: torch.Tensor, *args: object, **kwargs: object) -> object:
+        if not images.any():
+            shapes.append(tuple(images.shape))
+        return real(model, images, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(inference, "infer", counted)
+    return shapes
+
+
+def test_without_a_local_default_batch_the_warm_up_warms_the_kernels_on_zeros(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No local copy to read (a download is the page's to show): one pass over zeros at the
+    app's inference batch size stands in for the first page's inference."""
+    from gradpick.outputs.stores import INFERENCE_BATCH_SIZE
+    from gradpick.runtime import process
+
+    monkeypatch.setattr(warmup, "_infer_default_batch", lambda *args: False)
+    monkeypatch.setattr(process, "freeze_loaded_objects", lambda: 0)
+    monkeypatch.setattr(process, "release_openmp_threads", lambda: False)
+    zero_passes = _count_zero_passes(monkeypatch)
+    warmup.warm([], threading.Event())
+    assert zero_passes == [(INFERENCE_BATCH_SIZE, 3, 32, 32)]
 
 
 def test_a_page_run_imports_the_charts_only_once_the_warm_up_has_them_whole() -> None:

@@ -25,7 +25,7 @@ def launch(argv: Sequence[str]) -> None:
 
     args = list(argv)
     app_args = args[args.index("--") + 1 :] if "--" in args else []
-    done = warmup.start(app_args, origin="launcher", background=False)
+    done = warmup.start(app_args, origin=warmup.LAUNCHER, background=False)
     print(
         f"gradpick: imports and the default model ready in {done.page_ms or 0:,.0f} ms", flush=True
     )

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # torch and the panels are imported in ``warm``, timed
     from gradpick.ui.service import ModelOption
 
 __all__ = [
+    "LAUNCHER",
     "LOG_PREFIX",
     "Warmup",
     "current",
@@ -51,6 +52,8 @@ __all__ = [
     "warm",
 ]
 
+LAUNCHER = "launcher"
+"""The origin of a warm-up that runs before the server serves (``gradpick.ui.launch``)."""
 LOG_PREFIX = "gradpick: warm-up:"
 """Every line this module prints to the server's log starts with it."""
 
@@ -67,7 +70,7 @@ class Warmup:
     """One process's warm-up: where it was started from and how far it got."""
 
     origin: str
-    """"server start" (the st.App lifespan), "launcher" or "first page run"."""
+    """"server start" (the st.App lifespan), ``LAUNCHER`` or "first page run"."""
     page_ready: threading.Event = field(default_factory=threading.Event)
     """Set once the first page's needs are met (or the work failed: the page then does it)."""
     done: threading.Event = field(default_factory=threading.Event)
@@ -157,7 +160,10 @@ async def lifespan(app: object) -> AsyncIterator[None]:
 def _run(warmup: Warmup, app_args: list[str]) -> None:
     started = time.perf_counter()
     try:
-        warmup.page_ms = warm(app_args, warmup.page_ready)
+        # Beside a server that serves already, the visitor's browser and the server's own
+        # event loop need cores too: the default batch is inferred on one thread.
+        threads = None if warmup.origin == LAUNCHER else 1
+        warmup.page_ms = warm(app_args, warmup.page_ready, threads)
         warmup.total_ms = (time.perf_counter() - started) * 1000
         _say(f"done in {warmup.total_ms:,.0f} ms (the profiler included)")
     except Exception as error:  # the page does the work itself, and explains what fails
@@ -181,14 +187,24 @@ def _quiet_streamlit() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def warm(app_args: Sequence[str], page_ready: threading.Event | None = None) -> float:
+def warm(
+    app_args: Sequence[str],
+    page_ready: threading.Event | None = None,
+    threads: int | None = None,
+) -> float:
     """Import torch and every module a page run imports, load the model the page opens on (the
-    first built-in one, unless ``app_args`` name the user's own), run it once, read and infer
-    the page's default batch where that is local (``_infer_default_batch``), then set
+    first built-in one, unless ``app_args`` name the user's own), read and infer the page's
+    default batch where that is local (``_infer_default_batch``; else run the model once on
+    zeros, which picks its kernels and grows its allocator as that inference would), then set
     ``page_ready``; on the CPU, unless hosted, set up the memory profiler the page measures
     clicks with, and freeze all that out of the garbage collector's passes
     (``process.freeze_loaded_objects``); then let this thread's OpenMP workers go
     (``process.release_openmp_threads``). Returns the milliseconds until ``page_ready``.
+
+    ``threads``: torch's intra-op threads for the default batch's inference (None: the
+    process's count). Two threads spin at every barrier while one waits for a core: beside a
+    browser loading the page and other jobs (load 7.5 on two cores), 1,000 images took
+    9.7-13.6 s on two threads against 2.2-2.7 s on one.
 
     The allocator's policy is set first (``process.apply_memory_policy``): on the user's own
     machine, freed memory is kept for the next batch (half again as fast); in hosted mode it is
@@ -218,11 +234,14 @@ def warm(app_args: Sequence[str], page_ready: threading.Event | None = None) -> 
             option = service.model_options()[0]
             device = str(devices.resolve_device("auto"))
             served = cache.served(option.identity, device, option)
-            # One pass at the app's inference batch size: the first pass of a process picks
-            # its kernels and grows its allocator, which would slow the first page's inference.
-            zeros = torch.zeros(INFERENCE_BATCH_SIZE, 3, *served.spec.size, dtype=torch.uint8)
-            infer(served.module, zeros, batch_size=INFERENCE_BATCH_SIZE, features=True)
-            _infer_default_batch(app_args, option, torch.device(device), hosted)
+            with devices.cpu_threads(threads):
+                inferred = _infer_default_batch(app_args, option, torch.device(device), hosted)
+            if not inferred:
+                # One pass at the app's inference batch size instead: the first pass of a
+                # process picks its kernels and grows its allocator, which would slow the
+                # first page's inference. The default batch's own inference did that already.
+                zeros = torch.zeros(INFERENCE_BATCH_SIZE, 3, *served.spec.size, dtype=torch.uint8)
+                infer(served.module, zeros, batch_size=INFERENCE_BATCH_SIZE, features=True)
         page_ms = (time.perf_counter() - started) * 1000
         _say(f"imports, the default model and batch ready in {page_ms:,.0f} ms")
         if page_ready is not None:
@@ -236,13 +255,13 @@ def warm(app_args: Sequence[str], page_ready: threading.Event | None = None) -> 
 
 def _infer_default_batch(
     app_args: Sequence[str], option: ModelOption, device: torch.device, hosted: bool
-) -> None:
+) -> bool:
     """Read and infer the batch the page opens on, into the page's own caches, so the first
     session finds it done instead of reading and inferring while its browser loads the page on
     the same cores (a hosted page keeps no store of it, as the page itself). Only from a copy
     already on disk (``$GRADPICK_CIFAR10_DIR``, or a finished download in the cache folder): a
     download is the page's to show, with its progress; and a page opened on a store
-    (``--outputs``) infers nothing."""
+    (``--outputs``) infers nothing. Returns whether it inferred the batch."""
     from gradpick.data import CIFAR10_DIR_ENV
     from gradpick.data.cifar10_download import CIFAR10_FILES, CIFAR10_FOLDER
     from gradpick.data.sources import cache_dir
@@ -252,14 +271,15 @@ def _infer_default_batch(
     if not os.environ.get(CIFAR10_DIR_ENV) and not all(
         (downloaded / name).is_file() for name in CIFAR10_FILES
     ):
-        return
+        return False
     try:
         if config.parse_outputs(list(app_args)):
-            return
+            return False
         base = service.DataChoice(hosted=hosted)  # the sidebar's first source and split
         source = cache.source(base.source_key, base)
         cap = config.HOSTED_MAX_BATCH_SIZE if hosted else None
         choice = service.default_batch(base, source, cap)
         page.infer_choice(choice, source, option, device, keep=not hosted)
     except (GradpickError, OSError):
-        return  # the page opens the same batch and explains what went wrong
+        return False  # the page opens the same batch and explains what went wrong
+    return True
