@@ -235,3 +235,8 @@ def test_a_page_run_imports_the_charts_only_once_the_warm_up_has_them_whole() ->
     page.join(60)
     holder.join(60)
     assert not page.is_alive()
+
+
+def test_the_log_splits_the_wait_into_its_stages() -> None:
+    laps = [("imports", 12.11), ("the model", 12.42), ("its batch", 13.9)]
+    assert warmup._split(10.0, laps) == "imports 2,110 ms, the model 310 ms, its batch 1,480 ms"

@@ -60,7 +60,7 @@ MEMORY_NOTE = (
 )
 PROFILER_WARMING = (
     "Memory measured from a later click: the server is still setting up its memory profiler "
-    "(its first use takes seconds), and this click did not wait for it."
+    "(its first use takes a moment), and this click did not wait for it."
 )
 DETAIL_LABEL = "Detailed view: one pick's maps large, each pixel's value on hover, its classes"
 DOWNLOADS_LABEL = "Downloads: the gradients (.pt, .npz), the heatmap grid (.png), reports"

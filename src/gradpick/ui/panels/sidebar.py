@@ -380,7 +380,8 @@ def _gradients(
         help="Shared: one scale for all picked images, so magnitudes compare. Per image: "
         "each image's own range, so its structure shows.",
     )
-    # Off by default on a hosted demo: the profiler behind it costs ~70 MB of a small host.
+    # Off by default on a hosted demo: each new number of picks runs the step once more, with
+    # the profiler on, on a small shared host.
     state.start_at(st.session_state, keys.MEASURE_MEMORY, measure_by_default)
     measure = st.checkbox(
         "Measure memory",
