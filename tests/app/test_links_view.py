@@ -17,6 +17,10 @@ APP = Path(__file__).resolve().parents[2] / "app.py"
 TIMEOUT = 180
 
 
+OPEN = {keys.SELECTIONS_OPEN: True}
+"""The named selections' expander open (it is drawn only while open)."""
+
+
 def open_link(params: dict[str, str], **session: Any) -> AppTest:
     app = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     for name, value in params.items():
@@ -99,7 +103,8 @@ def test_a_hosted_link_to_a_server_folder_or_a_foreign_model_is_refused(
     generated: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv(config.HOSTED_ENV, "1")
-    app = open_link({"src": "folder", "folder": str(tmp_path), "model": "tutorial", "picks": "1"})
+    link = {"src": "folder", "folder": str(tmp_path), "model": "tutorial", "picks": "1"}
+    app = open_link(link, **OPEN)
     assert not app.exception
     notes = " ".join(w.value for w in app.warning)
     assert "never reads one" in notes and "model 'tutorial' is not offered" in notes
@@ -124,7 +129,7 @@ def _save(app: AppTest, name: str, note: str = "") -> AppTest:
 
 
 def test_named_selections_are_saved_reopened_renamed_and_deleted(generated: Path) -> None:
-    app = pick(open_link({}, model="tutorial:random-seed0"), [4, 1])
+    app = pick(open_link({}, model="tutorial:random-seed0", **OPEN), [4, 1])
     app = _save(app, "odd ones", "both blurry")
     no_errors(app)
     assert app.selectbox(key=keys.SELECTION_CHOSEN).options == ["odd ones"]
@@ -134,7 +139,7 @@ def test_named_selections_are_saved_reopened_renamed_and_deleted(generated: Path
     no_errors(app)
     assert state.picked(app.session_state) == [4, 1]
     # Another session (or a restarted server) finds it beside the store.
-    other = open_link({}, model="tutorial:random-seed0")
+    other = open_link({}, model="tutorial:random-seed0", **OPEN)
     assert other.selectbox(key=keys.SELECTION_CHOSEN).options == ["odd ones"]
     other.text_input(key=keys.SELECTION_NEW_NAME).input("blurry").run()
     other = other.button(key=keys.SELECTION_RENAME).click().run()
@@ -152,7 +157,30 @@ def test_a_corrupt_selections_file_is_reported_and_the_page_still_opens(
     monkeypatch.setattr(
         selections.SelectionShelf, "beside", classmethod(lambda cls, store: cls(broken))
     )
-    app = open_link({}, model="tutorial:random-seed0")
+    closed = open_link({}, model="tutorial:random-seed0")
+    no_errors(closed)  # the expander closed: the file is not read
+    app = open_link({}, model="tutorial:random-seed0", **OPEN)
     assert not app.exception
     assert any("the store itself is fine" in e.value for e in app.error)
     assert any(m.label == "Images N" for m in app.metric)
+
+
+def test_the_named_selections_are_drawn_only_while_their_expander_is_open(
+    generated: Path,
+) -> None:
+    """A click's rerun neither reads the shelf nor sends the expander's widgets while it is
+    closed; a new name typed before closing it is still there when it opens again."""
+    app = pick(open_link({}, model="tutorial:random-seed0"), [2])
+    assert not any(t.key == keys.SELECTION_NAME for t in app.text_input)
+    app.session_state[keys.SELECTIONS_OPEN] = True
+    app = _save(app.run(), "kept")
+    app.text_input(key=keys.SELECTION_NEW_NAME).input("half typed").run()
+    app.session_state[keys.SELECTIONS_OPEN] = False
+    app = pick(app, [5])
+    assert not any(t.key == keys.SELECTION_NAME for t in app.text_input)
+    assert not any(s.key == keys.SELECTION_CHOSEN for s in app.selectbox)
+    app.session_state[keys.SELECTIONS_OPEN] = True
+    app = app.run()
+    no_errors(app)
+    assert app.selectbox(key=keys.SELECTION_CHOSEN).options == ["kept"]
+    assert app.text_input(key=keys.SELECTION_NEW_NAME).value == "half typed"

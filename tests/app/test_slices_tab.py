@@ -188,6 +188,7 @@ def test_a_slice_saved_as_a_named_selection_is_listed_in_explore_and_reopens_it(
     assert any("'slice 1' exists already" in e.value for e in app.error)
     # Explore lists it among the named selections, and reopening it picks its images.
     app.session_state[keys.EXPLORER_TAB] = "Explore"
+    app.session_state[keys.SELECTIONS_OPEN] = True  # drawn only while open
     app = app.run()
     assert app.selectbox(key=keys.SELECTION_CHOSEN).options == ["slice 1"]
     app = app.button(key=keys.SELECTION_REOPEN).click().run()

@@ -136,6 +136,7 @@ NOT_A_VIEW: dict[str, str] = {
     keys.TRIAGE_CLASS: "an input of a verdict, kept beside the store",
     keys.TRIAGE_VERDICT: "buttons that record a verdict",
     keys.VERDICT_STORE: "where verdicts are kept",
+    keys.SELECTIONS_OPEN: "an expander; the selections it shows are kept beside the store",
     keys.SELECTION_NAME: "an input of saving a named selection",
     keys.SELECTION_NOTE: "an input of saving a named selection",
     keys.SELECTION_SAVE: "a button",

@@ -364,6 +364,7 @@ __all__ += [
     "SELECTION_SAVE",
     "SELECTIONS_KEPT",
     "SELECTIONS_MESSAGE",
+    "SELECTIONS_OPEN",
     "SELECTIONS_STORE",
 ]
 EXPLORER_TAB = "explorer_tab"
@@ -373,6 +374,8 @@ EXPLORER_TABS = ("Explore", "Strategies", "Trust", "Compare", "Triage", "Slices"
 LINK_OPENED = "link_opened"
 """Set once the session's URL was read: a link seeds only the first run."""
 LINK_NOTES = "link_notes"
+SELECTIONS_OPEN = "selections_open"
+"""The named selections' expander, drawn only while open like the detailed view's."""
 SELECTION_NAME = "selection_name"
 SELECTION_NOTE = "selection_note"
 SELECTION_SAVE = "selection_save"
@@ -422,6 +425,7 @@ TAB_WIDGETS: dict[str, tuple[str, ...]] = {
         LAYER,
         TRUST_BADGES,
         OCCLUSION_CHECK,
+        SELECTIONS_OPEN,
         SELECTION_NAME,
         SELECTION_NOTE,
         SELECTION_CHOSEN,

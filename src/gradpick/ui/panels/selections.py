@@ -20,6 +20,14 @@ from gradpick.ui.session import Loaded, Settings
 
 __all__ = ["render", "shelf_of"]
 
+_WIDGETS = (
+    keys.SELECTION_NAME,
+    keys.SELECTION_NOTE,
+    keys.SELECTION_CHOSEN,
+    keys.SELECTION_NEW_NAME,
+)
+"""The expander's widgets whose values outlast its closing."""
+
 
 def shelf_of(loaded: Loaded, settings: Settings, config: AppConfig) -> Shelf:
     """Where this batch's selections are kept: beside its store, or (hosted) in the session."""
@@ -47,7 +55,12 @@ def render(loaded: Loaded, settings: Settings, params: Mapping[str, str]) -> Non
         st.rerun()  # the sidebar shows what the reopened selection set: a page run
     linking.show_link(params)
     config = app_config()
-    with st.expander("Named selections", expanded=False):
+    # Drawn only while open: a click's rerun neither reads the shelf nor sends its widgets.
+    named = st.expander("Named selections", key=keys.SELECTIONS_OPEN, on_change="rerun")
+    if not named.open:
+        state.keep(session, *_WIDGETS)
+        return
+    with named:
         shelf = shelf_of(loaded, settings, config)
         if isinstance(shelf, SelectionShelf):
             st.caption(f"Kept beside the batch's store, in {shelf.path}.")
