@@ -1,6 +1,7 @@
 """The README's and the docs' code blocks run as written, on tiny data made here.
 
-Every ```python and ```bash block of README.md and docs/**/*.md runs in a fresh subprocess, from
+Every ```python and ```bash block of README.md and docs/**/*.md runs in a fresh process (forked
+by ``tests/warm_python.py`` from a Python that imported torch and gradpick once), from
 a temporary folder holding ``photos/`` (an ImageFolder tree in CIFAR-10's class names, so the
 shipped models understand its labels) and ``outputs/`` (a store of it), with ``gradpick`` on
 PATH and this checkout's ``src`` on PYTHONPATH. An HTML comment on the line before a block
@@ -18,7 +19,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +42,9 @@ shared with a dozen other processes (load 24, measured) a block ran past a 2-min
 block that still runs past it fails alone, with what it printed; the others keep their results."""
 PARALLEL_RUNS = 3
 REPO_ROOT = Path(__file__).resolve().parents[1]
+WARM_PYTHON = Path(__file__).with_name("warm_python.py")
+WARM_SOCKET = "warm.sock"
+"""In the workspace: the socket of the Python that forks each block's and command's process."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     bin_dir = root / "bin"
     bin_dir.mkdir()
     launcher = bin_dir / "gradpick"
-    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gradpick "$@"\n')
+    launcher.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" "{WARM_PYTHON}" run "{root / WARM_SOCKET}" '
+        '-m gradpick "$@"\n'
+    )
     launcher.chmod(0o755)
     (bin_dir / "python").symlink_to(sys.executable)
     assert main(["infer", "--data", str(root / "photos"), "--out", str(root / "outputs")]) == 0
@@ -133,7 +142,7 @@ def _run(block: Block, workspace: Path, work: Path) -> subprocess.CompletedProce
     script = work / ("snippet.py" if block.language == "python" else "snippet.sh")
     script.write_text(block.code)
     command = (
-        [sys.executable, script.name]
+        [sys.executable, str(WARM_PYTHON), "run", str(workspace / WARM_SOCKET), script.name]
         if block.language == "python"
         else ["bash", "-euo", "pipefail", script.name]
     )
@@ -170,12 +179,30 @@ def ran(
     """Every distinct block that is to run, run a few at a time: most of each run is importing
     torch, so on busy cores they overlap well. A block repeated on two pages runs once."""
     distinct = {(block.language, block.code): block for block in RUN if _needs_skip(block) is None}
-    with ThreadPoolExecutor(max_workers=PARALLEL_RUNS) as pool:
+    with _warm_python(workspace), ThreadPoolExecutor(max_workers=PARALLEL_RUNS) as pool:
         futures = {
             key: pool.submit(_run, block, workspace, tmp_path_factory.mktemp("block"))
             for key, block in distinct.items()
         }
         return {key: future.result() for key, future in futures.items()}
+
+
+@contextmanager
+def _warm_python(workspace: Path) -> Iterator[None]:
+    """The forking Python, in the blocks' environment, for as long as the blocks run."""
+    server = subprocess.Popen(
+        [sys.executable, str(WARM_PYTHON), "serve", str(workspace / WARM_SOCKET)],
+        cwd=workspace,
+        env=_environment(workspace, None),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline() == "ready\n"
+        yield
+    finally:
+        server.kill()
+        server.wait()
 
 
 def _environment(root: Path, cifar10: Path | None) -> dict[str, str]:

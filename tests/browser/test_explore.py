@@ -85,13 +85,21 @@ def server(
         yield running.url
 
 
-@pytest.fixture
-def page(chromium: str, server: str) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def browser(chromium: str) -> Iterator[Any]:
+    """One browser for the module (each test gets a context of its own: a fresh session)."""
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        yield open_explorer(browser, server)
-        browser.close()
+        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, server: str) -> Iterator[Any]:
+    opened = open_explorer(browser, server)
+    yield opened
+    opened.context.close()
 
 
 def _shot(page: Any, name: str, readme: bool = False, clip: dict[str, float] | None = None) -> None:
@@ -251,18 +259,13 @@ def test_a_corrupt_upload_is_named_and_the_page_keeps_working(page: Any, tmp_pat
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
-def test_dark_theme_is_readable(chromium: str, server: str) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        page = open_explorer(browser, server, color_scheme="dark")
-        pick_by_text(page, [3, 7, 11])
-        wait_for_heatmaps(page, [3, 7, 11])
-        background = page.evaluate(
-            "getComputedStyle(document.querySelector('.stApp')).backgroundColor"
-        )
-        _shot(page, "dark", readme=True)
-        browser.close()
+def test_dark_theme_is_readable(browser: Any, server: str) -> None:
+    page = open_explorer(browser, server, color_scheme="dark")
+    pick_by_text(page, [3, 7, 11])
+    wait_for_heatmaps(page, [3, 7, 11])
+    background = page.evaluate("getComputedStyle(document.querySelector('.stApp')).backgroundColor")
+    _shot(page, "dark", readme=True)
+    page.context.close()
     red, green, blue = (int(v) for v in background[background.index("(") + 1 : -1].split(","))
     assert red + green + blue < 200, f"the page did not follow the dark preference: {background}"
 
@@ -624,7 +627,7 @@ def _expect_photo_heatmaps(page: Any, index: int) -> None:
 
 
 def test_real_photos_through_a_torchvision_model_at_224_pixels(
-    chromium: str, tmp_path: Path, cifar_like_factory: Callable[[int], Path]
+    browser: Any, tmp_path: Path, cifar_like_factory: Callable[[int], Path]
 ) -> None:
     """Photos at their own sizes through the local-folder and upload sources, read at 224."""
     sync_api = pytest.importorskip("playwright.sync_api")
@@ -633,8 +636,7 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
     served = explorer_server(
         cifar_like_factory(3), tmp_path / "cache", "e2e-photos-server", model="torchvision:resnet18"
     )
-    with served as running, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+    with served as running:
         page = open_explorer(browser, running.url)
         open_local_folder(page, folder, 4)
         _expect_photo_heatmaps(page, 2)
@@ -649,7 +651,7 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
         _expect_photo_heatmaps(page, 0)
         assert page.get_by_text("their labels are ignored").count() == 0  # uploads have none
         _shot(page, "photos-upload")
-        browser.close()
+        page.context.close()
 
 
 def test_every_map_has_a_trust_badge_with_its_meaning_on_hover(page: Any) -> None:

@@ -67,6 +67,15 @@ def _choose(page: Any, box: Any, typed: str, option: re.Pattern[str]) -> None:
 
 
 @pytest.fixture(scope="module")
+def local_url(
+    tmp_path_factory: pytest.TempPathFactory, cifar_like_factory: Callable[[int], Path]
+) -> Iterator[str]:
+    """One local (not hosted) server for the module's tests: each opens its own sessions."""
+    with _server(cifar_like_factory, tmp_path_factory.mktemp("cache"), hosted=False) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     sync_api = pytest.importorskip("playwright.sync_api")
     executable = chromium_executable()
@@ -77,27 +86,22 @@ def browser() -> Iterator[Any]:
 
 
 def test_a_link_reopens_the_same_picks_and_maps_in_a_fresh_browser(
-    browser: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-    cifar_like_factory: Callable[[int], Path],
+    browser: Any, local_url: str
 ) -> None:
-    with _server(cifar_like_factory, tmp_path_factory.mktemp("cache"), hosted=False) as url:
-        page = open_explorer(browser, url)
-        pick_by_text(page, [2, 7])
-        wait_for_heatmaps(page, [2, 7])
-        page.wait_for_function(URL_HAS, arg="picks=2,7")
-        link = page.url
-        code = page.locator('[data-testid="stCode"]').filter(has_text="picks=")
-        assert "picks=2%2C7" in code.first.inner_text()
-        save_screenshot(
-            page, "links", docs=True, clip={"x": 0, "y": 0, "width": 1500, "height": 900}
-        )
+    page = open_explorer(browser, local_url)
+    pick_by_text(page, [2, 7])
+    wait_for_heatmaps(page, [2, 7])
+    page.wait_for_function(URL_HAS, arg="picks=2,7")
+    link = page.url
+    code = page.locator('[data-testid="stCode"]').filter(has_text="picks=")
+    assert "picks=2%2C7" in code.first.inner_text()
+    save_screenshot(page, "links", docs=True, clip={"x": 0, "y": 0, "width": 1500, "height": 900})
 
-        fresh = open_explorer(browser, link)  # a new context: no cookies, no session
-        wait_for_heatmaps(fresh, [2, 7], ordered=True)
-        assert "picks=2,7" in fresh.evaluate("decodeURIComponent(location.search)")
-        fresh.context.close()
-        page.context.close()
+    fresh = open_explorer(browser, link)  # a new context: no cookies, no session
+    wait_for_heatmaps(fresh, [2, 7], ordered=True)
+    assert "picks=2,7" in fresh.evaluate("decodeURIComponent(location.search)")
+    fresh.context.close()
+    page.context.close()
 
 
 def test_a_hosted_page_refuses_a_server_folder_and_a_foreign_model(
@@ -118,48 +122,45 @@ def test_a_hosted_page_refuses_a_server_folder_and_a_foreign_model(
 
 
 def test_a_link_made_at_a_layer_on_the_compare_tab_reopens_both(
-    browser: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-    cifar_like_factory: Callable[[int], Path],
+    browser: Any, local_url: str
 ) -> None:
-    with _server(cifar_like_factory, tmp_path_factory.mktemp("cache"), hosted=False) as url:
-        page = open_explorer(browser, f"{url}/?picks=2,7&method=gradcam")
-        wait_for_heatmaps(page, [2, 7])
-        layer_box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Layer").first
-        assert "(automatic)" in layer_box.evaluate(BOX_TEXT_JS)
-        _choose(page, layer_box, "layer2 ", re.compile(r"^layer2 · "))
-        page.get_by_text("at layer layer2 (").wait_for()
-        compare_box = page.locator(keys.selector(keys.COMPARE_WITH))
-        _choose(page, compare_box, "tutorial", re.compile(r"^tutorial"))
-        page.get_by_role("tab", name="Compare").click()
-        page.locator(f"{FLIPS} .js-plotly-plot").wait_for()
-        for part in ("layer=layer2", "compare=tutorial", "tab=Compare", "seed=0"):
-            page.wait_for_function(URL_HAS, arg=part)
-        link = page.url
-        page.context.close()
+    page = open_explorer(browser, f"{local_url}/?picks=2,7&method=gradcam")
+    wait_for_heatmaps(page, [2, 7])
+    layer_box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Layer").first
+    assert "(automatic)" in layer_box.evaluate(BOX_TEXT_JS)
+    _choose(page, layer_box, "layer2 ", re.compile(r"^layer2 · "))
+    page.get_by_text("at layer layer2 (").wait_for()
+    compare_box = page.locator(keys.selector(keys.COMPARE_WITH))
+    _choose(page, compare_box, "tutorial", re.compile(r"^tutorial"))
+    page.get_by_role("tab", name="Compare").click()
+    page.locator(f"{FLIPS} .js-plotly-plot").wait_for()
+    for part in ("layer=layer2", "compare=tutorial", "tab=Compare", "seed=0"):
+        page.wait_for_function(URL_HAS, arg=part)
+    link = page.url
+    page.context.close()
 
-        opened_at = SERVER_LOG.stat().st_size
-        fresh = open_explorer(browser, link)  # a new context: no cookies, no session
-        fresh.locator(f"{FLIPS} .js-plotly-plot").wait_for()
-        shown = fresh.locator(keys.selector(keys.COMPARE_WITH)).evaluate(BOX_TEXT_JS)
-        assert "tutorial" in shown, shown
-        fresh.set_viewport_size({"width": 1400, "height": 1100})
-        fresh.wait_for_timeout(1500)  # plotly redraws at the new size
-        flips = fresh.locator(FLIPS).bounding_box()
-        clip = {"x": flips["x"] - 8, "y": flips["y"] - 40, "width": flips["width"] + 16}
-        clip["height"] = flips["height"] + 48
-        save_screenshot(fresh, "flips", docs=True, clip=clip)
-        fresh.get_by_role("tab", name="Explore").click()
-        wait_for_heatmaps(fresh, [2, 7], ordered=True)
-        fresh.get_by_text("at layer layer2 (").wait_for()
-        layer_box = fresh.locator('[data-testid="stSelectbox"]').filter(has_text="Layer").first
-        shown = layer_box.evaluate(BOX_TEXT_JS)
-        assert "layer2 · " in shown and "(automatic)" not in shown, shown
-        with SERVER_LOG.open("rb") as log:
-            log.seek(opened_at)
-            logged = log.read().decode(errors="replace")
-        assert "WARNING" not in logged, logged
-        fresh.context.close()
+    opened_at = SERVER_LOG.stat().st_size
+    fresh = open_explorer(browser, link)  # a new context: no cookies, no session
+    fresh.locator(f"{FLIPS} .js-plotly-plot").wait_for()
+    shown = fresh.locator(keys.selector(keys.COMPARE_WITH)).evaluate(BOX_TEXT_JS)
+    assert "tutorial" in shown, shown
+    fresh.set_viewport_size({"width": 1400, "height": 1100})
+    fresh.wait_for_timeout(1500)  # plotly redraws at the new size
+    flips = fresh.locator(FLIPS).bounding_box()
+    clip = {"x": flips["x"] - 8, "y": flips["y"] - 40, "width": flips["width"] + 16}
+    clip["height"] = flips["height"] + 48
+    save_screenshot(fresh, "flips", docs=True, clip=clip)
+    fresh.get_by_role("tab", name="Explore").click()
+    wait_for_heatmaps(fresh, [2, 7], ordered=True)
+    fresh.get_by_text("at layer layer2 (").wait_for()
+    layer_box = fresh.locator('[data-testid="stSelectbox"]').filter(has_text="Layer").first
+    shown = layer_box.evaluate(BOX_TEXT_JS)
+    assert "layer2 · " in shown and "(automatic)" not in shown, shown
+    with SERVER_LOG.open("rb") as log:
+        log.seek(opened_at)
+        logged = log.read().decode(errors="replace")
+    assert "WARNING" not in logged, logged
+    fresh.context.close()
 
 
 def test_a_failing_maps_long_caption_leaves_it_the_size_of_the_others(

@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 from gradpick.data import CIFAR10_CLASSES
-from gradpick.trust.chunks import CHUNK
+import pytest
+
 from gradpick.trust.report import TrustReport
 from gradpick.ui import keys
+from gradpick.ui.panels import trust as trust_panel
 from gradpick.ui.panels.trust import StoredChecks
 from tests.app.test_app import TUTORIAL, captioned_indices, no_errors, open_app, open_tab, select
 
@@ -87,12 +89,16 @@ def test_bad_check_options_show_an_error_and_keep_the_page(generated: Path) -> N
     assert captioned_indices(open_tab(app, "Explore")) == [0, 5]
 
 
-def test_more_picks_than_a_chunk_are_all_checked(generated: Path) -> None:
-    picks = list(range(CHUNK + 2))
+def test_more_picks_than_a_chunk_are_all_checked(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trust_panel, "CHUNK", 2)  # the tab's chunk, as its caption says
+    picks = list(range(trust_panel.CHUNK + 3))  # three chunks, the last one short
     # Integrated Gradients on the sidebar: the tab checks it, so completeness runs.
     app = open_app("Trust", **TUTORIAL, method="integrated_gradients")
     app = select(app, keys.SCATTER_CHART, picks)
-    assert any(f"Runs on all {len(picks)} picked image(s)" in c.value for c in app.caption)
+    caption = f"Runs on all {len(picks)} picked image(s), 2 at a time"
+    assert any(caption in c.value for c in app.caption)
     app.number_input(key="trust_layers").set_value(1)
     app.number_input(key="trust_tolerance").set_value(0.2)  # a random net's tiny F(x) - F(b)
     app.run()

@@ -142,7 +142,13 @@ def render(loaded: Loaded, settings: Settings) -> None:
 
             try:
                 report = run_checks_in_chunks(
-                    loaded.model, loaded.batch.float_images(), checked, classes, options, advance
+                    loaded.model,
+                    loaded.batch.float_images(),
+                    checked,
+                    classes,
+                    options,
+                    advance,
+                    chunk=CHUNK,
                 )
             finally:
                 bar.empty()
