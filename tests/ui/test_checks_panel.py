@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gradpick.data import CIFAR10_CLASSES
 import pytest
 
+from gradpick.data import CIFAR10_CLASSES
 from gradpick.trust.report import TrustReport
 from gradpick.ui import keys
 from gradpick.ui.panels import trust as trust_panel
