@@ -161,7 +161,7 @@ class PerturbationMethod(AttributionMethod):
 
         return score
 
-    def _batch(self, request: GradientRequest) -> int:
+    def batch_for(self, request: GradientRequest) -> int:
         """Altered images per forward: ``batch_size``, capped by the memory budget."""
         per_image = saved_bytes_per_image(request.model, request.images, request.device)
         return max(1, min(int(self.settings["batch_size"]), DEFAULT_MEMORY_BUDGET // per_image))
@@ -224,7 +224,7 @@ class Occlusion(PerturbationMethod):
         hidden_at = _hidden(height, width, rows, columns, window, picked.device)
         grey = torch.tensor(float(self.settings["grey"]), dtype=picked.dtype, device=picked.device)
         targets = []
-        batch = self._batch(request)
+        batch = self.batch_for(request)
         for start in range(0, total, batch):
             chunk = torch.arange(start, min(start + batch, total), device=picked.device)
             images = picked[chunk // (places + 1)]
@@ -318,7 +318,7 @@ class Rise(PerturbationMethod):
         count = int(self.settings["masks"])
         score = self._scorer(request, plain, count)
         saliency = torch.zeros(k, height, width, dtype=picked.dtype, device=picked.device)
-        batch = self._batch(request)
+        batch = self.batch_for(request)
         for start in range(0, k * count, batch):
             chunk = torch.arange(start, min(start + batch, k * count))
             masks = self.masks(height, width, chunk % count, picked.dtype).to(picked.device)
