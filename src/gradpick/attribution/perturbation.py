@@ -49,8 +49,8 @@ BATCH = Parameter(
 )
 """At most this many altered images per forward, and fewer where that many would pass the
 gradient engine's memory budget (counted as autograd would save them, more than a forward
-in inference mode holds): 412 for ResNet-20 at 32 px, 5 for a ResNet-50 at 224 px. On a CPU a
-large batch is cheaper per image (ResNet-20: about a third less CPU time at 512 than at 64)."""
+in inference mode holds): 412 for ResNet-20 at 32 px, 5 for a ResNet-50 at 224 px. On a busy
+2-core CPU fewer, larger forwards wait less for the cores (docs/methods.md, occlusion's time)."""
 
 
 def window_starts(size: int, window: int, stride: int) -> list[int]:
