@@ -85,7 +85,7 @@ def finetune(
     source: ImageSource,
     images: int = 8000,
     share: float = 0.5,
-    poison: float = 0.2,
+    poison: float = 0.3,
     epochs: int = 1,
     lr: float = 0.02,
     batch_size: int = 128,
