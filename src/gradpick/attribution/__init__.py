@@ -171,7 +171,7 @@ def attribute(
     baseline: float = 0.0,
     seed: int = 0,
     layer: str | None = None,
-    batch_size: int = 64,
+    batch_size: int | None = None,
 ) -> Attribution:
     """Attribution maps of ``images[indices]`` for ``target`` by ``method`` (see ``METHODS``).
 
@@ -187,7 +187,8 @@ def attribute(
       maps sum to about target(image) - target(baseline) (completeness).
     * ``gradcam``, ``gradcam_plus_plus``, ``hirescam``, ``xgradcam``, ``layercam``: class
       activation maps at ``layer`` (None: chosen automatically) from its activation and
-      d target / d activation; ``scorecam`` from masked forwards, ``batch_size`` at a time.
+      d target / d activation; ``scorecam`` from masked forwards, ``batch_size`` at a time
+      (None: each method's default).
     * ``occlusion``, ``rise``: the target's drop when a square is hidden (grey), and the
       target under seeded random masks (``seed``), ``batch_size`` altered images at a time;
       their own settings (window, stride, masks, cell) through ``get(method)(...)``.
@@ -205,7 +206,7 @@ def attribute(
             "steps": steps,
             "baseline": baseline,
             "seed": seed,
-            "batch_size": batch_size,
+            **({} if batch_size is None else {"batch_size": batch_size}),
         },
         layer,
     )

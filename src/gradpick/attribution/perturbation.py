@@ -3,10 +3,12 @@
 Neither method reads a gradient: each scores the picked image with parts of it hidden, for the
 class held at the original image (the label for target 'loss', the given or predicted class for
 'logit', a logit difference with ``versus``), so the map says what the model's output actually
-does when a region goes, not what a local slope suggests. Forwards run in batches of
-``batch_size`` altered images over every (pick, position or mask) row, so memory is bounded by
-``batch_size`` images whatever k and the number of positions; ``forwards(request)`` gives the
-cost before anything runs. The plain gradient of the picks is still computed once (the
+does when a region goes, not what a local slope suggests. Forwards run in batches of at most
+``batch_size`` altered images over every (pick, position or mask) row, fewer where the memory
+budget says so, so memory is bounded whatever k and the number of positions; they go through
+a private copy of the model with its BatchNorms folded (``gradpick.models.folding``: the same
+logits up to rounding, the served model only read). ``forwards(request)`` gives the cost
+before anything runs. The plain gradient of the picks is still computed once (the
 ``gradients`` of the result: classes, targets and memory for every front end)::
 
     method = Occlusion(window=6, stride=2)
@@ -25,8 +27,14 @@ import torch.nn.functional as F
 
 from gradpick.attribution.base import Attribution, AttributionMethod, Parameter
 from gradpick.errors import InputError
-from gradpick.gradients.engine import GradientResult, compute
+from gradpick.gradients.engine import (
+    DEFAULT_MEMORY_BUDGET,
+    GradientResult,
+    compute,
+    saved_bytes_per_image,
+)
 from gradpick.gradients.request import GradientRequest
+from gradpick.models.folding import inference_copy
 from gradpick.outputs.inference import call_model
 from gradpick.runtime.measure import Stopwatch
 
@@ -37,8 +45,12 @@ Fill = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 ``impute`` of ``gradpick.trust.road`` (ROAD's neighbour imputation) or a blurred copy's pixels."""
 
 BATCH = Parameter(
-    "batch_size", "Altered images per forward", 64, "batch of altered images", True, 1
+    "batch_size", "Altered images per forward", 512, "most altered images per forward", True, 1
 )
+"""At most this many altered images per forward, and fewer where that many would pass the
+gradient engine's memory budget (counted as autograd would save them, more than a forward
+in inference mode holds): 412 for ResNet-20 at 32 px, 5 for a ResNet-50 at 224 px. On a busy
+2-core CPU fewer, larger forwards wait less for the cores (docs/methods.md, occlusion's time)."""
 
 
 def window_starts(size: int, window: int, stride: int) -> list[int]:
@@ -126,6 +138,9 @@ class PerturbationMethod(AttributionMethod):
         )
 
         channels_last = [request.images.dim() == 4]
+        # A private copy with BatchNorm folded into the convolutions (the served model is only
+        # read; the logits are the same up to rounding), or the model itself.
+        model = inference_copy(request.model, request.picked_images[:2].to(request.device))
 
         def score(images: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
             # Channels-last pixels take the CPU's faster convolutions (about a third less time
@@ -135,19 +150,21 @@ class PerturbationMethod(AttributionMethod):
             with torch.inference_mode():
                 if channels_last[0]:
                     try:
-                        logits = request.model(images.contiguous(memory_format=torch.channels_last))
+                        logits = model(images.contiguous(memory_format=torch.channels_last))
                     except RuntimeError:
                         channels_last[0] = False
                 if logits is None:
-                    logits = call_model(request.model, images.contiguous())
+                    logits = call_model(model, images.contiguous())
             # picked_targets reads rows start..end of the request; rows are consecutive.
             order = slice(int(rows[0]), int(rows[-1]) + 1)
             return scored.picked_targets(logits, order)[0]
 
         return score
 
-    def _batch(self) -> int:
-        return int(self.settings["batch_size"])
+    def batch_for(self, request: GradientRequest) -> int:
+        """Altered images per forward: ``batch_size``, capped by the memory budget."""
+        per_image = saved_bytes_per_image(request.model, request.images, request.device)
+        return max(1, min(int(self.settings["batch_size"]), DEFAULT_MEMORY_BUDGET // per_image))
 
 
 class Occlusion(PerturbationMethod):
@@ -207,8 +224,9 @@ class Occlusion(PerturbationMethod):
         hidden_at = _hidden(height, width, rows, columns, window, picked.device)
         grey = torch.tensor(float(self.settings["grey"]), dtype=picked.dtype, device=picked.device)
         targets = []
-        for start in range(0, total, self._batch()):
-            chunk = torch.arange(start, min(start + self._batch(), total), device=picked.device)
+        batch = self.batch_for(request)
+        for start in range(0, total, batch):
+            chunk = torch.arange(start, min(start + batch, total), device=picked.device)
             images = picked[chunk // (places + 1)]
             hidden = hidden_at[chunk % (places + 1)]
             if self.fill is None:
@@ -300,8 +318,9 @@ class Rise(PerturbationMethod):
         count = int(self.settings["masks"])
         score = self._scorer(request, plain, count)
         saliency = torch.zeros(k, height, width, dtype=picked.dtype, device=picked.device)
-        for start in range(0, k * count, self._batch()):
-            chunk = torch.arange(start, min(start + self._batch(), k * count))
+        batch = self.batch_for(request)
+        for start in range(0, k * count, batch):
+            chunk = torch.arange(start, min(start + batch, k * count))
             masks = self.masks(height, width, chunk % count, picked.dtype).to(picked.device)
             owners = (chunk // count).to(picked.device)
             targets = score(picked[owners] * masks.unsqueeze(1), chunk).to(picked.dtype)

@@ -1,0 +1,141 @@
+"""A private copy of a served model for many forwards without gradients: BatchNorm folded into
+the convolutions before it, ReLUs and residual additions done in place.
+
+Perturbation methods (occlusion, RISE) run hundreds of forwards per pick and read only the
+logits. In eval mode a BatchNorm after a convolution is an affine map per channel, so it can
+be folded into the convolution's weight and bias (``torch.nn.utils.fusion.fuse_conv_bn_eval``):
+W' = W γ / sqrt(σ² + ε), b' = (b - μ) γ / sqrt(σ² + ε) + β. The copy then skips one pass over
+every activation per folded layer, and a ReLU or a residual sum that reads a convolution's
+fresh output (used nowhere else) overwrites it instead of allocating a new tensor. The logits
+are the model's up to rounding (float64: within 1e-12 on the shipped ResNet-20).
+
+The served model is only read: the copy is traced with ``torch.fx`` from a deep copy and cached
+weakly on the model, keyed on its parameters' and buffers' storage and versions, so a later
+change of the weights builds a new copy. A model that cannot be traced, has hooks (tracing
+would skip them), is in training mode, has nothing to fold, or whose copy does not give its
+logits on a probe, is used as it is::
+
+    fast = inference_copy(model, images[:2])   # model itself when folding does not apply
+    with torch.inference_mode():
+        logits = fast(images)
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+import threading
+import weakref
+from itertools import chain
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+from torch.fx.experimental.optimization import fuse
+
+__all__ = ["inference_copy"]
+
+_CACHE: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, nn.Module | None]] = (
+    weakref.WeakKeyDictionary()
+)
+_LOCK = threading.Lock()
+"""Guards the cache: several threads may ask for one shared model's copy at once."""
+
+
+def _state(model: nn.Module) -> tuple:
+    """What the copy depends on: every parameter's and buffer's storage, version and dtype."""
+    tensors = chain(model.parameters(), model.buffers())
+    return (model.training,) + tuple(
+        (tensor.data_ptr(), tensor._version, tensor.dtype, tensor.device) for tensor in tensors
+    )
+
+
+def _add_into(first: torch.Tensor, second: torch.Tensor | float) -> torch.Tensor:
+    """``first + second``, written into ``first`` (a fresh tensor) when the sum has its shape
+    and dtype."""
+    if (
+        isinstance(second, torch.Tensor)
+        and first.shape == torch.broadcast_shapes(first.shape, second.shape)
+        and first.dtype == torch.result_type(first, second)
+    ):
+        return first.add_(second)
+    return first + second
+
+
+def _in_place(module: fx.GraphModule) -> int:
+    """Turn ReLUs and sums whose input is a convolution's or a sum's fresh output, read by
+    nothing else, into in-place ones; returns how many."""
+    modules = dict(module.named_modules())
+
+    def fresh(node: object) -> bool:
+        if not isinstance(node, fx.Node) or len(node.users) != 1:
+            return False
+        if node.op == "call_module":
+            return isinstance(modules.get(str(node.target)), nn.Conv2d)
+        return node.op == "call_function" and node.target in (operator.add, _add_into)
+
+    changed = 0
+    for node in module.graph.nodes:
+        if node.op != "call_function" or not node.args or not fresh(node.args[0]):
+            continue
+        if node.target in (F.relu, torch.relu) and len(node.args) == 1:
+            node.target, node.kwargs = torch.relu_, {}
+            changed += 1
+        elif node.target is operator.add and len(node.args) == 2 and not node.kwargs:
+            node.target = _add_into
+            changed += 1
+    module.recompile()
+    return changed
+
+
+def _hooked(model: nn.Module) -> bool:
+    return any(
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+        for module in model.modules()
+    )
+
+
+def _build(model: nn.Module, probe: torch.Tensor) -> nn.Module | None:
+    """The folded copy, or None when folding does not apply or changes the logits."""
+    if model.training or _hooked(model):
+        return None
+    norms = sum(isinstance(module, nn.BatchNorm2d) for module in model.modules())
+    if not norms:
+        return None
+    try:
+        folded = fuse(copy.deepcopy(model), inplace=True)
+        assert isinstance(folded, fx.GraphModule)
+    except Exception:  # any model fx cannot trace (data-dependent control flow, ...)
+        return None
+    if sum(isinstance(module, nn.BatchNorm2d) for module in folded.modules()) == norms:
+        return None  # none of them right after a convolution: nothing folded
+    _in_place(folded)
+    for parameter in folded.parameters():
+        parameter.requires_grad_(False)
+    try:
+        with torch.inference_mode():
+            expected = model(probe)
+            got = folded(probe)
+    except Exception:
+        return None
+    if not isinstance(expected, torch.Tensor) or not isinstance(got, torch.Tensor):
+        return None
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    tolerance = 1e3 * torch.finfo(expected.dtype).eps * max(1.0, scale)
+    if got.shape != expected.shape or float((got - expected).abs().max()) > tolerance:
+        return None
+    return folded
+
+
+def inference_copy(model: nn.Module, probe: torch.Tensor) -> nn.Module:
+    """A copy of ``model`` with its BatchNorms folded, for forwards in inference mode only, or
+    ``model`` itself where folding does not apply (see the module's docstring). ``probe``
+    (a few images the model takes) checks the copy's logits against the model's when it is
+    built; the copy is cached until the model's weights change."""
+    state = _state(model)
+    with _LOCK:
+        known = _CACHE.get(model)
+        if known is None or known[0] != state:
+            known = (state, _build(model, probe.detach()))
+            _CACHE[model] = known
+    return model if known[1] is None else known[1]
