@@ -37,7 +37,7 @@ def test_the_peak_counts_the_processes_below_the_server() -> None:
 
 
 def test_a_row_is_held_to_its_median_and_notes_the_load_of_each_sample() -> None:
-    row = Row("tab", limit=500.0)
+    row = Row("tab", limit_ms=500.0)
     for value in (100.0, 900.0, 300.0):
         row.add(value)
     assert (row.median, row.worst, row.met, len(row.loads)) == (300.0, 900.0, "yes", 3)

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradpick.bench.explorer import default_app
+from gradpick.bench.explorer import Step, default_app
 from gradpick.bench.pages import (
     CANVAS_JS,
     CELLS_JS,
@@ -111,33 +111,16 @@ class StoreBenchConfig:
 
 
 @dataclass
-class Row:
-    """One timed step: its samples (ms, or MB for memory) and the load average at each."""
+class Row(Step):
+    """A timed step (``bench.explorer.Step``: held to its median) in ms, or MB for memory, with
+    the load average at each sample."""
 
-    name: str
-    target: str = ""
-    limit: float | None = None
     unit: str = "ms"
-    samples: list[float] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
 
     def add(self, value: float) -> None:
         self.samples.append(value)
         self.loads.append(os.getloadavg()[0])
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples) if self.samples else float("nan")
-
-    @property
-    def worst(self) -> float:
-        return max(self.samples) if self.samples else float("nan")
-
-    @property
-    def met(self) -> str:
-        if self.limit is None or not self.samples:
-            return ""
-        return "yes" if self.median <= self.limit else "no"
 
 
 @dataclass
@@ -191,23 +174,24 @@ class MemoryPeak:
 
 
 def _rows() -> dict[str, Row]:
+    def timed(name: str, limit_ms: float) -> Row:
+        shown = f"{limit_ms / 1000:.0f} s" if limit_ms >= 1000 else f"{limit_ms:.0f} ms"
+        return Row(name, target=f"≤ {shown}", limit_ms=limit_ms)
+
     rows = {
         "first_shown": Row("first page: thumbnails shown"),
-        "first": Row("first page settled", f"≤ {FIRST_PAGE_MS / 1000:.0f} s", FIRST_PAGE_MS),
+        "first": timed("first page settled", FIRST_PAGE_MS),
     }
     for view, _, _ in VIEWS:
-        rows[f"view {view}"] = Row(f"view {view}: first opening", f"≤ {TAB_MS:.0f} ms", TAB_MS)
-        rows[f"view {view} again"] = Row(f"view {view}: later switch", f"≤ {TAB_MS:.0f}", TAB_MS)
+        rows[f"view {view}"] = timed(f"view {view}: first opening", TAB_MS)
+        rows[f"view {view} again"] = timed(f"view {view}: later switch", TAB_MS)
     for tab in TABS[1:]:
-        rows[f"tab {tab}"] = Row(f"tab {tab}: first opening", f"≤ {TAB_MS:.0f} ms", TAB_MS)
-        rows[f"tab {tab} again"] = Row(f"tab {tab}: later switch", f"≤ {TAB_MS:.0f} ms", TAB_MS)
+        rows[f"tab {tab}"] = timed(f"tab {tab}: first opening", TAB_MS)
+        rows[f"tab {tab} again"] = timed(f"tab {tab}: later switch", TAB_MS)
     for view in ("thumbnail", "scatter point", "confusion cell", "feature-space point"):
-        rows[f"click {view}"] = Row(f"click a {view}", f"≤ {CLICK_MS:.0f} ms", CLICK_MS)
+        rows[f"click {view}"] = timed(f"click a {view}", CLICK_MS)
     rows["memory"] = Row("server peak memory (RSS of its process tree)", unit="MB")
-    rows["second_first"] = Row(
-        "first page settled, second server (pixels kept)", f"≤ {FIRST_PAGE_MS / 1000:.0f} s"
-    )
-    rows["second_first"].limit = FIRST_PAGE_MS
+    rows["second_first"] = timed("first page settled, second server (pixels kept)", FIRST_PAGE_MS)
     return rows
 
 

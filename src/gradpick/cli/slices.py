@@ -19,6 +19,7 @@ from gradpick.attribution import METHOD_NAMES
 from gradpick.cli.arguments import Commands, positive_int
 from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs import store_format as store
+from gradpick.show.slice_cards import verification
 from gradpick.slices.discover import CLUSTERS
 from gradpick.slices.features import METHOD
 from gradpick.slices.stored import PER_CLASS, TESTED, find_slices
@@ -36,26 +37,11 @@ def _atomic(out: Path, write: Any) -> None:
 
 
 def _line(row: dict[str, Any]) -> str:
-    effect = row["effect"]
-    if effect is None:
-        check = "no errors to test"
-    else:
-        ratio = "inf" if effect["ratio"] is None else f"{effect['ratio']:.1f}"
-        check = (
-            f"{'VERIFIED' if row['verified'] else 'not verified'}: evidence removed changes "
-            f"{effect['evidence_change']:.0%}, random {effect['random_change']:.0%} "
-            f"(x{ratio}, p={effect['p_value']:.2g})"
-        )
-        colour = row.get("colour_effect")
-        if colour is not None:
-            times = "inf" if colour["ratio"] is None else f"{colour['ratio']:.1f}"
-            check += (
-                f"; recoloured like it, its label's images turn {colour['evidence_change']:.0%},"
-                f" other classes {colour['random_change']:.0%} (x{times}, "
-                f"p={colour['p_value']:.2g})"
-            )
+    """The slice's rank, size and error rate, its verification (the cards' own sentence, one
+    home for its figures) and its description."""
     return (
-        f"{row['rank']:>3}. {row['size']:,} images, error rate {row['error_rate']:.0%}; {check}\n"
+        f"{row['rank']:>3}. {row['size']:,} images, error rate {row['error_rate']:.0%}; "
+        f"{verification(row)}\n"
         f"     {row['description']}"
     )
 
