@@ -37,6 +37,7 @@ live in the table, never in a timed unit test. Playwright is imported only when 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -64,6 +65,7 @@ from gradpick.bench.pages import (
     metric,
     number,
     open_session,
+    run_phase,
     thumbnail,
 )
 from gradpick.bench.rows import markdown_table
@@ -472,12 +474,7 @@ async def _drive(
     def record(step: str, milliseconds: float) -> None:
         steps[step].samples.append(milliseconds)
 
-    async def phase(name: str, work: Any) -> None:
-        print(f"explorer bench: {name}", file=sys.stderr, flush=True)
-        try:
-            await work
-        except Exception as error:  # a timeout or a missing element: say which phase, go on
-            failures.append(f"{name}: {type(error).__name__}: {str(error).splitlines()[0]}")
+    phase = functools.partial(run_phase, "explorer bench", failures=failures)
 
     prefix = _prefix(config.server_cpus)
     # The server first, the browser once it is healthy: the launcher infers the first page's

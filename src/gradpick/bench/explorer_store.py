@@ -25,6 +25,7 @@ in 0.5 s, a click in 0.5 s. Playwright is imported only when the benchmark runs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import statistics
@@ -51,6 +52,7 @@ from gradpick.bench.pages import (
     click_until_changed,
     click_until_settled,
     isolated_points,
+    run_phase,
     settled,
     settled_points,
     switch_tab,
@@ -245,12 +247,7 @@ async def _drive(
     failures: list[str] = []
     arguments = ["--outputs", str(config.store)]
 
-    async def phase(name: str, work: Any) -> None:
-        print(f"explorer store bench: {name}", file=sys.stderr, flush=True)
-        try:
-            await work
-        except Exception as error:  # a timeout or a missing element: say which phase, go on
-            failures.append(f"{name}: {type(error).__name__}: {str(error).splitlines()[0]}")
+    phase = functools.partial(run_phase, "explorer store bench", failures=failures)
 
     def serve() -> Any:
         return streamlit_server(config.app, env, config.log, config.python, app_args=arguments)

@@ -8,6 +8,7 @@ condition holds, on the page's clock, so nothing polls the pages being measured.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ __all__ = [
     "metric",
     "number",
     "open_session",
+    "run_phase",
     "QUIET_MS",
     "SETTLED_JS",
     "TEXT_JS",
@@ -206,6 +208,16 @@ HEATMAPS_CHANGED_JS = f"""
 """
 """True once the heatmaps show images other than ``before`` (a click on crowded markers may
 pick a neighbour of the aimed one: what is timed is the click's own heatmaps)."""
+
+
+async def run_phase(bench: str, name: str, work: Awaitable[Any], failures: list[str]) -> None:
+    """One phase of a browser benchmark: its name on stderr, then ``work``; a failure (a timeout,
+    a missing element) goes to ``failures`` as ``name: error`` and the benchmark goes on."""
+    print(f"{bench}: {name}", file=sys.stderr, flush=True)
+    try:
+        await work
+    except Exception as error:  # say which phase failed, and go on
+        failures.append(f"{name}: {type(error).__name__}: {str(error).splitlines()[0]}")
 
 
 async def wait(
