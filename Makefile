@@ -27,6 +27,12 @@ export GRADPICK_SERVER_PYTHON ?= $(abspath $(CPU_VENV))/bin/python
 
 .PHONY: run test quick lint docs browser bench mutants clean
 
+# Python may keep what it compiles: some machines set PYTHONDONTWRITEBYTECODE, and uv (unlike pip)
+# compiles nothing at install, so every process (each server, Ray worker and command a test
+# starts) would compile torch, streamlit and ray anew, about 3 CPU-seconds each. Each module is
+# then compiled once, by the first process that imports it.
+unexport PYTHONDONTWRITEBYTECODE
+
 # The installer is uv, in .venv beside pip: it fetches and unpacks in parallel, which takes the
 # set-up of both environments from about 4 minutes to about 1 (most of it torch's CUDA libraries),
 # and it is what Streamlit Community Cloud installs requirements.txt with. uv reads no pip

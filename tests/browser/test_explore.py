@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from gradpick import data
 from gradpick.picking import rules as selection
 from gradpick.runtime import devices
 from gradpick.ui import heatmaps, keys
@@ -96,10 +97,33 @@ def browser(chromium: str) -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(browser: Any, server: str) -> Iterator[Any]:
+def fresh_page(browser: Any, server: str) -> Iterator[Any]:
+    """A session of its own: for the tests that change what the others take as given (the picking
+    mode, the source) or read the page as it first opens."""
     opened = open_explorer(browser, server)
     yield opened
     opened.context.close()
+
+
+@pytest.fixture(scope="module")
+def session(browser: Any, server: str) -> Iterator[Any]:
+    """One session for the tests that each make their own picks in the default picking mode:
+    opening a page costs the browser several CPU-seconds, a click a fraction of one."""
+    opened = open_explorer(browser, server)
+    yield opened
+    opened.context.close()
+
+
+@pytest.fixture
+def page(session: Any) -> Any:
+    """The module's session, back on the Thumbnails view with the mouse off the charts."""
+    session.mouse.move(5, 5)
+    thumbnails = session.get_by_role("tab", name="Thumbnails")
+    if thumbnails.get_attribute("aria-selected") != "true":
+        thumbnails.click()
+    session.locator(APP_IDLE).wait_for()
+    wait_for_chart(session, keys.selector(keys.GRID_CHART))
+    return session
 
 
 def _shot(page: Any, name: str, readme: bool = False, clip: dict[str, float] | None = None) -> None:
@@ -168,54 +192,54 @@ def _isolated_point(layout: dict[str, Any], distance: float = 12.0) -> dict[str,
     raise AssertionError("no isolated point in the scatter")
 
 
-def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: Any) -> None:
-    _shot(page, "explore", readme=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250})
-    page.get_by_role("tab", name="Confidence vs loss").click()
+def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(fresh_page: Any) -> None:
+    _shot(fresh_page, "explore", readme=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250})
+    fresh_page.get_by_role("tab", name="Confidence vs loss").click()
     chart = keys.selector(keys.SCATTER_CHART)
-    wait_for_chart(page, chart)
+    wait_for_chart(fresh_page, chart)
 
-    clicked = _isolated_point(page.evaluate(SCATTER_POINTS_JS, chart))
-    page.mouse.click(clicked["x"], clicked["y"])
-    wait_for_heatmaps(page, [clicked["index"]])
-    assert _metric(page, "Picked k / batch N").startswith("1 / ")
-    first_update_ms = _metric(page, "Server time for this update")
+    clicked = _isolated_point(fresh_page.evaluate(SCATTER_POINTS_JS, chart))
+    fresh_page.mouse.click(clicked["x"], clicked["y"])
+    wait_for_heatmaps(fresh_page, [clicked["index"]])
+    assert _metric(fresh_page, "Picked k / batch N").startswith("1 / ")
+    first_update_ms = _metric(fresh_page, "Server time for this update")
 
-    page.get_by_text("adds to", exact=True).click()
+    fresh_page.get_by_text("adds to", exact=True).click()
     sync_api = pytest.importorskip("playwright.sync_api")
-    sync_api.expect(page.get_by_role("radio", name="adds to")).to_be_checked()
-    page.locator(APP_IDLE).wait_for()  # the mode's rerun is done
-    wait_for_chart(page, chart)
-    page.locator(chart).hover()  # shows plotly's mode bar
-    page.locator(f'{chart} .modebar-btn[data-title="Box Select"]').click()
-    layout = page.evaluate(SCATTER_POINTS_JS, chart)
+    sync_api.expect(fresh_page.get_by_role("radio", name="adds to")).to_be_checked()
+    fresh_page.locator(APP_IDLE).wait_for()  # the mode's rerun is done
+    wait_for_chart(fresh_page, chart)
+    fresh_page.locator(chart).hover()  # shows plotly's mode bar
+    fresh_page.locator(f'{chart} .modebar-btn[data-title="Box Select"]').click()
+    layout = fresh_page.evaluate(SCATTER_POINTS_JS, chart)
     (left, top, right, bottom), boxed = _box_around_some_points(layout, clicked["index"])
-    page.mouse.move(left, top)
-    page.mouse.down()
-    page.mouse.move((left + right) / 2, (top + bottom) / 2, steps=5)
-    page.mouse.move(right, bottom, steps=5)
-    page.mouse.up()
+    fresh_page.mouse.move(left, top)
+    fresh_page.mouse.down()
+    fresh_page.mouse.move((left + right) / 2, (top + bottom) / 2, steps=5)
+    fresh_page.mouse.move(right, bottom, steps=5)
+    fresh_page.mouse.up()
     expected = [clicked["index"], *boxed]
-    wait_for_heatmaps(page, expected)
+    wait_for_heatmaps(fresh_page, expected)
 
-    assert _metric(page, "Picked k / batch N").startswith(f"{len(expected)} / ")
+    assert _metric(fresh_page, "Picked k / batch N").startswith(f"{len(expected)} / ")
     # The outputs (with the text box) are redrawn after the heatmaps, in the same rerun.
-    sync_api.expect(text_box(page)).to_have_value(selection.format_indices(expected))
-    strips = page.locator(f'{HEATMAPS} [data-testid="stImage"] img')
+    sync_api.expect(text_box(fresh_page)).to_have_value(selection.format_indices(expected))
+    strips = fresh_page.locator(f'{HEATMAPS} [data-testid="stImage"] img')
     assert strips.count() == len(expected)
-    assert _metric(page, "Gradient step").endswith("ms")
-    assert "MB" in _metric(page, "Peak memory")
-    open_expander(page, keys.DOWNLOADS_OPEN)
-    _shot(page, "scatter-selection", readme=True)
+    assert _metric(fresh_page, "Gradient step").endswith("ms")
+    assert "MB" in _metric(fresh_page, "Peak memory")
+    open_expander(fresh_page, keys.DOWNLOADS_OPEN)
+    _shot(fresh_page, "scatter-selection", readme=True)
     _shot_of_section(
-        page,
+        fresh_page,
         "gradients",
-        page.get_by_role("heading", name="Gradients of the picked images"),
-        page.get_by_role("button", name="Report (.json)"),
+        fresh_page.get_by_role("heading", name="Gradients of the picked images"),
+        fresh_page.get_by_role("button", name="Report (.json)"),
     )
     # The HTML report of the same picks: each pick's image, map and overlay embedded, nothing
     # loaded from anywhere.
-    with page.expect_download() as download:
-        page.get_by_role("button", name="Report (.html)").click()
+    with fresh_page.expect_download() as download:
+        fresh_page.get_by_role("button", name="Report (.html)").click()
     document = Path(download.value.path()).read_text()
     embedded = re.findall(r'<img[^>]*data-pick="(\d+)"[^>]*data-panel="(\w+)"', document)
     assert sorted({int(pick) for pick, _ in embedded}) == sorted(expected)
@@ -225,38 +249,42 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(page: A
         json.dumps(
             {
                 "first_click_server_ms": first_update_ms,
-                "box_select_server_ms": _metric(page, "Server time for this update"),
-                "gradient_step": _metric(page, "Gradient step"),
+                "box_select_server_ms": _metric(fresh_page, "Server time for this update"),
+                "gradient_step": _metric(fresh_page, "Gradient step"),
                 "k": len(expected),
             },
             indent=2,
         )
     )
 
-    page.get_by_role("tab", name="Strategies").click()
-    page.get_by_role("button", name="Run every strategy").click()
-    page.get_by_text("The naive loop").wait_for()
-    error = page.locator('[data-testid="stCode"]').filter(has_text="backward through the graph")
+    fresh_page.get_by_role("tab", name="Strategies").click()
+    fresh_page.get_by_role("button", name="Run every strategy").click()
+    fresh_page.get_by_text("The naive loop").wait_for()
+    error = fresh_page.locator('[data-testid="stCode"]').filter(
+        has_text="backward through the graph"
+    )
     assert "RuntimeError" in error.inner_text()
-    page.get_by_role("button", name="Run the sweep").click()
-    page.locator(f"{keys.selector(keys.SWEEP_N)} .js-plotly-plot").wait_for()
+    fresh_page.get_by_role("button", name="Run the sweep").click()
+    fresh_page.locator(f"{keys.selector(keys.SWEEP_N)} .js-plotly-plot").wait_for()
     _shot_of_section(
-        page,
+        fresh_page,
         "strategies",
-        page.get_by_role("heading", name="Every strategy on the picked images"),
-        page.locator(keys.selector(keys.SWEEP_N)),
+        fresh_page.get_by_role("heading", name="Every strategy on the picked images"),
+        fresh_page.locator(keys.selector(keys.SWEEP_N)),
     )
 
 
-def test_a_corrupt_upload_is_named_and_the_page_keeps_working(page: Any, tmp_path: Path) -> None:
+def test_a_corrupt_upload_is_named_and_the_page_keeps_working(
+    fresh_page: Any, tmp_path: Path
+) -> None:
     fake = tmp_path / "notes.png"
     fake.write_text("this is a text file renamed to .png")
-    page.get_by_text("Uploaded images", exact=True).click()
-    page.locator(UPLOADER).set_input_files(str(fake))
-    page.get_by_text("notes.png: not a readable image").wait_for()
-    page.get_by_text("CIFAR-10", exact=True).click()
-    page.get_by_text("Images N").wait_for()
-    assert page.locator('[data-testid="stException"]').count() == 0
+    fresh_page.get_by_text("Uploaded images", exact=True).click()
+    fresh_page.locator(UPLOADER).set_input_files(str(fake))
+    fresh_page.get_by_text("notes.png: not a readable image").wait_for()
+    fresh_page.get_by_text("CIFAR-10", exact=True).click()
+    fresh_page.get_by_text("Images N").wait_for()
+    assert fresh_page.locator('[data-testid="stException"]').count() == 0
 
 
 def test_dark_theme_is_readable(browser: Any, server: str) -> None:
@@ -327,14 +355,19 @@ def _lasso_around_some_points(
     raise AssertionError("no lasso with 2 to 12 well-separated points in the embedding")
 
 
-def test_a_lasso_in_the_feature_space_view_picks_exactly_the_enclosed_images(page: Any) -> None:
-    if real_cifar10_dir() is None:
+def test_a_lasso_in_the_feature_space_view_picks_exactly_the_enclosed_images(
+    fresh_page: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = real_cifar10_dir()
+    if real is None:
         pytest.skip("needs the real CIFAR-10 copy and the shipped model for the reference")
-    page.get_by_role("tab", name="Feature space").click()
+    # The reference reads the copy the server reads, however this process was started.
+    monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(real))
+    fresh_page.get_by_role("tab", name="Feature space").click()
     chart = keys.selector(keys.EMBEDDING_CHART)
-    page.locator(f"{chart} .js-plotly-plot").wait_for()
-    page.wait_for_timeout(500)
-    drawn = page.evaluate(EMBEDDING_JS, chart)
+    fresh_page.locator(f"{chart} .js-plotly-plot").wait_for()
+    fresh_page.wait_for_timeout(500)
+    drawn = fresh_page.evaluate(EMBEDDING_JS, chart)
     reference = _reference_projection()
     shown = {int(i): (x, y) for i, x, y in drawn["points"]}
     assert sorted(shown) == sorted(reference)
@@ -352,16 +385,18 @@ def test_a_lasso_in_the_feature_space_view_picks_exactly_the_enclosed_images(pag
     plot = {key: axes[key] for key in ("left", "top", "width", "height")}
     polygon, enclosed = _lasso_around_some_points(pixels, plot)
     assert enclosed == sorted(i for i, p in pixels.items() if _inside(p, polygon))
-    page.locator(chart).hover()
-    page.locator(f'{chart} .modebar-btn[data-title="Lasso Select"]').click()
-    page.mouse.move(*polygon[0])
-    page.mouse.down()
+    fresh_page.locator(chart).hover()
+    fresh_page.locator(f'{chart} .modebar-btn[data-title="Lasso Select"]').click()
+    fresh_page.mouse.move(*polygon[0])
+    fresh_page.mouse.down()
     for vertex in [*polygon[1:], polygon[0]]:
-        page.mouse.move(*vertex, steps=4)
-    page.mouse.up()
-    wait_for_heatmaps(page, enclosed, ordered=True)
-    assert text_box(page).input_value() == selection.format_indices(enclosed)
-    _shot(page, "embedding", readme=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250})
+        fresh_page.mouse.move(*vertex, steps=4)
+    fresh_page.mouse.up()
+    wait_for_heatmaps(fresh_page, enclosed, ordered=True)
+    assert text_box(fresh_page).input_value() == selection.format_indices(enclosed)
+    _shot(
+        fresh_page, "embedding", readme=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250}
+    )
 
 
 HOVER_TIP_JS = f"""

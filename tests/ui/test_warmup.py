@@ -240,3 +240,21 @@ def test_a_page_run_imports_the_charts_only_once_the_warm_up_has_them_whole() ->
 def test_the_log_splits_the_wait_into_its_stages() -> None:
     laps = [("imports", 12.11), ("the model", 12.42), ("its batch", 13.9)]
     assert warmup._split(10.0, laps) == "imports 2,110 ms, the model 310 ms, its batch 1,480 ms"
+
+
+def test_each_log_line_is_written_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up's thread and a page run both log: a line written in pieces (``print`` writes
+    its newline apart) could be joined to the other thread's line in the server's log."""
+    writes: list[str] = []
+
+    class Recorder:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr("sys.stdout", Recorder())
+    warmup._say("began (server start)")
+    assert writes == [f"{warmup.LOG_PREFIX} began (server start)\n"]

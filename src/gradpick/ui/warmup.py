@@ -98,7 +98,10 @@ def import_charts() -> None:
 
 
 def _say(text: str) -> None:
-    print(f"{LOG_PREFIX} {text}", flush=True)
+    # One write per line: print writes the text and its newline apart, so two threads' lines
+    # (the warm-up's and a page run's) could end up on one line of the log.
+    sys.stdout.write(f"{LOG_PREFIX} {text}\n")
+    sys.stdout.flush()
 
 
 def current() -> Warmup | None:
