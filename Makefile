@@ -25,7 +25,7 @@ CPU_TORCH ?= torch==2.13.0
 PACKAGE_FILES := pyproject.toml README.md $(shell find src -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*')
 export GRADPICK_SERVER_PYTHON ?= $(abspath $(CPU_VENV))/bin/python
 
-.PHONY: run test quick lint docs browser bench mutants clean
+.PHONY: run test quick lint style types docs browser bench mutants clean
 
 # Python may keep what it compiles: some machines set PYTHONDONTWRITEBYTECODE, and uv (unlike pip)
 # compiles nothing at install, so every process (each server, Ray worker and command a test
@@ -77,11 +77,14 @@ browser:
 DOCS_SITE ?= site
 export NO_MKDOCS_2_WARNING := 1
 
-lint: $(BIN)/.installed
+lint: style types docs
+
+style: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+types: $(BIN)/.installed
 	$(BIN)/mypy src/
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
@@ -91,19 +94,12 @@ docs: $(BIN)/.installed
 PYTEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15
 
-# The set-up in two lanes (the two environments install side by side: pip mostly waits on the
-# disk), then the lint beside the suite: mypy and the docs build take one core for about a minute,
-# which the suite's browser tests leave idle while they wait on pages. The lint's output is printed
-# after the suite's; either failing fails the target.
-LINT_LOG := $(VENV)/lint.log
+# The set-up in two lanes: the two environments install side by side (pip mostly waits on the
+# disk), then the lint's three parts beside the hosted environment's package install and each
+# other (mypy alone takes a core for about half a minute).
 test:
-	$(MAKE) -j2 $(BIN)/.installed $(CPU_VENV)/.installed browser
-	@{ $(MAKE) --no-print-directory lint > $(LINT_LOG) 2>&1; echo $$? > $(LINT_LOG).status; } & \
-	$(PYTEST); tests=$$?; wait; \
-	echo "--- make lint (run beside the suite) ---"; cat $(LINT_LOG); \
-	linted=$$(cat $(LINT_LOG).status); \
-	echo "make test: suite exit $$tests, lint exit $$linted"; \
-	[ "$$tests" -eq 0 ] && [ "$$linted" -eq 0 ]
+	$(MAKE) -j2 $(BIN)/.installed $(CPU_VENV)/.installed browser lint
+	$(PYTEST)
 
 quick: $(BIN)/.installed
 	$(PYTEST) -m 'not e2e'

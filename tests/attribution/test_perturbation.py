@@ -254,6 +254,8 @@ def test_both_are_in_the_registry_and_build_from_settings():
         (lambda: Rise(masks=0), "masks must be a whole number of at least 1"),
         (lambda: Rise(keep=1.5), r"keep must be in \(0, 1\]"),
         (lambda: Rise(keep=0.0), r"keep must be in \(0, 1\]"),
+        (lambda: Occlusion(bfloat16=2), r"bfloat16 is on \(1\) or off \(0\); got 2"),
+        (lambda: Rise(bfloat16=0.5), r"bfloat16 is on \(1\) or off \(0\)"),
     ],
 )
 def test_bad_settings_are_refused(make, message):
@@ -271,12 +273,40 @@ def test_settings_that_do_not_fit_the_image_are_refused(tiny_cnn, random_batch):
         Rise(cell=64).attribute(request)
 
 
+def test_bfloat16_forwards_keep_the_maps_in_float32_and_near_the_exact_ones(
+    tiny_bn_cnn, random_batch
+):
+    """Each target from a bfloat16 forward is the float32 one up to bfloat16's rounding through
+    the network (8 bits of mantissa), so a drop (two targets) is within a few percent of the
+    largest target; the map stays float32, and the switch is off by default."""
+    images = random_batch.images.float()
+    request = GradientRequest.build(tiny_bn_cnn, images, PICKED, target="logit")
+    assert Occlusion().settings["bfloat16"] == 0
+    exact = Occlusion(window=4, stride=4).attribute(request).maps
+    rounded = Occlusion(window=4, stride=4, bfloat16=1).attribute(request).maps
+    assert rounded.dtype == torch.float32
+    with torch.no_grad():
+        largest = float(tiny_bn_cnn(images[PICKED]).abs().max())
+    error = float((rounded - exact).abs().max())
+    assert 0 < error <= 0.05 * largest, (error, largest)
+    masks = Rise(masks=40, bfloat16=1).attribute(request).maps
+    assert masks.dtype == torch.float32 and bool(torch.isfinite(masks).all())
+
+
+def test_bfloat16_forwards_refuse_float64_images(float64_cnn, float64_images):
+    request = GradientRequest.build(float64_cnn, float64_images, [0], target="logit")
+    with pytest.raises(InputError, match="round float32 images; these are float64"):
+        Occlusion(window=8, stride=8, bfloat16=1).attribute(request)
+
+
 def test_the_served_model_is_not_changed(tiny_bn_cnn, random_batch):
     before = {name: value.clone() for name, value in tiny_bn_cnn.state_dict().items()}
     request = GradientRequest.build(tiny_bn_cnn, random_batch.images, [0, 3], target="logit")
     Occlusion(window=8, stride=4).attribute(request)
+    Occlusion(window=8, stride=4, bfloat16=1).attribute(request)
     Rise(masks=20).attribute(request)
     assert not tiny_bn_cnn.training
+    assert all(value.dtype == before[name].dtype for name, value in tiny_bn_cnn.named_parameters())
     for name, value in tiny_bn_cnn.state_dict().items():
         assert torch.equal(value, before[name]), name
 
@@ -375,5 +405,13 @@ def test_the_explorer_maps_picks_with_a_perturbation_method(generated, method):
     assert any(caption.value.startswith(said) for caption in app.caption)
     assert app.sidebar.selectbox(key=keys.METHOD).value == method
     sliders = {slider.key for slider in app.sidebar.slider}
+    toggles = {toggle.key for toggle in app.sidebar.toggle}
     for parameter in attribution.get(method).parameters:
-        assert (keys.setting_key(parameter.name) in sliders) == (parameter.shown is not None)
+        drawn_as = toggles if parameter.switch else sliders
+        assert (keys.setting_key(parameter.name) in drawn_as) == (parameter.shown is not None)
+    # The bfloat16 switch: the same picks' maps from rounded forwards, said above them.
+    app.sidebar.toggle(key=keys.setting_key("bfloat16")).set_value(True).run()
+    no_errors(app)
+    assert captioned_indices(app) == [5, 3]
+    rounded = f"{label} runs {2 * per_pick:,} forwards in bfloat16 ({per_pick:,} per pick"
+    assert any(caption.value.startswith(rounded) for caption in app.caption)

@@ -16,7 +16,7 @@ from gradpick import data
 from gradpick.attribution import Occlusion
 from gradpick.gradients.request import GradientRequest
 from gradpick.models import shipped as models
-from gradpick.models.folding import inference_copy
+from gradpick.models.folding import inference_copy, lowered_copy
 from gradpick.models.weights import freeze
 
 
@@ -168,3 +168,31 @@ def test_where_folding_does_not_apply_the_model_runs_as_it_is(make, cifar):
     )
     for name, (value, _, _) in before.items():
         assert torch.equal(dict([*model.named_parameters(), *model.named_buffers()])[name], value)
+
+
+def test_the_bfloat16_copy_rounds_the_logits_and_leaves_the_model_alone(cifar):
+    """The folded copy in bfloat16: its logits are the float32 model's within bfloat16's rounding
+    through the network (a few units of its last place, relative to the largest logit), it is
+    kept for the next call, and the served model keeps its dtype and values."""
+    model = freeze(copy.deepcopy(models.load("resnet20")))
+    images = cifar.float()
+    before = _snapshot(model)
+    lowered = lowered_copy(model, images[:2], torch.bfloat16)
+    assert lowered is not None and lowered is not model
+    assert lowered_copy(model, images[:2], torch.bfloat16) is lowered
+    assert {parameter.dtype for parameter in lowered.parameters()} == {torch.bfloat16}
+    assert not any(isinstance(module, nn.BatchNorm2d) for module in lowered.modules())
+    with torch.inference_mode():
+        expected, got = model(images), lowered(images.to(torch.bfloat16))
+    error = float((got.float() - expected).abs().max())
+    largest = float(expected.abs().max())
+    assert 0 < error <= 8 * torch.finfo(torch.bfloat16).eps * largest, (error, largest)
+    for name, (value, version, grad) in before.items():
+        now = dict([*model.named_parameters(), *model.named_buffers()])[name]
+        assert now.dtype == value.dtype and torch.equal(now, value), name
+        assert (now._version, now.requires_grad) == (version, grad), name
+
+
+@pytest.mark.parametrize("make", [_hooked, _training], ids=["hooked", "training"])
+def test_no_bfloat16_copy_of_a_model_with_hooks_or_in_training(make, cifar):
+    assert lowered_copy(make().float(), cifar[:2].float(), torch.bfloat16) is None

@@ -484,16 +484,21 @@ def test_every_attribution_setting_reopens_from_the_link(
     method: str, parameter: attribution.Parameter, generated: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     low, high = parameter.shown or (0, 0)
-    value = (int if parameter.whole else float)(low)
+    # An on/off setting is a toggle, turned to its other state; the others are sliders, moved to
+    # the low end of their range.
+    widget = "toggle" if parameter.switch else "slider"
+    value: float | bool = (
+        not parameter.default if parameter.switch else (int if parameter.whole else float)(low)
+    )
     assert value != parameter.default
     case = Case(
-        chosen("slider", keys.setting_key(parameter.name), value),
-        value_of("slider", keys.setting_key(parameter.name)),
+        chosen(widget, keys.setting_key(parameter.name), value),
+        value_of(widget, keys.setting_key(parameter.name)),
         ((keys.METHOD, method),),
     )
     before, now, params = round_trip(case, generated, caplog)
     assert (before, now) == (parameter.default, value)
-    assert params[links.SETTING_PREFIX + parameter.name] == f"{value:g}"
+    assert params[links.SETTING_PREFIX + parameter.name] == f"{float(value):g}"
 
 
 def test_a_link_naming_no_seed_or_start_opens_the_pages_default_sample(generated: Path) -> None:

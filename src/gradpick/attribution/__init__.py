@@ -135,7 +135,8 @@ def forward_cost(method: AttributionMethod, request: GradientRequest) -> str | N
     if per_pick <= 1:
         return None
     picks = f"{request.count:,} pick" + ("" if request.count == 1 else "s")
-    return f"{method.label} runs {forwards:,} forwards ({per_pick:,} per pick × {picks})"
+    rounded = " in bfloat16" if method.settings.get("bfloat16") else ""
+    return f"{method.label} runs {forwards:,} forwards{rounded} ({per_pick:,} per pick × {picks})"
 
 
 def build(name: str, settings: Mapping[str, Any], layer: str | None = None) -> AttributionMethod:

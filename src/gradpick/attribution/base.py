@@ -38,9 +38,15 @@ class Parameter:
     """The smallest value accepted (None: any)."""
     shown: tuple[float, float] | None = None
     """The explorer's slider range; None keeps the setting at its default there."""
+    switch: bool = False
+    """An on/off setting: 1 or 0 (True or False), a toggle in the explorer."""
 
     def check(self, value: object) -> float | int:
         """``value`` as the method uses it, or an InputError saying what is wrong with it."""
+        if self.switch:
+            if not isinstance(value, bool | int | np.integer) or value not in (0, 1):
+                raise InputError(f"{self.name} is on (1) or off (0); got {value!r}.")
+            return int(value)
         if self.whole:
             least = int(self.least or 0)
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:

@@ -75,6 +75,7 @@ METHODS: dict[str, Callable[[], attribution.AttributionMethod]] = {
     "layercam": lambda: attribution.LayerCAM(layer="layer2"),
     "occlusion 4x4": lambda: attribution.Occlusion(window=4, stride=2),
     "occlusion 6x6": lambda: attribution.Occlusion(window=6, stride=2),
+    "occlusion 6x6 bfloat16": lambda: attribution.Occlusion(window=6, stride=2, bfloat16=1),
     "rise": lambda: attribution.Rise(masks=500, cell=4),
 }
 """The methods the benchmark scores, by the row name of the table, at the settings it uses."""

@@ -55,7 +55,13 @@ def _planted_model(args: argparse.Namespace, clean: torch.nn.Module) -> torch.nn
 
 
 def _occlusion_seconds(
-    model: torch.nn.Module, size: int, picks: int, window: int, stride: int, batch: int
+    model: torch.nn.Module,
+    size: int,
+    picks: int,
+    window: int,
+    stride: int,
+    batch: int,
+    bfloat16: int = 0,
 ) -> tuple[float, int, int]:
     """Wall seconds of occlusion of ``picks`` random images, its forwards, and the altered
     images per forward it ran (``batch`` capped by the memory budget)."""
@@ -67,7 +73,7 @@ def _occlusion_seconds(
             print(f"\r  {done:,}/{total:,} forwards", end="", file=sys.stderr, flush=True)
 
     method = attribution.Occlusion(
-        window=window, stride=stride, batch_size=batch, progress=progress
+        window=window, stride=stride, batch_size=batch, bfloat16=bfloat16, progress=progress
     )
     _log(f"occlusion at {size} px: {method.forwards(request):,} forwards for {picks} picks")
     started = time.perf_counter()
@@ -80,33 +86,34 @@ def _occlusion_seconds(
 
 def _timings(clean: torch.nn.Module, large: int, repeats: int) -> list[str]:
     """The timing table: occlusion of 16 picks at 32 px through the shipped ResNet-20 at the
-    default settings, at stride 3, and at stride 3 with 64 images a batch, and at 224 px
-    through a random ResNet-50."""
+    default settings, with bfloat16 forwards, at stride 3, and at stride 3 with 64 images a
+    batch, and at 224 px through a random ResNet-50."""
     default = attribution.Occlusion()
     window, stride = int(default.settings["window"]), int(default.settings["stride"])
     batch = int(default.settings["batch_size"])
-    settings = dict.fromkeys(((stride, batch), (3, batch), (3, 64)))  # the default first
-    cases = [("ResNet-20", clean, 32, 16, window, s, b) for s, b in settings]
+    # the default first
+    settings = dict.fromkeys(((stride, batch, 0), (stride, batch, 1), (3, batch, 0), (3, 64, 0)))
+    cases = [("ResNet-20", clean, 32, 16, window, s, b, low) for s, b, low in settings]
     if large:
         import torchvision
 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             resnet50 = models.freeze(torchvision.models.resnet50(weights=None).eval())
-        cases.append(("ResNet-50 (random weights)", resnet50, 224, large, 56, 28, 8))
+        cases.append(("ResNet-50 (random weights)", resnet50, 224, large, 56, 28, 8, 0))
     rows = []
-    for name, model, size, picks, window, stride, batch in cases:
+    for name, model, size, picks, window, stride, batch, low in cases:
         seconds, loads, forwards, ran = [], [], 0, batch
         for _ in range(repeats):
             loads.append(os.getloadavg()[0])
-            took, forwards, ran = _occlusion_seconds(model, size, picks, window, stride, batch)
+            took, forwards, ran = _occlusion_seconds(model, size, picks, window, stride, batch, low)
             seconds.append(took)
         rows.append(
             [
                 name,
                 f"{size} px",
                 str(picks),
-                f"{window}×{window}, stride {stride}",
+                f"{window}×{window}, stride {stride}" + (", bfloat16" if low else ""),
                 f"{forwards:,}",
                 f"{ran} (of {batch})" if ran < batch else str(batch),
                 f"{statistics.median(seconds):.2f}",

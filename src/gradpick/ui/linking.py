@@ -90,7 +90,7 @@ def allowed(config: AppConfig) -> links.Allowed:
     models = tuple(o.name for o in options if o.shipped or not config.hosted)
     methods = {
         name: {
-            p.name: links.Range(p.shown[0], p.shown[1], p.whole)
+            p.name: links.Range(p.shown[0], p.shown[1], p.whole, p.switch)
             for p in attribution.get(name).parameters
             if p.shown is not None
         }
@@ -180,7 +180,9 @@ def apply_view(session: state.State, view: links.View, config: AppConfig) -> lis
         session[keys.per_source(keys.LAYER, identity)] = view.layer
     ranges = allowed(config).methods.get(view.method or "", {})
     for name, number in view.settings:
-        session[keys.setting_key(name)] = int(number) if ranges[name].whole else number
+        shape = ranges[name]
+        chosen = bool(number) if shape.switch else int(number) if shape.whole else number
+        session[keys.setting_key(name)] = chosen
     return notes
 
 

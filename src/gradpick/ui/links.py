@@ -52,6 +52,8 @@ class Range:
     low: float
     high: float
     whole: bool = False
+    switch: bool = False
+    """An on/off setting (1 or 0): a toggle on the page."""
 
 
 @dataclass(frozen=True)

@@ -401,11 +401,15 @@ def _gradients(
 
 
 def _setting(parameter: attribution.Parameter) -> float | int:
-    """A slider over the parameter's range in the explorer, at its default to begin with."""
+    """A slider over the parameter's range in the explorer (a toggle for an on/off one), at its
+    default to begin with."""
     assert parameter.shown is not None
     low, high = parameter.shown
     kind = int if parameter.whole else float
     key = keys.setting_key(parameter.name)
+    if parameter.switch:
+        state.start_at(st.session_state, key, bool(parameter.default))
+        return int(st.toggle(parameter.label, key=key, help=parameter.help))
     state.start_at(st.session_state, key, kind(parameter.default))
     value = st.slider(
         parameter.label,
