@@ -15,6 +15,7 @@ from torch import nn
 from gradpick import data
 from gradpick.attribution import Occlusion
 from gradpick.gradients.request import GradientRequest
+from gradpick.models import folding
 from gradpick.models import shipped as models
 from gradpick.models.folding import inference_copy, lowered_copy
 from gradpick.models.weights import freeze
@@ -182,6 +183,10 @@ def test_the_bfloat16_copy_rounds_the_logits_and_leaves_the_model_alone(cifar):
     assert lowered_copy(model, images[:2], torch.bfloat16) is lowered
     assert {parameter.dtype for parameter in lowered.parameters()} == {torch.bfloat16}
     assert not any(isinstance(module, nn.BatchNorm2d) for module in lowered.modules())
+    # On the CPU each ReLU after a convolution (and the residual sum before it) runs inside
+    # the convolution: 19 in ResNet-20 (the first convolution and 9 blocks of two).
+    fused = [m for m in lowered.modules() if isinstance(m, folding._FusedConvolution)]
+    assert len(fused) == 19
     with torch.inference_mode():
         expected, got = model(images), lowered(images.to(torch.bfloat16))
     error = float((got.float() - expected).abs().max())
