@@ -96,7 +96,7 @@ PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --duratio
 
 # The set-up in two lanes: the two environments install side by side (pip mostly waits on the
 # disk), then the lint's three parts beside the hosted environment's package install and each
-# other (mypy alone takes a core for about half a minute).
+# other (mypy alone takes a core for 0.5 to 1.5 minutes from a cold cache).
 test:
 	$(MAKE) -j2 $(BIN)/.installed $(CPU_VENV)/.installed browser lint
 	$(PYTEST)

@@ -52,7 +52,6 @@ Fill = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """What replaces hidden pixels: (images [n, C, H, W], hidden [n, H, W] bool) -> images. E.g.
 ``impute`` of ``gradpick.trust.road`` (ROAD's neighbour imputation) or a blurred copy's pixels."""
 
-BFLOAT16_DTYPE = torch.bfloat16
 BFLOAT16 = Parameter(
     "bfloat16",
     "bfloat16 forwards",
@@ -169,7 +168,6 @@ class PerturbationMethod(AttributionMethod):
         # asked.
         lowered = self._lowered(request, probe)
         model = lowered or inference_copy(request.model, probe)
-        low = None if lowered is None else BFLOAT16_DTYPE
 
         def score(images: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
             # Channels-last pixels take the CPU's faster convolutions (about a third less time
@@ -177,8 +175,8 @@ class PerturbationMethod(AttributionMethod):
             # model that cannot take them (a .view of its features) gets the usual layout.
             logits = None
             with torch.inference_mode():
-                if low is not None:
-                    images = images.to(low)
+                if lowered is not None:
+                    images = images.to(torch.bfloat16)
                 if channels_last[0]:
                     try:
                         logits = model(images.contiguous(memory_format=torch.channels_last))
@@ -186,7 +184,7 @@ class PerturbationMethod(AttributionMethod):
                         channels_last[0] = False
                 if logits is None:
                     logits = call_model(model, images.contiguous())
-                if low is not None:  # scored in the images' dtype from rounded logits
+                if lowered is not None:  # scored in the images' dtype from rounded logits
                     logits = logits.to(request.images.dtype)
             # picked_targets reads rows start..end of the request; rows are consecutive.
             order = slice(int(rows[0]), int(rows[-1]) + 1)
@@ -205,7 +203,7 @@ class PerturbationMethod(AttributionMethod):
                 f"{self.label}'s bfloat16 forwards round float32 images; these are "
                 f"{str(request.images.dtype).removeprefix('torch.')}: turn bfloat16 off."
             )
-        lowered = lowered_copy(request.model, probe, BFLOAT16_DTYPE)
+        lowered = lowered_copy(request.model, probe, torch.bfloat16)
         if lowered is None:
             raise InputError(
                 f"This model gives no bfloat16 copy for {self.label} on {request.device} (an "
