@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,13 @@ BOX_TEXT_JS = """
 (box) => box.innerText + ' ' + Array.from(box.querySelectorAll('input'), (i) => i.value).join(' ')
 """
 """A select box's text with its input's value (the chosen option may live in either)."""
+BOX_CHOSEN_JS = f"""
+(selector) => {{
+  const box = document.querySelector(selector);
+  return box !== null && ({BOX_TEXT_JS})(box).trim() !== '';
+}}
+"""
+"""Whether the select box under ``selector`` shows anything yet."""
 FLIPS = keys.selector(keys.COMPARE_FLIPS)
 
 
@@ -142,7 +149,12 @@ def test_a_link_made_at_a_layer_on_the_compare_tab_reopens_both(
     opened_at = SERVER_LOG.stat().st_size
     fresh = open_explorer(browser, link)  # a new context: no cookies, no session
     fresh.locator(f"{FLIPS} .js-plotly-plot").wait_for()
-    shown = fresh.locator(keys.selector(keys.COMPARE_WITH)).evaluate(BOX_TEXT_JS)
+    # The flips chart can be drawn before the sidebar's box shows its choice: read the box once
+    # it shows one (a box still empty after the wait fails below with what it shows).
+    compare_box = keys.selector(keys.COMPARE_WITH)
+    with suppress(pytest.importorskip("playwright.sync_api").TimeoutError):
+        fresh.wait_for_function(BOX_CHOSEN_JS, arg=compare_box, timeout=15_000)
+    shown = fresh.locator(compare_box).evaluate(BOX_TEXT_JS)
     assert "tutorial" in shown, shown
     fresh.set_viewport_size({"width": 1400, "height": 1100})
     fresh.wait_for_timeout(1500)  # plotly redraws at the new size
