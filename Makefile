@@ -1,8 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run    creates .venv, installs gradpick, starts the Streamlit explorer (through
 #               gradpick.ui.launch: torch and the default model loaded before it serves)
-#   make test   the same set-up plus Debian's chromium, then lint, types, the docs build and the
-#               test suite
+#   make test   the same set-up plus Debian's chromium, then the test suite with lint, types and
+#               the docs build beside it
 # For development, `make quick` runs the suite without the browser and load tests (tests/browser/);
 # `make mutants` mutation-tests the core modules (docs/mutation.md; MUTANTS=request narrows it).
 VENV ?= .venv
@@ -25,7 +25,7 @@ CPU_TORCH ?= torch==2.13.0
 PACKAGE_FILES := pyproject.toml README.md $(shell find src -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*')
 export GRADPICK_SERVER_PYTHON ?= $(abspath $(CPU_VENV))/bin/python
 
-.PHONY: run test quick lint style types docs browser bench mutants clean
+.PHONY: run test suite quick lint style types docs browser bench mutants clean
 
 # Python may keep what it compiles: some machines set PYTHONDONTWRITEBYTECODE, and uv (unlike pip)
 # compiles nothing at install, so every process (each server, Ray worker and command a test
@@ -95,10 +95,15 @@ PYTEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15
 
 # The set-up in two lanes: the two environments install side by side (pip mostly waits on the
-# disk), then the lint's three parts beside the hosted environment's package install and each
-# other (mypy alone takes a core for 0.5 to 1.5 minutes from a cold cache).
+# disk), the hosted environment's package beside them once the first is in. Then the suite and
+# the lint side by side: mypy alone holds a core for 0.5 to 1.5 minutes from a cold cache, which
+# before the suite would leave the other core idle; beside it, the two share the machine. Either
+# failing fails the target; the lint's few lines land among the suite's.
 test:
-	$(MAKE) -j2 $(BIN)/.installed $(CPU_VENV)/.installed browser lint
+	$(MAKE) -j2 $(BIN)/.installed $(CPU_VENV)/.installed browser
+	$(MAKE) -j2 suite lint
+
+suite: $(BIN)/.installed
 	$(PYTEST)
 
 quick: $(BIN)/.installed

@@ -257,21 +257,26 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(fresh_p
         )
     )
 
-    fresh_page.get_by_role("tab", name="Strategies").click()
-    fresh_page.get_by_role("button", name="Run every strategy").click()
-    fresh_page.get_by_text("The naive loop").wait_for()
-    error = fresh_page.locator('[data-testid="stCode"]').filter(
-        has_text="backward through the graph"
-    )
+
+def test_every_strategy_and_the_sweep_run_on_the_linked_picks(browser: Any, server: str) -> None:
+    """The Strategies tab, opened by a link on a 100-image batch (each strategy's cost grows with
+    N, and at the default 1,000 the summed loss alone takes seconds a run): the naive loop's
+    error beside the strategies that work, then the sweep's lines."""
+    page = open_explorer(browser, f"{server}/?n=100&picks=3,7,11&tab=Strategies")
+    page.get_by_role("button", name="Run every strategy").click()
+    page.get_by_text("The naive loop").wait_for()
+    error = page.locator('[data-testid="stCode"]').filter(has_text="backward through the graph")
     assert "RuntimeError" in error.inner_text()
-    fresh_page.get_by_role("button", name="Run the sweep").click()
-    fresh_page.locator(f"{keys.selector(keys.SWEEP_N)} .js-plotly-plot").wait_for()
+    page.get_by_role("button", name="Run the sweep").click()
+    page.locator(f"{keys.selector(keys.SWEEP_N)} .js-plotly-plot").wait_for()
     _shot_of_section(
-        fresh_page,
+        page,
         "strategies",
-        fresh_page.get_by_role("heading", name="Every strategy on the picked images"),
-        fresh_page.locator(keys.selector(keys.SWEEP_N)),
+        page.get_by_role("heading", name="Every strategy on the picked images"),
+        page.locator(keys.selector(keys.SWEEP_N)),
     )
+    assert page_errors(page).count() == 0
+    page.context.close()
 
 
 def test_a_corrupt_upload_is_named_and_the_page_keeps_working(
