@@ -39,9 +39,7 @@ from tests.serving import (
     metric_value,
     open_expander,
     open_explorer,
-    open_local_folder,
     page_errors,
-    photo_folder,
     pick_by_text,
     real_cifar10_dir,
     save_screenshot,
@@ -643,55 +641,6 @@ def test_a_click_rings_the_picked_point_over_a_scatter_it_does_not_redraw(page: 
         assert ring["width"] == pytest.approx(outlines.RING, abs=0.5)
         assert ring["border"] == "rgb(240, 140, 0)" and ring["radius"] == "50%"
     assert page.evaluate("window.__gridRedraws") == 0
-
-
-HEATMAP_IMAGE_SIZES_JS = f"""
-() => Array.from(document.querySelectorAll('{HEATMAPS} [data-testid="stImage"] img'),
-  (img) => [img.naturalWidth, img.naturalHeight])
-"""
-
-
-def _expect_photo_heatmaps(page: Any, index: int) -> None:
-    """Pick ``index`` by text; its heatmaps show, named by their caption, at display size."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    pick_by_text(page, [index])
-    wait_for_heatmaps(page, [index])
-    sync_api.expect(page.get_by_text("Images read at 224x224 pixels")).to_be_visible()
-    caption = page.locator(f'{HEATMAPS} [data-testid="stImageCaption"]')
-    assert caption.inner_text().startswith(f"#{index} ")
-    # Image, heatmap, overlay and three channel maps, each downsampled from 224 to the display side.
-    panels = 6
-    strip_width = panels * heatmaps.DISPLAY_SIDE + (panels - 1) * 6
-    assert page.evaluate(HEATMAP_IMAGE_SIZES_JS) == [[strip_width, heatmaps.DISPLAY_SIDE]]
-    assert page_errors(page).count() == 0
-
-
-def test_real_photos_through_a_torchvision_model_at_224_pixels(
-    browser: Any, tmp_path: Path, cifar_like_factory: Callable[[int], Path]
-) -> None:
-    """Photos at their own sizes through the local-folder and upload sources, read at 224."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    folder = photo_folder(tmp_path / "photos")
-    # the first page: a quick batch of 3 images per class
-    served = explorer_server(
-        cifar_like_factory(3), tmp_path / "cache", "e2e-photos-server", model="torchvision:resnet18"
-    )
-    with served as running:
-        page = open_explorer(browser, running.url)
-        open_local_folder(page, folder, 4)
-        _expect_photo_heatmaps(page, 2)
-        _shot(page, "photos")
-
-        page.get_by_text("Uploaded images", exact=True).click()
-        uploader = page.locator(UPLOADER)
-        uploader.set_input_files(str(folder / "still" / "chelsea.jpg"))
-        page.get_by_text("1 uploaded image(s), 1 images").wait_for()
-        sync_api.expect(metric_value(page, "Images N")).to_have_text("1")
-        page.locator(APP_IDLE).wait_for()
-        _expect_photo_heatmaps(page, 0)
-        assert page.get_by_text("their labels are ignored").count() == 0  # uploads have none
-        _shot(page, "photos-upload")
-        page.context.close()
 
 
 def test_every_map_has_a_trust_badge_with_its_meaning_on_hover(page: Any) -> None:

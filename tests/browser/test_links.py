@@ -1,6 +1,6 @@
-"""End to end: a link names the view, another browser opens it, a hosted page refuses a folder.
+"""End to end: a link names the view, another browser opens it.
 
-A real ``streamlit run app.py`` and Debian's chromium (Playwright), as in ``test_e2e.py``. A
+A real ``streamlit run app.py`` and Debian's chromium (Playwright), as in every browser test. A
 link made after choosing a layer and a model to compare with reopens both, with no warning in
 the server's log; the flip matrix it then shows is screenshotted (``artifacts/``, and with
 ``GRADPICK_UPDATE_SCREENSHOTS=1`` ``assets/screenshots/flips.png``).
@@ -12,25 +12,24 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gradpick import data
-from gradpick.ui import config, keys
+from gradpick.ui import keys
 from tests.serving import (
     APP_IDLE,
     ARTIFACTS,
     CHROMIUM_ARGS,
     chromium_executable,
     cifar10_images,
+    explorer_server,
     free_port,
     open_explorer,
     pick_by_text,
     save_screenshot,
-    streamlit_server,
     wait_for_heatmaps,
     wait_healthy,
 )
@@ -54,17 +53,6 @@ BOX_CHOSEN_JS = f"""
 FLIPS = keys.selector(keys.COMPARE_FLIPS)
 
 
-@contextmanager
-def _server(factory: Callable[[int], Path], cache: Path, hosted: bool) -> Iterator[str]:
-    env = {
-        data.CIFAR10_DIR_ENV: str(cifar10_images(factory)),
-        "GRADPICK_CACHE_DIR": str(cache),
-        config.HOSTED_ENV: "1" if hosted else "0",
-    }
-    with streamlit_server(env, log_name=LOG_NAME) as running:
-        yield running.url
-
-
 def _choose(page: Any, box: Any, typed: str, option: re.Pattern[str]) -> None:
     """Open a select box, type to narrow its options, click the one matching ``option``."""
     box.click()
@@ -78,8 +66,9 @@ def local_url(
     tmp_path_factory: pytest.TempPathFactory, cifar_like_factory: Callable[[int], Path]
 ) -> Iterator[str]:
     """One local (not hosted) server for the module's tests: each opens its own sessions."""
-    with _server(cifar_like_factory, tmp_path_factory.mktemp("cache"), hosted=False) as url:
-        yield url
+    images, cache = cifar10_images(cifar_like_factory), tmp_path_factory.mktemp("cache")
+    with explorer_server(images, cache, LOG_NAME, hosted=False) as running:
+        yield running.url
 
 
 @pytest.fixture(scope="module")
@@ -109,23 +98,6 @@ def test_a_link_reopens_the_same_picks_and_maps_in_a_fresh_browser(
     assert "picks=2,7" in fresh.evaluate("decodeURIComponent(location.search)")
     fresh.context.close()
     page.context.close()
-
-
-def test_a_hosted_page_refuses_a_server_folder_and_a_foreign_model(
-    browser: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-    cifar_like_factory: Callable[[int], Path],
-) -> None:
-    with _server(cifar_like_factory, tmp_path_factory.mktemp("cache"), hosted=True) as url:
-        page = open_explorer(browser, f"{url}/?src=folder&folder=/etc&model=mine:evil&picks=1")
-        note = page.locator('[data-testid="stAlert"]').filter(has_text="opened with changes")
-        note.wait_for()
-        text = note.inner_text()
-        assert "never reads one" in text and "'mine:evil' is not offered" in text
-        wait_for_heatmaps(page, [1])
-        page.wait_for_function(URL_HAS, arg="src=cifar10")
-        assert "/etc" not in page.evaluate("decodeURIComponent(location.search)")
-        page.context.close()
 
 
 def test_a_link_made_at_a_layer_on_the_compare_tab_reopens_both(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,21 @@ from gradpick.picking import feature_space
 from gradpick.ui import cache, keys, linking, links, service, state
 from tests.app.test_app import store_of_the_stand_in
 from tests.app.test_slices_tab import write_slices
+
+
+@pytest.fixture(autouse=True)
+def quick_umap(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A link carries the projection's name, not its points: UMAP stands in as PCA's mirror
+    image here (its own points are tested in tests/picking), since its first call in a process
+    compiles for tens of seconds. The shared projection cache is emptied around each test, so no
+    other test reads a stand-in's points."""
+    monkeypatch.setattr(
+        feature_space, "umap", lambda features, seed=0: -feature_space.pca(features)
+    )
+    cache.projection.clear()
+    yield
+    cache.projection.clear()
+
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 TIMEOUT = 180
@@ -423,20 +438,8 @@ ROUND_TRIP_KEYS = sorted(set(ROUND_TRIPS) - {keys.OUTPUTS_PATH, keys.SLICE_CHOSE
 
 @pytest.mark.parametrize("key", ROUND_TRIP_KEYS)
 def test_a_changed_widget_reopens_from_the_link(
-    key: str,
-    generated: Path,
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest,
+    key: str, generated: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if key == keys.EMBEDDING_PROJECTION:
-        # The link carries the projection's name; UMAP's own points are tested in
-        # tests/picking, and its first call in a process compiles for tens of seconds.
-        monkeypatch.setattr(
-            feature_space, "umap", lambda features, seed=0: -feature_space.pca(features)
-        )
-        cache.projection.clear()
-        request.addfinalizer(cache.projection.clear)
     before, now, params = round_trip(ROUND_TRIPS[key], generated, caplog)
     assert now != before, f"{key} was not changed by its case"
     assert linking.LINKED[key] in params, params
