@@ -163,6 +163,16 @@ def open_local_folder(page: Any, folder: Path, images: int) -> None:
     page.locator(APP_IDLE).wait_for()
 
 
+def maps_of_the_first_four(page: Any, method: str) -> None:
+    """Choose the attribution ``method`` (its label in the sidebar's box), pick images 0 to 3
+    by text and wait until exactly their maps show."""
+    page.locator(keys.selector(keys.METHOD)).click()
+    page.get_by_role("option", name=method, exact=True).click()
+    page.locator(APP_IDLE).wait_for()
+    pick_by_text(page, [0, 1, 2, 3])
+    wait_for_heatmaps(page, [0, 1, 2, 3])
+
+
 CHART_SETTLED_JS = """
 (selector) => {
   const chart = document.querySelector(selector + ' .js-plotly-plot');

@@ -28,11 +28,9 @@ from gradpick.ui.panels import explore as gradients_panel
 from tests.serving import (
     APP_IDLE,
     ARTIFACTS,
-    CHROMIUM_ARGS,
     HOVERED_JS,
     SCATTER_POINTS_JS,
     VIEWPORT,
-    chromium_executable,
     cifar10_images,
     click_point,
     explorer_server,
@@ -70,11 +68,6 @@ EMBEDDING_JS = """
 
 
 @pytest.fixture(scope="module")
-def chromium() -> str:
-    return chromium_executable()
-
-
-@pytest.fixture(scope="module")
 def server(
     tmp_path_factory: pytest.TempPathFactory, cifar_like_factory: Callable[[int], Path]
 ) -> Iterator[str]:
@@ -82,16 +75,6 @@ def server(
     images = cifar10_images(cifar_like_factory)
     with explorer_server(images, tmp_path_factory.mktemp("cache")) as running:
         yield running.url
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: str) -> Iterator[Any]:
-    """One browser for the module (each test gets a context of its own: a fresh session)."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture

@@ -7,23 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gradpick.ui import keys
 from tests.serving import (
-    APP_IDLE,
     ARTIFACTS,
-    CHROMIUM_ARGS,
     VIEWPORT,
-    chromium_executable,
     explorer_server,
+    maps_of_the_first_four,
     open_explorer,
     open_local_folder,
     page_errors,
     photo_folder,
-    pick_by_text,
-    wait_for_heatmaps,
 )
 
 transformers = pytest.importorskip("transformers")
@@ -32,9 +29,11 @@ HEATMAPS = keys.selector(keys.HEATMAPS_CONTAINER)
 
 
 def test_gradcam_of_a_hugging_face_vit_in_the_explorer(
-    tmp_path: Path, cifar_like_factory: Callable[[int], Path], monkeypatch: pytest.MonkeyPatch
+    browser: Any,
+    tmp_path: Path,
+    cifar_like_factory: Callable[[int], Path],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api")
     import torch
 
     config = transformers.ViTConfig(
@@ -54,17 +53,10 @@ def test_gradcam_of_a_hugging_face_vit_in_the_explorer(
     served = explorer_server(
         cifar_like_factory(3), tmp_path / "cache", "e2e-hf-server", model=f"hf:{tmp_path / 'vit'}"
     )
-    with served as running, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=chromium_executable(), args=CHROMIUM_ARGS
-        )
+    with served as running:
         page = open_explorer(browser, running.url)
         open_local_folder(page, folder, 4)
-        page.locator(keys.selector(keys.METHOD)).click()
-        page.get_by_role("option", name="Grad-CAM", exact=True).click()
-        page.locator(APP_IDLE).wait_for()
-        pick_by_text(page, [0, 1, 2, 3])
-        wait_for_heatmaps(page, [0, 1, 2, 3])
+        maps_of_the_first_four(page, "Grad-CAM")
         page.get_by_text(
             "Grad-CAM at layer model.vit.layers.1.layernorm_before (14 × 14"
         ).wait_for()
@@ -76,4 +68,4 @@ def test_gradcam_of_a_hugging_face_vit_in_the_explorer(
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "e2e-hf-gradcam.png"), clip=clip)
         page.set_viewport_size(VIEWPORT)
-        browser.close()
+        page.context.close()

@@ -13,9 +13,7 @@ import pytest
 
 from gradpick.ui import keys
 from tests.serving import (
-    CHROMIUM_ARGS,
     SCATTER_POINTS_JS,
-    chromium_executable,
     cifar10_images,
     explorer_server,
     open_explorer,
@@ -35,17 +33,6 @@ def server(
     images, cache = cifar10_images(cifar_like_factory), tmp_path_factory.mktemp("cache")
     with explorer_server(images, cache, "e2e-hosted-server", hosted=True) as running:
         yield running.url
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=chromium_executable(), args=CHROMIUM_ARGS
-        )
-        yield launched
-        launched.close()
 
 
 def test_a_flip_cell_click_shows_both_models_maps(browser: Any, server: str) -> None:

@@ -22,8 +22,6 @@ from gradpick.ui import keys
 from tests.serving import (
     APP_IDLE,
     ARTIFACTS,
-    CHROMIUM_ARGS,
-    chromium_executable,
     cifar10_images,
     explorer_server,
     free_port,
@@ -69,16 +67,6 @@ def local_url(
     images, cache = cifar10_images(cifar_like_factory), tmp_path_factory.mktemp("cache")
     with explorer_server(images, cache, LOG_NAME, hosted=False) as running:
         yield running.url
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    executable = chromium_executable()
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 def test_a_link_reopens_the_same_picks_and_maps_in_a_fresh_browser(

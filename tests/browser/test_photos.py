@@ -16,10 +16,9 @@ import pytest
 from gradpick.ui import heatmaps, keys
 from tests.serving import (
     APP_IDLE,
-    CHROMIUM_ARGS,
     VIEWPORT,
-    chromium_executable,
     explorer_server,
+    maps_of_the_first_four,
     metric_value,
     open_explorer,
     open_local_folder,
@@ -52,17 +51,6 @@ def server(
     )
     with served as running:
         yield running.url
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=chromium_executable(), args=CHROMIUM_ARGS
-        )
-        yield launched
-        launched.close()
 
 
 def _shot(page: Any, name: str) -> None:
@@ -124,11 +112,7 @@ def test_gradcam_overlays_of_photos_through_resnet18_at_224(
 ) -> None:
     page = open_explorer(browser, server)
     open_local_folder(page, photos, 4)
-    page.locator(keys.selector(keys.METHOD)).click()
-    page.get_by_role("option", name="Grad-CAM", exact=True).click()
-    page.locator(APP_IDLE).wait_for()
-    pick_by_text(page, [0, 1, 2, 3])
-    wait_for_heatmaps(page, [0, 1, 2, 3])
+    maps_of_the_first_four(page, "Grad-CAM")
     page.get_by_text("Grad-CAM at layer layer4 (7 × 7 grid").wait_for()
     layer_box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Layer")
     shown_layer = layer_box.first.evaluate(BOX_TEXT_JS)
