@@ -69,6 +69,12 @@ def save_screenshot(page: Any, name: str, docs: bool = False, **options: Any) ->
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **options)
 
 
+def drawn_screenshot(page: Any, name: str, docs: bool = False, **options: Any) -> None:
+    """``save_screenshot`` once plotly has finished drawing the page's charts."""
+    page.wait_for_timeout(800)
+    save_screenshot(page, name, docs, **options)
+
+
 def chromium_executable() -> str:
     """Debian's chromium, or skip: the browser tests drive it through Playwright."""
     path = shutil.which("chromium")
@@ -161,6 +167,14 @@ def open_local_folder(page: Any, folder: Path, images: int) -> None:
     page.get_by_text(f"folder {folder}, {images} images").wait_for()
     sync_api.expect(metric_value(page, "Images N")).to_have_text(str(images))
     page.locator(APP_IDLE).wait_for()
+
+
+URL_HAS = "(text) => decodeURIComponent(location.search).includes(text)"
+"""Whether the page's query string, decoded, contains ``text``."""
+BOX_TEXT_JS = """
+(box) => box.innerText + ' ' + Array.from(box.querySelectorAll('input'), (i) => i.value).join(' ')
+"""
+"""A select box's text with its input's value (the chosen option may live in either)."""
 
 
 def maps_of_the_first_four(page: Any, method: str) -> None:

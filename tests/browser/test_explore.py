@@ -33,6 +33,7 @@ from tests.serving import (
     VIEWPORT,
     cifar10_images,
     click_point,
+    drawn_screenshot,
     explorer_server,
     metric_value,
     open_expander,
@@ -40,7 +41,6 @@ from tests.serving import (
     page_errors,
     pick_by_text,
     real_cifar10_dir,
-    save_screenshot,
     text_box,
     wait_for_chart,
     wait_for_heatmaps,
@@ -107,18 +107,15 @@ def page(session: Any) -> Any:
     return session
 
 
-def _shot(page: Any, name: str, readme: bool = False, clip: dict[str, float] | None = None) -> None:
-    page.wait_for_timeout(800)  # let plotly finish drawing
-    save_screenshot(page, name, docs=readme, clip=clip)
-
-
 def _shot_of_section(page: Any, name: str, first: Any, last: Any) -> None:
     """A screenshot from locator ``first`` down to ``last``, on a viewport tall enough."""
     page.set_viewport_size({"width": 1500, "height": 3400})
     page.wait_for_timeout(1500)
     top = first.bounding_box()["y"] - 12
     bottom = last.bounding_box()["y"] + last.bounding_box()["height"] + 12
-    _shot(page, name, readme=True, clip={"x": 0, "y": top, "width": 1500, "height": bottom - top})
+    drawn_screenshot(
+        page, name, docs=True, clip={"x": 0, "y": top, "width": 1500, "height": bottom - top}
+    )
     page.set_viewport_size(VIEWPORT)
 
 
@@ -174,7 +171,9 @@ def _isolated_point(layout: dict[str, Any], distance: float = 12.0) -> dict[str,
 
 
 def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(fresh_page: Any) -> None:
-    _shot(fresh_page, "explore", readme=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250})
+    drawn_screenshot(
+        fresh_page, "explore", docs=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250}
+    )
     fresh_page.get_by_role("tab", name="Confidence vs loss").click()
     chart = keys.selector(keys.SCATTER_CHART)
     wait_for_chart(fresh_page, chart)
@@ -210,7 +209,7 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(fresh_p
     assert _metric(fresh_page, "Gradient step").endswith("ms")
     assert "MB" in _metric(fresh_page, "Peak memory")
     open_expander(fresh_page, keys.DOWNLOADS_OPEN)
-    _shot(fresh_page, "scatter-selection", readme=True)
+    drawn_screenshot(fresh_page, "scatter-selection", docs=True)
     _shot_of_section(
         fresh_page,
         "gradients",
@@ -278,7 +277,7 @@ def test_dark_theme_is_readable(browser: Any, server: str) -> None:
     pick_by_text(page, [3, 7, 11])
     wait_for_heatmaps(page, [3, 7, 11])
     background = page.evaluate("getComputedStyle(document.querySelector('.stApp')).backgroundColor")
-    _shot(page, "dark", readme=True)
+    drawn_screenshot(page, "dark", docs=True)
     page.context.close()
     red, green, blue = (int(v) for v in background[background.index("(") + 1 : -1].split(","))
     assert red + green + blue < 200, f"the page did not follow the dark preference: {background}"
@@ -380,8 +379,8 @@ def test_a_lasso_in_the_feature_space_view_picks_exactly_the_enclosed_images(
     fresh_page.mouse.up()
     wait_for_heatmaps(fresh_page, enclosed, ordered=True)
     assert text_box(fresh_page).input_value() == selection.format_indices(enclosed)
-    _shot(
-        fresh_page, "embedding", readme=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250}
+    drawn_screenshot(
+        fresh_page, "embedding", docs=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250}
     )
 
 
@@ -431,7 +430,9 @@ def test_hovering_a_feature_space_point_shows_its_thumbnail(page: Any) -> None:
     assert shown["size"] in (f"{columns * side}px auto", f"{columns * side}px")
     atlas = shown["image"].removeprefix('url("').removesuffix('")')
     assert page.evaluate(FETCHED_JS, atlas) == [200, "image/jpeg"]
-    _shot(page, "hover", readme=True, clip={"x": 360, "y": 560, "width": 700, "height": 560})
+    drawn_screenshot(
+        page, "hover", docs=True, clip={"x": 360, "y": 560, "width": 700, "height": 560}
+    )
     page.mouse.move(5, 5)
     page.wait_for_function(f"({HOVER_TIP_JS})() === null")
     page.mouse.click(point["x"], point["y"])

@@ -14,6 +14,7 @@ import pytest
 from gradpick.ui import keys
 from tests.serving import (
     SCATTER_POINTS_JS,
+    URL_HAS,
     cifar10_images,
     explorer_server,
     open_explorer,
@@ -23,7 +24,6 @@ from tests.serving import (
 )
 
 FLIPS = keys.selector(keys.COMPARE_FLIPS)
-URL_HAS = "(text) => decodeURIComponent(location.search).includes(text)"
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,8 @@ from gradpick.ui import keys
 from tests.serving import (
     APP_IDLE,
     ARTIFACTS,
+    BOX_TEXT_JS,
+    URL_HAS,
     cifar10_images,
     explorer_server,
     free_port,
@@ -32,15 +34,8 @@ from tests.serving import (
     wait_healthy,
 )
 
-URL_HAS = "(text) => decodeURIComponent(location.search).includes(text)"
-
-
 LOG_NAME = "e2e-links-server"
 SERVER_LOG = ARTIFACTS / f"{LOG_NAME}.log"
-BOX_TEXT_JS = """
-(box) => box.innerText + ' ' + Array.from(box.querySelectorAll('input'), (i) => i.value).join(' ')
-"""
-"""A select box's text with its input's value (the chosen option may live in either)."""
 BOX_CHOSEN_JS = f"""
 (selector) => {{
   const box = document.querySelector(selector);

@@ -16,7 +16,9 @@ import pytest
 from gradpick.ui import heatmaps, keys
 from tests.serving import (
     APP_IDLE,
+    BOX_TEXT_JS,
     VIEWPORT,
+    drawn_screenshot,
     explorer_server,
     maps_of_the_first_four,
     metric_value,
@@ -53,11 +55,6 @@ def server(
         yield running.url
 
 
-def _shot(page: Any, name: str) -> None:
-    page.wait_for_timeout(800)  # let plotly finish drawing
-    save_screenshot(page, name)
-
-
 STRIP_SIZES_JS = f"""
 () => Array.from(document.querySelectorAll('{HEATMAPS} [data-testid="stImage"] img'),
   (img) => [img.naturalWidth, img.naturalHeight])
@@ -87,7 +84,7 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
     page = open_explorer(browser, server)
     open_local_folder(page, photos, 4)
     _expect_photo_heatmaps(page, 2)
-    _shot(page, "photos")
+    drawn_screenshot(page, "photos")
 
     page.get_by_text("Uploaded images", exact=True).click()
     uploader = page.locator(UPLOADER)
@@ -97,14 +94,8 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
     page.locator(APP_IDLE).wait_for()
     _expect_photo_heatmaps(page, 0)
     assert page.get_by_text("their labels are ignored").count() == 0  # uploads have none
-    _shot(page, "photos-upload")
+    drawn_screenshot(page, "photos-upload")
     page.context.close()
-
-
-BOX_TEXT_JS = """
-(box) => box.innerText + ' ' + Array.from(box.querySelectorAll('input'), (i) => i.value).join(' ')
-"""
-"""A select box's text with its input's value (the chosen option may live in either)."""
 
 
 def test_gradcam_overlays_of_photos_through_resnet18_at_224(
