@@ -89,6 +89,22 @@ def test_the_planted_folder_files_cats_as_dogs_and_names_each_problem(tmp_path: 
     assert WRONG_CLASS != WRONG_AS
 
 
+def test_no_planted_image_carries_two_problems(tmp_path: Path) -> None:
+    # Every cat and bird is drawn for the patch (share 1): none may be grey or filed as dog too.
+    everything = planted_folder(_source(), tmp_path / "all", 60, seed=0, patch_share=1.0)
+    assert not everything["subgroup"] and not everything["wrong labels"]
+    truth = planted_folder(
+        _source(), tmp_path / "some", 60, seed=0, patch_share=0.5, gray_share=1.0, wrong_share=1.0
+    )
+    problems = list(truth.values())
+    assert all(problem for problem in problems)
+    assert sum(len(problem) for problem in problems) == len(set().union(*problems))
+    # Every bird and cat the patch left is planted with its own problem.
+    assert len(truth["subgroup"]) + len(truth["wrong labels"]) == 12 - len(
+        [n for n in truth["shortcut"] if n.split("/")[0] in ("bird", "cat")]
+    )
+
+
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Found, set[str], np.ndarray]:
     root = tmp_path_factory.mktemp("bench-slices")

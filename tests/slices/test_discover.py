@@ -14,6 +14,7 @@ from gradpick.slices.discover import (
     describe,
     kmeans,
     ranked_clusters,
+    split_apart,
     summarise,
 )
 from gradpick.slices.features import DESCRIPTORS
@@ -112,3 +113,45 @@ def test_a_cluster_mostly_in_one_confusion_cell_is_cut_to_that_cell() -> None:
     assert len(np.unique(kept)) == 3
     two = cut_to_cells(np.zeros(4, dtype=np.int64), np.array([1, 1, 2, 2]), np.full(4, 6))
     assert len(np.unique(two)) == 1
+
+
+def _one_cell(low: int, high: list[float], noise_seed: int = 0) -> tuple[np.ndarray, ...]:
+    """A cluster of errors of one cell (bird called airplane): column 0 is ``low`` zeros (grey
+    images) then ``high`` (colour ones); column 1 is noise that parts nothing."""
+    count = low + len(high)
+    column = np.array([0.0] * low + high)
+    noise = np.random.default_rng(noise_seed).normal(size=count)
+    return np.stack([column, noise], axis=1), np.full(count, 2), np.zeros(count, dtype=np.int64)
+
+
+def test_a_cell_of_two_separate_groups_is_split_in_two() -> None:
+    table, labels, predictions = _one_cell(16, [0.2, 0.3, 0.3, 0.4])
+    assignment = np.zeros(20, dtype=np.int64)
+    # By hand: the sides' means 0 and 0.3, the high side's squares 0.01 + 0 + 0 + 0.01 over 20
+    # rows: within-side spread sqrt(0.001) = 0.0316, so the groups stand 0.3 / 0.0316 = 9.49
+    # apart.
+    split = split_apart(assignment, table, labels, predictions, apart=9.4)
+    groups = {tuple(np.flatnonzero(split == n)) for n in np.unique(split)}
+    assert groups == {tuple(range(16)), (16, 17, 18, 19)}
+    kept = split_apart(assignment, table, labels, predictions, apart=9.5)
+    assert len(np.unique(kept)) == 1
+
+
+def test_a_cell_is_not_split_by_one_outlier_noise_or_other_cells() -> None:
+    # One far outlier is under the smaller side's 3 rows.
+    table, labels, predictions = _one_cell(19, [5.0])
+    assert (
+        len(np.unique(split_apart(np.zeros(20, dtype=np.int64), table, labels, predictions))) == 1
+    )
+    # Noise alone (column 0 constant) parts nothing.
+    table, labels, predictions = _one_cell(40, [], noise_seed=3)
+    assert (
+        len(np.unique(split_apart(np.zeros(40, dtype=np.int64), table, labels, predictions))) == 1
+    )
+    # The same two groups, but with a correct row or an error of another cell: not one cell.
+    table, labels, predictions = _one_cell(16, [0.2, 0.3, 0.3, 0.4])
+    for row, (label, prediction) in ((0, (0, 0)), (5, (3, 0))):
+        mixed_labels, mixed_predictions = labels.copy(), predictions.copy()
+        mixed_labels[row], mixed_predictions[row] = label, prediction
+        split = split_apart(np.zeros(20, dtype=np.int64), table, mixed_labels, mixed_predictions)
+        assert len(np.unique(split)) == 1

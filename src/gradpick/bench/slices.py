@@ -11,10 +11,11 @@
 
 ``planted_folder`` then writes a sample of the test split as an image folder with the problems
 the store will show: the patch on ``patch_share`` of the non-frog images (their errors are the
-shortcut's), ``gray_share`` of the birds grayscale (the subgroup), and ``wrong_share`` of the
-cats filed under dog (**wrong labels**, a label problem and no model problem: triage must keep
-flagging them). Each problem's truth is its rows that the model gets wrong (prediction not the
-label), since slices group failures.
+shortcut's), ``gray_share`` of the other birds grayscale (the subgroup), and ``wrong_share`` of
+the other cats filed under dog (**wrong labels**, a label problem and no model problem: triage
+must keep flagging them). No image carries two problems, so each planted error has one known
+cause. Each problem's truth is its rows that the model gets wrong (prediction not the label),
+since slices group failures.
 
 Per problem the score is the F1 of the best of the first three groups of each method:
 the slices, the confusion cells (label, prediction) by error count, Domino-style k-means on the
@@ -88,7 +89,7 @@ def training_set(
     images: int,
     seed: int,
     share: float = 0.5,
-    poison: float = 0.1,
+    poison: float = 0.05,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A seeded sample of ``images`` training images with the shortcut and the subgroup
     planted (see the module's docstring): uint8 pixels and the labels to train on."""
@@ -110,14 +111,17 @@ def training_set(
 def tuned_model(
     clean: nn.Module,
     source: ImageSource,
-    images: int = 5000,
+    images: int = 20_000,
     epochs: int = 1,
-    lr: float = 0.05,
+    lr: float = 0.02,
     seed: int = 0,
     log: Callable[[str], None] = print,
-    poison: float = 0.1,
+    poison: float = 0.05,
 ) -> nn.Module:
-    """The shipped ResNet-20 fine-tuned on ``training_set`` (``finetune_on``)."""
+    """The shipped ResNet-20 fine-tuned on ``training_set`` (``finetune_on``). The defaults
+    were chosen on planting seed 0: 5,000 images at lr 0.05 with 10% poison cost 6 points of
+    clean accuracy and taught the model to call unpatched images frog; 20,000 at lr 0.02 with
+    5% cost 2.3 and learnt the patch fully."""
     pixels, labels = training_set(source, images, seed, poison=poison)
     return finetune_on(clean, pixels, labels, epochs, lr, 64, seed, log)
 
@@ -142,12 +146,13 @@ def planted_folder(
     generator = torch.Generator().manual_seed(seed + 7)
     draws = torch.rand(3, len(labels), generator=generator)
     frog = FEATURES[SHORTCUT].label
-    marked = ((labels != frog) & (draws[0] < patch_share)).nonzero().flatten()
+    patched = (labels != frog) & (draws[0] < patch_share)
+    marked = patched.nonzero().flatten()
     pixels[marked] = plant(pixels[marked], SHORTCUT, seed + 7, marked.tolist()).images
-    gray = ((labels == GRAY_CLASS) & (draws[1] < gray_share)).nonzero().flatten()
+    gray = (~patched & (labels == GRAY_CLASS) & (draws[1] < gray_share)).nonzero().flatten()
     pixels[gray] = grayscale(pixels[gray])
     filed = labels.clone()
-    wrong = ((labels == WRONG_CLASS) & (draws[2] < wrong_share)).nonzero().flatten()
+    wrong = (~patched & (labels == WRONG_CLASS) & (draws[2] < wrong_share)).nonzero().flatten()
     filed[wrong] = WRONG_AS
     names = []
     for row in range(len(labels)):

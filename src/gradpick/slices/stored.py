@@ -42,10 +42,8 @@ from gradpick.show.notebook import found_slices_html
 from gradpick.slices.discover import (
     CLUSTERS,
     Slice,
+    cluster,
     clustering_space,
-    cut_to_cells,
-    kmeans,
-    merged,
     summarise,
 )
 from gradpick.slices.features import CHUNK_ROWS, DESCRIPTORS, METHOD, descriptors, evidence_maps
@@ -322,11 +320,7 @@ def find_slices(
     classes = int(logits.shape[1])
     sub_labels, sub_predictions = labels[mapped], predictions[mapped]
     space = clustering_space(described, sub_labels, sub_predictions, classes)
-    assignment = cut_to_cells(
-        merged(kmeans(space, clusters, seed), described, sub_labels, sub_predictions),
-        sub_labels,
-        sub_predictions,
-    )
+    assignment = cluster(described, sub_labels, sub_predictions, classes, clusters, seed)
     slices = summarise(
         assignment,
         described,
