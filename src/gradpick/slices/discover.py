@@ -264,11 +264,10 @@ def split_apart(
 ) -> np.ndarray:
     """``assignment`` with each cluster of errors of one confusion cell split in two when one
     descriptor parts it into groups at least ``apart`` pooled within-group standard deviations
-    apart: of all the descriptors' best two-group cuts (Otsu, "A threshold selection method
-    from gray-level histograms", 1979: the cut of the sorted values that leaves the least spread
-    within the two sides), the most separate one whose smaller side holds at least ``least`` of
-    the cluster and 3 rows. One cell can hold two failures: grayscale birds taught as airplanes
-    beside colour birds that look like one, told apart by their saturation alone."""
+    apart: over every descriptor and every cut of its sorted values whose smaller side holds at
+    least ``least`` of the cluster and 3 rows, the cut whose sides' means stand furthest apart
+    in those units. One cell can hold two failures: grayscale birds taught as airplanes beside
+    colour birds that look like one, told apart by their saturation alone."""
     table = np.asarray(table, dtype=np.float64)
     labels, predictions = np.asarray(labels), np.asarray(predictions)
     errors = labels != predictions
@@ -289,10 +288,10 @@ def split_apart(
 
 
 def _two_groups(values: np.ndarray, smallest: int) -> tuple[float, np.ndarray]:
-    """The best cut of ``values`` into a low and a high side of at least ``smallest`` each
-    (the least pooled within-side spread): how far apart the sides' means are in pooled
-    within-side standard deviations, and the smaller side's positions. (0, empty) when no cut
-    leaves both sides ``smallest``."""
+    """The cut of sorted ``values`` into a low and a high side of at least ``smallest`` each
+    whose means stand furthest apart in pooled within-side standard deviations: that
+    separation, and the smaller side's positions. (0, empty) when no cut leaves both sides
+    ``smallest``."""
     count = len(values)
     if count < 2 * smallest:
         return 0.0, np.empty(0, dtype=np.int64)
