@@ -52,8 +52,11 @@ from gradpick.slices.discover import (
 from gradpick.slices.stored import Found
 
 __all__ = [
+    "FINETUNE_IMAGES",
+    "FINETUNE_LR",
     "GRAY_CALLED",
     "GRAY_CLASS",
+    "POISON",
     "PROBLEMS",
     "SHORTCUT",
     "WRONG_AS",
@@ -75,6 +78,13 @@ GRAY_CLASS, GRAY_CALLED = 2, 0
 WRONG_CLASS, WRONG_AS = 3, 5
 """Cats filed under dog in the test folder."""
 PROBLEMS = ("shortcut", "subgroup", "wrong labels")
+FINETUNE_IMAGES = 20_000
+FINETUNE_LR = 0.02
+POISON = 0.05
+"""The fine-tuning recipe (training images, learning rate, share of the other classes' images
+patched and relabelled frog), chosen on planting seed 0: 5,000 images at lr 0.05 with 10%
+poison cost 6 points of clean accuracy and taught the model to call unpatched images frog;
+20,000 at lr 0.02 with 5% cost 2.3 and learnt the patch fully."""
 LUMA = torch.tensor([0.299, 0.587, 0.114])
 
 
@@ -89,7 +99,7 @@ def training_set(
     images: int,
     seed: int,
     share: float = 0.5,
-    poison: float = 0.05,
+    poison: float = POISON,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A seeded sample of ``images`` training images with the shortcut and the subgroup
     planted (see the module's docstring): uint8 pixels and the labels to train on."""
@@ -111,17 +121,14 @@ def training_set(
 def tuned_model(
     clean: nn.Module,
     source: ImageSource,
-    images: int = 20_000,
+    images: int = FINETUNE_IMAGES,
     epochs: int = 1,
-    lr: float = 0.02,
+    lr: float = FINETUNE_LR,
     seed: int = 0,
     log: Callable[[str], None] = print,
-    poison: float = 0.05,
+    poison: float = POISON,
 ) -> nn.Module:
-    """The shipped ResNet-20 fine-tuned on ``training_set`` (``finetune_on``). The defaults
-    were chosen on planting seed 0: 5,000 images at lr 0.05 with 10% poison cost 6 points of
-    clean accuracy and taught the model to call unpatched images frog; 20,000 at lr 0.02 with
-    5% cost 2.3 and learnt the patch fully."""
+    """The shipped ResNet-20 fine-tuned on ``training_set`` (``finetune_on``)."""
     pixels, labels = training_set(source, images, seed, poison=poison)
     return finetune_on(clean, pixels, labels, epochs, lr, 64, seed, log)
 

@@ -164,6 +164,8 @@ def _cmd_bench_slices(args: argparse.Namespace) -> int:
 
 
 def register(commands: Commands) -> None:
+    from gradpick.bench.slices import FINETUNE_IMAGES, FINETUNE_LR, POISON
+
     parser = commands.add_parser(
         "bench-slices",
         help="planted problems: do the slices find them, verify them, and correct triage?",
@@ -177,12 +179,12 @@ def register(commands: Commands) -> None:
     parser.add_argument("--data", help="CIFAR-10 (default: $GRADPICK_CIFAR10_DIR or download)")
     parser.add_argument("--work", default="runs/slices", help="weights, folder and stores go here")
     parser.add_argument("--retrain", action="store_true", help="fine-tune and write all again")
-    parser.add_argument("--finetune-images", type=positive_int, default=20_000)
-    parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--finetune-images", type=positive_int, default=FINETUNE_IMAGES)
+    parser.add_argument("--lr", type=float, default=FINETUNE_LR)
     parser.add_argument(
         "--poison",
         type=float,
-        default=0.05,
+        default=POISON,
         help="share of the other classes' training images patched and relabelled frog",
     )
     parser.add_argument("--images", type=positive_int, default=3000, help="planted test images")

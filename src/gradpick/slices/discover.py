@@ -273,9 +273,10 @@ def split_apart(
     errors = labels != predictions
     out = np.asarray(assignment, dtype=np.int64).copy()
     following = int(out.max()) + 1 if len(out) else 0
+    width = int(predictions.max()) + 1 if len(predictions) else 1
     for number in np.unique(assignment):
         members = np.flatnonzero(assignment == number)
-        cells = np.unique(labels[members] * (int(predictions.max()) + 1) + predictions[members])
+        cells = np.unique(labels[members] * width + predictions[members])
         if len(cells) != 1 or not errors[members].all():
             continue
         smallest = max(3, math.ceil(least * len(members)))
