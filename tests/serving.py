@@ -21,7 +21,13 @@ import pytest
 from PIL import Image
 
 from gradpick import data
-from gradpick.bench.pages import QUIET_MS, SETTLED_JS, WATCH_CHANGES_JS
+from gradpick.bench.pages import (  # noqa: F401 (tab_button re-exported for the browser tests)
+    QUIET_MS,
+    SETTLED_JS,
+    TAB_SELECTED_JS,
+    WATCH_CHANGES_JS,
+    tab_button,
+)
 from gradpick.bench.serving import (  # noqa: F401 (re-exported for the browser tests)
     APP_IDLE,
     CHROMIUM_ARGS,

@@ -34,15 +34,18 @@ VALUE_WIDGETS = {
     "toggle",
     "slider",
     "select_slider",
-    "tab_container",
+    "button_group",
     "expander",
 }
 """The element types whose values are settings a closed tab must keep (an expander's, when it
-tracks whether it is open)."""
+tracks whether it is open; a button group's: the outputs views' row of tabs)."""
 
 
 def tab_block(app: AppTest, name: str) -> Any:
-    return next(tab for tab in app.tabs if tab.label == name)
+    """The container of the explorer tab ``name``, shown or hidden."""
+    position = linking.TABS.index(name)
+    wanted = {keys.tab_pane(keys.EXPLORER_TAB, position, shown=shown) for shown in (True, False)}
+    return next(node for node in app.main if getattr(node, "key", None) in wanted)
 
 
 def drawn_tabs(app: AppTest) -> list[str]:

@@ -30,6 +30,7 @@ from tests.serving import (
     ARTIFACTS,
     HOVERED_JS,
     SCATTER_POINTS_JS,
+    TAB_SELECTED_JS,
     VIEWPORT,
     cifar10_images,
     click_point,
@@ -41,6 +42,7 @@ from tests.serving import (
     page_errors,
     pick_by_text,
     real_cifar10_dir,
+    tab_button,
     text_box,
     wait_for_chart,
     wait_for_heatmaps,
@@ -99,9 +101,8 @@ def session(browser: Any, server: str) -> Iterator[Any]:
 def page(session: Any) -> Any:
     """The module's session, back on the Thumbnails view with the mouse off the charts."""
     session.mouse.move(5, 5)
-    thumbnails = session.get_by_role("tab", name="Thumbnails")
-    if thumbnails.get_attribute("aria-selected") != "true":
-        thumbnails.click()
+    if not session.evaluate(TAB_SELECTED_JS, "Thumbnails"):
+        tab_button(session, "Thumbnails").click()
     session.locator(APP_IDLE).wait_for()
     wait_for_chart(session, keys.selector(keys.GRID_CHART))
     return session
@@ -174,7 +175,7 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(fresh_p
     drawn_screenshot(
         fresh_page, "explore", docs=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250}
     )
-    fresh_page.get_by_role("tab", name="Confidence vs loss").click()
+    tab_button(fresh_page, "Confidence vs loss").click()
     chart = keys.selector(keys.SCATTER_CHART)
     wait_for_chart(fresh_page, chart)
 
@@ -348,7 +349,7 @@ def test_a_lasso_in_the_feature_space_view_picks_exactly_the_enclosed_images(
         pytest.skip("needs the real CIFAR-10 copy and the shipped model for the reference")
     # The reference reads the copy the server reads, however this process was started.
     monkeypatch.setenv(data.CIFAR10_DIR_ENV, str(real))
-    fresh_page.get_by_role("tab", name="Feature space").click()
+    tab_button(fresh_page, "Feature space").click()
     chart = keys.selector(keys.EMBEDDING_CHART)
     fresh_page.locator(f"{chart} .js-plotly-plot").wait_for()
     fresh_page.wait_for_timeout(500)
@@ -397,7 +398,7 @@ HOVER_TIP_JS = f"""
 def test_hovering_a_feature_space_point_shows_its_thumbnail(page: Any) -> None:
     """The hovered point's image, cut from the batch's atlas beside the mouse; gone once the
     mouse leaves the points; picking is untouched (a click still picks)."""
-    page.get_by_role("tab", name="Feature space").click()
+    tab_button(page, "Feature space").click()
     chart = keys.selector(keys.EMBEDDING_CHART)
     wait_for_chart(page, chart)  # the chart settled in its column
     script = page.locator(keys.selector(keys.HOVER_SCRIPT))
@@ -598,7 +599,7 @@ RINGS_JS = f"""
 def test_a_click_rings_the_picked_point_over_a_scatter_it_does_not_redraw(page: Any) -> None:
     """The scatter's picks are rings over the chart, like the grid's outlines: each click
     moves the ring to its point and leaves the figure, so plotly draws nothing again."""
-    page.get_by_role("tab", name="Confidence vs loss").click()
+    tab_button(page, "Confidence vs loss").click()
     chart = keys.selector(keys.SCATTER_CHART)
     wait_for_chart(page, chart)
     page.evaluate(COUNT_REDRAWS_JS, chart)

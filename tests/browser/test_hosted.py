@@ -20,6 +20,7 @@ from tests.serving import (
     open_explorer,
     page_errors,
     save_screenshot,
+    tab_button,
     wait_for_heatmaps,
 )
 
@@ -37,7 +38,7 @@ def server(
 
 def test_a_flip_cell_click_shows_both_models_maps(browser: Any, server: str) -> None:
     page: Any = open_explorer(browser, server)
-    page.get_by_role("tab", name="Compare").click()
+    tab_button(page, "Compare").click()
     page.locator(f"{FLIPS} .js-plotly-plot").wait_for()
     cells = page.evaluate(SCATTER_POINTS_JS, FLIPS)["points"]
     assert [cell["index"] for cell in cells] == [0, 1, 2, 3]

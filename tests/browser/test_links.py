@@ -30,6 +30,7 @@ from tests.serving import (
     open_explorer,
     pick_by_text,
     save_screenshot,
+    tab_button,
     wait_for_heatmaps,
     wait_healthy,
 )
@@ -94,7 +95,7 @@ def test_a_link_made_at_a_layer_on_the_compare_tab_reopens_both(
     page.get_by_text("at layer layer2 (").wait_for()
     compare_box = page.locator(keys.selector(keys.COMPARE_WITH))
     _choose(page, compare_box, "tutorial", re.compile(r"^tutorial"))
-    page.get_by_role("tab", name="Compare").click()
+    tab_button(page, "Compare").click()
     page.locator(f"{FLIPS} .js-plotly-plot").wait_for()
     for part in ("layer=layer2", "compare=tutorial", "tab=Compare", "seed=0"):
         page.wait_for_function(URL_HAS, arg=part)
@@ -117,7 +118,7 @@ def test_a_link_made_at_a_layer_on_the_compare_tab_reopens_both(
     clip = {"x": flips["x"] - 8, "y": flips["y"] - 40, "width": flips["width"] + 16}
     clip["height"] = flips["height"] + 48
     save_screenshot(fresh, "flips", docs=True, clip=clip)
-    fresh.get_by_role("tab", name="Explore").click()
+    tab_button(fresh, "Explore").click()
     wait_for_heatmaps(fresh, [2, 7], ordered=True)
     fresh.get_by_text("at layer layer2 (").wait_for()
     layer_box = fresh.locator('[data-testid="stSelectbox"]').filter(has_text="Layer").first

@@ -24,6 +24,7 @@ from gradpick.slices.stored import find_slices
 from tests.serving import (
     APP_IDLE,
     CHROMIUM_ARGS,
+    TAB_SELECTED_JS,
     chromium_executable,
     cifar10_images,
     metric_value,
@@ -94,7 +95,7 @@ def test_the_slices_tab_shows_cards_and_picks_a_slice_into_explore(
         count = int(found.group(1))
         assert count > 0
         button.click()
-        page.get_by_role("tab", name="Explore", selected=True).wait_for()
+        page.wait_for_function(TAB_SELECTED_JS, arg="Explore")
         sync_api.expect(metric_value(page, "Picked k / batch N")).to_have_text(
             re.compile(rf"^{count} / ")
         )

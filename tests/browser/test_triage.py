@@ -24,6 +24,7 @@ from tests.serving import (
     pick_by_text,
     save_screenshot,
     streamlit_server,
+    tab_button,
     wait_for_heatmaps,
 )
 
@@ -47,7 +48,7 @@ def server(cache: Path, cifar_like_factory: Callable[[int], Path]) -> Iterator[s
 
 def open_triage(browser: Any, url: str) -> Any:
     page = open_explorer(browser, url)
-    page.get_by_role("tab", name="Triage").click()
+    tab_button(page, "Triage").click()
     page.get_by_text(HEADING).wait_for()
     return page
 
@@ -88,7 +89,7 @@ def test_verdicts_survive_a_reload(server: str, cache: Path) -> None:
 
         page.reload()
         page.get_by_text("Images N").wait_for()
-        page.get_by_role("tab", name="Triage").click()
+        tab_button(page, "Triage").click()
         page.get_by_text(HEADING).wait_for()
         assert heading(page)[1:] == (total, waiting - 3)
         assert suspect_name(page) not in judged
@@ -126,10 +127,10 @@ def test_a_note_and_a_class_typed_in_triage_survive_a_pick_in_explore(
         label_wrong = page.get_by_role("button", name=f"label wrong → {chosen}")
         label_wrong.wait_for()
 
-        page.get_by_role("tab", name="Explore").click()
+        tab_button(page, "Explore").click()
         pick_by_text(page, [1])
         wait_for_heatmaps(page, [1])
-        page.get_by_role("tab", name="Triage").click()
+        tab_button(page, "Triage").click()
         label_wrong.wait_for()
         assert note.input_value() == "the ears say dog"
         judge(page, f"label wrong → {chosen}")

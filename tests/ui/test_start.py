@@ -125,7 +125,7 @@ def test_the_frame_loads_the_code_of_what_the_grid_sits_under(
         events.append("batch")
         return loaded
 
-    for kind in ("metric", "code"):
+    for kind in ("metric", "code", "segmented_control"):
         monkeypatch.setattr(start.st, kind, recorder(kind))
     monkeypatch.setattr(start.st, "plotly_chart", recording_chart)
     monkeypatch.setattr(page, "_load", recording_load)
@@ -133,16 +133,17 @@ def test_the_frame_loads_the_code_of_what_the_grid_sits_under(
         monkeypatch.setattr(start, "_PAGE_MODULE", "gradpick.ui.not_imported_yet")
     app = AppTest.from_function(_frame_only, default_timeout=120).run()
     assert not app.exception
-    preloaded = ["metric", "code"]
+    preloaded = ["metric", "code", "segmented_control"]
     if imported:
-        assert events[:4] == [*preloaded, "batch", "chart"]
+        assert events[:5] == [*preloaded, "batch", "chart"]
     else:
-        assert events[:4] == [*preloaded, "chart", "batch"]
+        assert events[:5] == [*preloaded, "chart", "batch"]
     assert app.get("plotly_chart"), "the page's own charts are drawn"
     above, sidebar = set[str](), set[str]()
     assert _kinds_above_grid(app.main, above)
     _kinds_above_grid(app.sidebar, sidebar)
-    assert above - sidebar - {"empty"} == set(preloaded)
+    # AppTest calls a segmented control's element a button group
+    assert above - sidebar - {"empty"} == {"metric", "code", "button_group"}
 
 
 def test_containers_keyed_hidden_are_hidden_by_the_page_style() -> None:

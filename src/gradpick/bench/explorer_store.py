@@ -46,6 +46,7 @@ from gradpick.bench.pages import (
     EMBEDDING,
     GRID,
     SCATTER,
+    TAB_SELECTED_JS,
     TABLE,
     THUMBNAILS_JS,
     WATCH_CHANGES_JS,
@@ -72,7 +73,6 @@ __all__ = [
     "MemoryPeak",
     "StoreBenchConfig",
     "StoreReport",
-    "TAB_SELECTED_JS",
     "VIEWS",
     "report_text",
     "run_store_benchmark",
@@ -85,12 +85,6 @@ VIEWS = (
     ("Table", TABLE, CANVAS_JS),
 )
 """The outputs views but the thumbnails (the first page's), with what shows each is drawn."""
-TAB_SELECTED_JS = """
-(name) => Array.from(document.querySelectorAll('[role="tab"]')).some(
-  (tab) => tab.innerText.trim() === name && tab.getAttribute('aria-selected') === 'true')
-"""
-"""True once the explorer tab ``name`` is the selected one (its content is then timed to the
-page settled)."""
 FIRST_PAGE_MS = 3000.0
 TAB_MS = 500.0
 CLICK_MS = 500.0

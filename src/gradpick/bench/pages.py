@@ -44,6 +44,8 @@ __all__ = [
     "PAGE_SIZE",
     "SCATTER",
     "TABLE",
+    "TAB_ROWS",
+    "TAB_SELECTED_JS",
     "THUMBNAILS_JS",
     "browser_work",
     "click_mark",
@@ -57,6 +59,7 @@ __all__ = [
     "number",
     "open_session",
     "run_phase",
+    "tab_button",
     "QUIET_MS",
     "SETTLED_JS",
     "TEXT_JS",
@@ -369,8 +372,22 @@ async def switch_tab(
 ) -> tuple[float, float]:
     """Switch to the tab ``name`` from a settled page; milliseconds until ``script(chart)``
     holds (by default: its ``chart`` is drawn; the first paint) and until the page settled."""
-    tab = page.get_by_role("tab", name=name, exact=True)
-    return await from_settled(page, tab.click, script, chart)
+    return await from_settled(page, tab_button(page, name).click, script, chart)
+
+
+TAB_ROWS = f"{keys.selector(keys.EXPLORER_TAB)}, {keys.selector(keys.OUTPUTS_TAB)}"
+"""The page's two tab rows (``gradpick.ui.tabs``: segmented controls, each a radio group)."""
+TAB_SELECTED_JS = f"""
+(name) => Array.from(document.querySelectorAll(
+  '{", ".join(row + ' [role="radio"][aria-checked="true"]' for row in TAB_ROWS.split(", "))}'))
+  .some((tab) => tab.innerText.trim() === name)
+"""
+"""True once the tab ``name`` is the selected one of its row."""
+
+
+def tab_button(page: Any, name: str) -> Any:
+    """The locator of the tab ``name`` of either tab row, in a sync or an async page."""
+    return page.locator(TAB_ROWS).get_by_role("radio", name=name, exact=True)
 
 
 async def press(page: Any, button: Any, script: str, arg: Any = None) -> tuple[float, float]:

@@ -107,6 +107,7 @@ __all__ = [
     "per_source",
     "selector",
     "setting_key",
+    "tab_pane",
 ]
 
 CLASS_PREFIX = "st-key-"
@@ -240,6 +241,12 @@ RUN_SWEEP = "run_sweep"
 SWEEP = "strategy_sweep"
 SWEEP_K = "sweep_k"
 SWEEP_N = "sweep_n"
+
+
+def tab_pane(row: str, position: int, *, shown: bool) -> str:
+    """The key of the container of tab ``position`` of the tab row ``row``: hidden by the page
+    style unless ``shown`` (``ui.tabs``)."""
+    return f"{'' if shown else HIDDEN_KEY_PREFIX}{row}_pane_{position}"
 
 
 def selector(key: str) -> str:

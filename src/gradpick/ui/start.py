@@ -11,8 +11,9 @@ Streamlit's browser code loads each kind of element's own code (a metric, a code
 only when the first one arrives, and draws a 40 px placeholder meanwhile. On a busy browser that
 code came seconds after the readouts' metrics and the link's code block, which then grew under
 the thumbnails already shown: the grid moved down 74 px, and a click aimed at a thumbnail missed.
-So the frame also holds one hidden metric and code block (``_LAZY_ABOVE_GRID``): their code is
-loaded while the server works, before anything the page draws needs it.
+So the frame also holds one hidden metric, code block and segmented control (the rows of tabs,
+``gradpick.ui.tabs``), each labelled ``_LAZY_ABOVE_GRID``: their code is loaded while the server
+works, before anything the page draws needs it.
 
 The imports, the model and the default batch are ``gradpick.ui.warmup``'s, begun when the server
 started (or here, by a server's first page run): a run that finds them under way sends the frame
@@ -71,9 +72,9 @@ _PAGE_MODULE = "gradpick.ui.page"
 """Imported by a process's first page run (or its launcher), with torch and every panel."""
 
 _LAZY_ABOVE_GRID = "preload"
-"""The label of the hidden metric and code block: the kinds of element above the thumbnail grid
-whose code Streamlit's browser loads only when the first one arrives (the sidebar's widgets load
-theirs before)."""
+"""The label of the hidden metric, code block and segmented control: the kinds of element above
+the thumbnail grid whose code Streamlit's browser loads only when the first one arrives (the
+sidebar's widgets load theirs before)."""
 
 _INVISIBLE_CHART = {
     "data": [{"type": "scatter", "x": [0], "y": [0], "marker": {"opacity": 0}}],
@@ -98,6 +99,9 @@ def run() -> None:
     with hidden:
         st.metric(_LAZY_ABOVE_GRID, "", label_visibility="collapsed")
         st.code(_LAZY_ABOVE_GRID, language=None)
+        st.segmented_control(
+            _LAZY_ABOVE_GRID, [_LAZY_ABOVE_GRID], required=True, label_visibility="collapsed"
+        )
 
     def load_plotly() -> None:
         with hidden:
