@@ -375,11 +375,14 @@ async def switch_tab(
     return await from_settled(page, tab_button(page, name).click, script, chart)
 
 
-TAB_ROWS = f"{keys.selector(keys.EXPLORER_TAB)}, {keys.selector(keys.OUTPUTS_TAB)}"
+_TAB_ROW_KEYS = (keys.EXPLORER_TAB, keys.OUTPUTS_TAB)
 """The page's two tab rows (``gradpick.ui.tabs``: segmented controls, each a radio group)."""
+TAB_ROWS = ", ".join(keys.selector(row) for row in _TAB_ROW_KEYS)
+_SELECTED_TABS = ", ".join(
+    f'{keys.selector(row)} [role="radio"][aria-checked="true"]' for row in _TAB_ROW_KEYS
+)
 TAB_SELECTED_JS = f"""
-(name) => Array.from(document.querySelectorAll(
-  '{", ".join(row + ' [role="radio"][aria-checked="true"]' for row in TAB_ROWS.split(", "))}'))
+(name) => Array.from(document.querySelectorAll('{_SELECTED_TABS}'))
   .some((tab) => tab.innerText.trim() === name)
 """
 """True once the tab ``name`` is the selected one of its row."""

@@ -211,11 +211,15 @@ def cluster(
     k: int = CLUSTERS,
     seed: int = 0,
     merge: float = MERGE,
+    space: np.ndarray | None = None,
 ) -> np.ndarray:
     """The cluster of each row [n]: k-means in the ``clustering_space``, then clusters of
     errors merged (``merged``), cut to their confusion cell (``cut_to_cells``) and a cell of
-    two clearly separate groups split (``split_apart``)."""
-    found = kmeans(clustering_space(table, labels, predictions, classes), k, seed)
+    two clearly separate groups split (``split_apart``). ``space``: the rows'
+    ``clustering_space`` when the caller made it already (``summarise`` takes it too)."""
+    if space is None:
+        space = clustering_space(table, labels, predictions, classes)
+    found = kmeans(space, k, seed)
     cells = cut_to_cells(merged(found, table, labels, predictions, merge), labels, predictions)
     return split_apart(cells, table, labels, predictions)
 

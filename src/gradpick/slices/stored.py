@@ -320,7 +320,9 @@ def find_slices(
     classes = int(logits.shape[1])
     sub_labels, sub_predictions = labels[mapped], predictions[mapped]
     space = clustering_space(described, sub_labels, sub_predictions, classes)
-    assignment = cluster(described, sub_labels, sub_predictions, classes, clusters, seed)
+    assignment = cluster(
+        described, sub_labels, sub_predictions, classes, clusters, seed, space=space
+    )
     slices = summarise(
         assignment,
         described,

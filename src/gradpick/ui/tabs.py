@@ -36,7 +36,7 @@ def tab_row(
     shown = st.segmented_control(
         "Tabs", list(names), key=key, required=True, label_visibility="collapsed"
     )
-    position = list(names).index(shown) if shown is not None and shown in names else 0
+    position = list(names).index(shown or names[0])  # never None: a tab was set above
     state.keep_closed_tabs(session, key, names[position], widgets)
     containers = [
         st.container(key=keys.tab_pane(key, number, shown=number == position))
