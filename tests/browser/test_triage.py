@@ -16,6 +16,7 @@ import pytest
 from gradpick import data
 from gradpick.triage.verdicts import VerdictBook
 from tests.serving import (
+    APP_IDLE,
     CHROMIUM_ARGS,
     chromium_executable,
     cifar10_images,
@@ -65,10 +66,13 @@ def suspect_name(page: Any) -> str:
 
 
 def judge(page: Any, button: str | re.Pattern[str]) -> None:
-    """Click a verdict button and wait for the next suspect."""
+    """Click a verdict button and wait for the next suspect: the new heading, then the end of
+    the run that drew it (the heading comes before the suspect's card, and until the run ends
+    an element of the run before may still be on the page, where ``suspect_name`` reads it)."""
     waiting = heading(page)[2]
     page.get_by_role("button", name=button).click()
     page.get_by_text(f"{waiting - 1} flagged without a verdict").wait_for()
+    page.locator(APP_IDLE).wait_for()
 
 
 def test_verdicts_survive_a_reload(server: str, cache: Path) -> None:
