@@ -60,25 +60,45 @@ ARTIFACTS = REPO / "artifacts"
 SCREENSHOTS = REPO / "assets" / "screenshots"
 UPDATE_SCREENSHOTS = os.environ.get("GRADPICK_UPDATE_SCREENSHOTS") == "1"
 """The docs' screenshots are rewritten only when asked: a test run leaves tracked files alone."""
+TAKE_SCREENSHOTS = UPDATE_SCREENSHOTS or os.environ.get("GRADPICK_SCREENSHOTS") == "1"
+"""Pictures are taken only when asked (``GRADPICK_SCREENSHOTS=1``, or updating the docs'): a
+picture asserts nothing, and enlarging the page, waiting for plotly to redraw it and encoding it
+took each run of the suite about 20 s of its two cores."""
 GENERATED_IMAGES = 200
 """Images per split of the generated stand-in folder when no CIFAR-10 copy is present."""
 
+Clip = Mapping[str, float]
 
-def save_screenshot(page: Any, name: str, docs: bool = False, **options: Any) -> None:
-    """Screenshot the page to ``artifacts/e2e-NAME.png`` (ignored by git), and with
-    ``GRADPICK_UPDATE_SCREENSHOTS=1`` also to the docs' ``assets/screenshots/NAME.png`` when
-    ``docs``; ``options`` go to Playwright's ``page.screenshot`` (``clip``, ``full_page``)."""
+
+def screenshot(
+    page: Any,
+    name: str,
+    docs: bool = False,
+    *,
+    size: Mapping[str, int] | None = None,
+    settle_ms: int = 800,
+    clip: Clip | Callable[[Any], Clip] | None = None,
+    **options: Any,
+) -> None:
+    """When ``TAKE_SCREENSHOTS``: the page at the viewport ``size`` (then back to ``VIEWPORT``),
+    ``settle_ms`` after that for plotly to finish drawing, to ``artifacts/e2e-NAME.png``, and
+    when updating the docs' pictures to ``assets/screenshots/NAME.png`` too where ``docs``.
+    ``clip``: the region, or a function of the page that finds it once resized; ``options`` go
+    to Playwright's ``page.screenshot`` (``full_page``)."""
+    if not TAKE_SCREENSHOTS:
+        return
+    if size is not None:
+        page.set_viewport_size(dict(size))
+    page.wait_for_timeout(settle_ms)
+    if clip is not None:
+        options["clip"] = dict(clip(page) if callable(clip) else clip)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"e2e-{name}.png"), **options)
     if docs and UPDATE_SCREENSHOTS:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **options)
-
-
-def drawn_screenshot(page: Any, name: str, docs: bool = False, **options: Any) -> None:
-    """``save_screenshot`` once plotly has finished drawing the page's charts."""
-    page.wait_for_timeout(800)
-    save_screenshot(page, name, docs, **options)
+    if size is not None:
+        page.set_viewport_size(VIEWPORT)
 
 
 def chromium_executable() -> str:

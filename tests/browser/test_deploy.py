@@ -1,7 +1,7 @@
 """A plain ``streamlit run app.py`` (what Streamlit Community Cloud runs, no launcher): the
-explorer's warm-up begins when the server starts, before any visitor, and the first page run
-finds the model and the default batch ready from it (or waits for them), in that order in the
-server's log; the thumbnail grid stays where it was first drawn while the rest of the page
+explorer's warm-up begins when the server starts, the server serves once the model and the
+default batch are ready, and its first page run finds them so, in that order in the server's
+log; the thumbnail grid stays where it was first drawn while the rest of the page
 comes; the page then shows the batch and answers a pick."""
 
 from __future__ import annotations
@@ -92,8 +92,9 @@ def test_a_plain_streamlit_run_warms_up_at_server_start_before_the_first_page(
     }
     log = ARTIFACTS / f"e2e-plain-server{'-hosted' if hosted else ''}.log"
     with streamlit_server(REPO / "app.py", env, log, launcher=False) as server:
-        # Healthy, and no browser has asked for a page yet: the start-up hook ran already.
-        assert BEGAN in _lines(log)
+        # Healthy, and no browser has asked for a page yet: the start-up hook's page part is done.
+        at_healthy = _lines(log)
+        assert BEGAN in at_healthy and any(line.startswith(READY) for line in at_healthy)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             context = browser.new_context(viewport=VIEWPORT)
@@ -114,4 +115,5 @@ def test_a_plain_streamlit_run_warms_up_at_server_start_before_the_first_page(
         lines = _wait_for_line(log, FIRST_RUN)
     began, ready, first = _index(lines, BEGAN), _index(lines, READY), _index(lines, FIRST_RUN)
     assert began < ready < first
+    assert lines[first] == f"{FIRST_RUN} found the model and batch ready"
     assert not any("began (first page run)" in line or "failed" in line for line in lines)

@@ -31,10 +31,8 @@ from tests.serving import (
     HOVERED_JS,
     SCATTER_POINTS_JS,
     TAB_SELECTED_JS,
-    VIEWPORT,
     cifar10_images,
     click_point,
-    drawn_screenshot,
     explorer_server,
     metric_value,
     open_expander,
@@ -42,6 +40,7 @@ from tests.serving import (
     page_errors,
     pick_by_text,
     real_cifar10_dir,
+    screenshot,
     tab_button,
     text_box,
     wait_for_chart,
@@ -50,6 +49,7 @@ from tests.serving import (
 
 HEATMAPS = keys.selector(keys.HEATMAPS_CONTAINER)
 UPLOADER = f'{keys.selector(keys.UPLOADS)} [data-testid="stFileUploaderDropzoneInput"]'
+TOP_OF_PAGE = {"x": 0, "y": 0, "width": 1500, "height": 1250}
 EMBEDDING_JS = """
 (selector) => {
   const gd = document.querySelector(selector + ' .js-plotly-plot');
@@ -110,14 +110,14 @@ def page(session: Any) -> Any:
 
 def _shot_of_section(page: Any, name: str, first: Any, last: Any) -> None:
     """A screenshot from locator ``first`` down to ``last``, on a viewport tall enough."""
-    page.set_viewport_size({"width": 1500, "height": 3400})
-    page.wait_for_timeout(1500)
-    top = first.bounding_box()["y"] - 12
-    bottom = last.bounding_box()["y"] + last.bounding_box()["height"] + 12
-    drawn_screenshot(
-        page, name, docs=True, clip={"x": 0, "y": top, "width": 1500, "height": bottom - top}
-    )
-    page.set_viewport_size(VIEWPORT)
+
+    def section(_: Any) -> dict[str, float]:
+        top = first.bounding_box()["y"] - 12
+        bottom = last.bounding_box()["y"] + last.bounding_box()["height"] + 12
+        return {"x": 0, "y": top, "width": 1500, "height": bottom - top}
+
+    tall = {"width": 1500, "height": 3400}
+    screenshot(page, name, docs=True, size=tall, settle_ms=2300, clip=section)
 
 
 def _metric(page: Any, label: str) -> str:
@@ -172,9 +172,7 @@ def _isolated_point(layout: dict[str, Any], distance: float = 12.0) -> dict[str,
 
 
 def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(fresh_page: Any) -> None:
-    drawn_screenshot(
-        fresh_page, "explore", docs=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250}
-    )
+    screenshot(fresh_page, "explore", docs=True, clip=TOP_OF_PAGE)
     tab_button(fresh_page, "Confidence vs loss").click()
     chart = keys.selector(keys.SCATTER_CHART)
     wait_for_chart(fresh_page, chart)
@@ -210,7 +208,7 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(fresh_p
     assert _metric(fresh_page, "Gradient step").endswith("ms")
     assert "MB" in _metric(fresh_page, "Peak memory")
     open_expander(fresh_page, keys.DOWNLOADS_OPEN)
-    drawn_screenshot(fresh_page, "scatter-selection", docs=True)
+    screenshot(fresh_page, "scatter-selection", docs=True)
     _shot_of_section(
         fresh_page,
         "gradients",
@@ -278,7 +276,7 @@ def test_dark_theme_is_readable(browser: Any, server: str) -> None:
     pick_by_text(page, [3, 7, 11])
     wait_for_heatmaps(page, [3, 7, 11])
     background = page.evaluate("getComputedStyle(document.querySelector('.stApp')).backgroundColor")
-    drawn_screenshot(page, "dark", docs=True)
+    screenshot(page, "dark", docs=True)
     page.context.close()
     red, green, blue = (int(v) for v in background[background.index("(") + 1 : -1].split(","))
     assert red + green + blue < 200, f"the page did not follow the dark preference: {background}"
@@ -380,9 +378,7 @@ def test_a_lasso_in_the_feature_space_view_picks_exactly_the_enclosed_images(
     fresh_page.mouse.up()
     wait_for_heatmaps(fresh_page, enclosed, ordered=True)
     assert text_box(fresh_page).input_value() == selection.format_indices(enclosed)
-    drawn_screenshot(
-        fresh_page, "embedding", docs=True, clip={"x": 0, "y": 0, "width": 1500, "height": 1250}
-    )
+    screenshot(fresh_page, "embedding", docs=True, clip=TOP_OF_PAGE)
 
 
 HOVER_TIP_JS = f"""
@@ -431,9 +427,7 @@ def test_hovering_a_feature_space_point_shows_its_thumbnail(page: Any) -> None:
     assert shown["size"] in (f"{columns * side}px auto", f"{columns * side}px")
     atlas = shown["image"].removeprefix('url("').removesuffix('")')
     assert page.evaluate(FETCHED_JS, atlas) == [200, "image/jpeg"]
-    drawn_screenshot(
-        page, "hover", docs=True, clip={"x": 360, "y": 560, "width": 700, "height": 560}
-    )
+    screenshot(page, "hover", docs=True, clip={"x": 360, "y": 560, "width": 700, "height": 560})
     page.mouse.move(5, 5)
     page.wait_for_function(f"({HOVER_TIP_JS})() === null")
     page.mouse.click(point["x"], point["y"])

@@ -19,7 +19,7 @@ from tests.serving import (
     explorer_server,
     open_explorer,
     page_errors,
-    save_screenshot,
+    screenshot,
     tab_button,
     wait_for_heatmaps,
 )
@@ -49,9 +49,7 @@ def test_a_flip_cell_click_shows_both_models_maps(browser: Any, server: str) -> 
     captions.first.wait_for()
     page.wait_for_function("() => document.body.innerText.includes('second: ')")
     assert page_errors(page).count() == 0
-    page.set_viewport_size({"width": 1400, "height": 1900})
-    page.wait_for_timeout(1500)  # plotly redraws at the new size
-    save_screenshot(page, "compare", docs=True)
+    screenshot(page, "compare", docs=True, size={"width": 1400, "height": 1900}, settle_ms=1500)
     page.context.close()
 
 

@@ -29,7 +29,7 @@ from tests.serving import (
     free_port,
     open_explorer,
     pick_by_text,
-    save_screenshot,
+    screenshot,
     tab_button,
     wait_for_heatmaps,
     wait_healthy,
@@ -45,6 +45,14 @@ BOX_CHOSEN_JS = f"""
 """
 """Whether the select box under ``selector`` shows anything yet."""
 FLIPS = keys.selector(keys.COMPARE_FLIPS)
+LINKS_CLIP = {"x": 0, "y": 0, "width": 1500, "height": 900}
+
+
+def _flips(page: Any) -> dict[str, float]:
+    """The flips chart's region with its title, for its screenshot."""
+    flips = page.locator(FLIPS).bounding_box()
+    clip = {"x": flips["x"] - 8, "y": flips["y"] - 40, "width": flips["width"] + 16}
+    return {**clip, "height": flips["height"] + 48}
 
 
 def _choose(page: Any, box: Any, typed: str, option: re.Pattern[str]) -> None:
@@ -75,7 +83,7 @@ def test_a_link_reopens_the_same_picks_and_maps_in_a_fresh_browser(
     link = page.url
     code = page.locator('[data-testid="stCode"]').filter(has_text="picks=")
     assert "picks=2%2C7" in code.first.inner_text()
-    save_screenshot(page, "links", docs=True, clip={"x": 0, "y": 0, "width": 1500, "height": 900})
+    screenshot(page, "links", docs=True, settle_ms=0, clip=LINKS_CLIP)
 
     fresh = open_explorer(browser, link)  # a new context: no cookies, no session
     wait_for_heatmaps(fresh, [2, 7], ordered=True)
@@ -112,12 +120,9 @@ def test_a_link_made_at_a_layer_on_the_compare_tab_reopens_both(
         fresh.wait_for_function(BOX_CHOSEN_JS, arg=compare_box, timeout=15_000)
     shown = fresh.locator(compare_box).evaluate(BOX_TEXT_JS)
     assert "tutorial" in shown, shown
-    fresh.set_viewport_size({"width": 1400, "height": 1100})
-    fresh.wait_for_timeout(1500)  # plotly redraws at the new size
-    flips = fresh.locator(FLIPS).bounding_box()
-    clip = {"x": flips["x"] - 8, "y": flips["y"] - 40, "width": flips["width"] + 16}
-    clip["height"] = flips["height"] + 48
-    save_screenshot(fresh, "flips", docs=True, clip=clip)
+    screenshot(
+        fresh, "flips", docs=True, size={"width": 1400, "height": 1100}, settle_ms=1500, clip=_flips
+    )
     tab_button(fresh, "Explore").click()
     wait_for_heatmaps(fresh, [2, 7], ordered=True)
     fresh.get_by_text("at layer layer2 (").wait_for()

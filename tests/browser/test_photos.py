@@ -17,8 +17,6 @@ from gradpick.ui import heatmaps, keys
 from tests.serving import (
     APP_IDLE,
     BOX_TEXT_JS,
-    VIEWPORT,
-    drawn_screenshot,
     explorer_server,
     maps_of_the_first_four,
     metric_value,
@@ -27,7 +25,7 @@ from tests.serving import (
     page_errors,
     photo_folder,
     pick_by_text,
-    save_screenshot,
+    screenshot,
     wait_for_heatmaps,
 )
 
@@ -84,7 +82,7 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
     page = open_explorer(browser, server)
     open_local_folder(page, photos, 4)
     _expect_photo_heatmaps(page, 2)
-    drawn_screenshot(page, "photos")
+    screenshot(page, "photos")
 
     page.get_by_text("Uploaded images", exact=True).click()
     uploader = page.locator(UPLOADER)
@@ -94,7 +92,7 @@ def test_real_photos_through_a_torchvision_model_at_224_pixels(
     page.locator(APP_IDLE).wait_for()
     _expect_photo_heatmaps(page, 0)
     assert page.get_by_text("their labels are ignored").count() == 0  # uploads have none
-    drawn_screenshot(page, "photos-upload")
+    screenshot(page, "photos-upload")
     page.context.close()
 
 
@@ -113,11 +111,11 @@ def test_gradcam_overlays_of_photos_through_resnet18_at_224(
     assert page.evaluate(STRIP_SIZES_JS) == [strip] * 4
     assert page_errors(page).count() == 0
 
-    page.set_viewport_size({"width": 1500, "height": 2400})
-    page.wait_for_timeout(1500)  # let the enlarged page settle before the picture
-    top = layer_box.first.bounding_box()["y"] - 12
-    shown = page.locator(HEATMAPS).bounding_box()
-    clip = {"x": 0, "y": top, "width": 1500, "height": shown["y"] + shown["height"] + 12 - top}
-    save_screenshot(page, "gradcam", docs=True, clip=clip)
-    page.set_viewport_size(VIEWPORT)
+    def layer_box_to_maps(page: Any) -> dict[str, float]:
+        top = layer_box.first.bounding_box()["y"] - 12
+        shown = page.locator(HEATMAPS).bounding_box()
+        return {"x": 0, "y": top, "width": 1500, "height": shown["y"] + shown["height"] + 12 - top}
+
+    enlarged = {"width": 1500, "height": 2400}
+    screenshot(page, "gradcam", docs=True, size=enlarged, settle_ms=1500, clip=layer_box_to_maps)
     page.context.close()

@@ -30,7 +30,7 @@ from tests.serving import (
     metric_value,
     open_explorer,
     page_errors,
-    save_screenshot,
+    screenshot,
     streamlit_server,
 )
 
@@ -85,9 +85,7 @@ def test_the_slices_tab_shows_cards_and_picks_a_slice_into_explore(
         mean_maps.nth(cards.count() - 1).wait_for()  # a picture's caption comes with its image
         assert mean_maps.count() == cards.count()
         assert page_errors(page).count() == 0
-        page.set_viewport_size({"width": 1400, "height": 1400})
-        page.wait_for_timeout(800)  # let the pictures finish drawing
-        save_screenshot(page, "slices", full_page=True)
+        screenshot(page, "slices", size={"width": 1400, "height": 1400}, full_page=True)
 
         button = page.get_by_role("button", name=PICK).first
         found = PICK.match(button.inner_text().strip())

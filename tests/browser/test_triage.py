@@ -23,7 +23,7 @@ from tests.serving import (
     open_explorer,
     page_errors,
     pick_by_text,
-    save_screenshot,
+    screenshot,
     streamlit_server,
     tab_button,
     wait_for_heatmaps,
@@ -103,9 +103,7 @@ def test_verdicts_survive_a_reload(server: str, cache: Path) -> None:
         history = VerdictBook(books[0]).history()
         assert [v.name for v in history] == judged
         assert [v.verdict for v in history] == ["fine", "model_wrong", "label_wrong"]
-        page.set_viewport_size({"width": 1400, "height": 1500})
-        page.wait_for_timeout(800)  # let the images and the table finish drawing
-        save_screenshot(page, "triage", docs=True, full_page=True)
+        screenshot(page, "triage", docs=True, size={"width": 1400, "height": 1500}, full_page=True)
         browser.close()
 
 

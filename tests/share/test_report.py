@@ -36,7 +36,7 @@ from gradpick.outputs.stores import infer_to_store
 from gradpick.share import export, report
 from gradpick.share.record import read_record
 from gradpick.trust import CheckOptions, report_dict, run_checks
-from tests.serving import save_screenshot
+from tests.serving import screenshot
 
 __all__: list[str] = []
 
@@ -353,7 +353,7 @@ def test_chromium_opens_the_report_offline(
         drawn = page.evaluate(
             "() => [...document.images].map(i => i.complete && i.naturalWidth > 0)"
         )
-        save_screenshot(page, "report", docs=True, full_page=True)
+        screenshot(page, "report", docs=True, settle_ms=0, full_page=True)
         page.emulate_media(media="print")
         printed = page.evaluate("() => getComputedStyle(document.querySelector('details')).display")
         browser.close()

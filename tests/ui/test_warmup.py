@@ -1,8 +1,9 @@
 """The explorer's start-up work (``gradpick.ui.warmup``): ``app.py`` is an ``st.App`` that
-``streamlit run`` serves with the warm-up as its start-up hook; the hook returns before the work
-is done; the work runs once per process; a page run waits for the model and the default batch
-and for nothing after them; a failed warm-up lets the page do the work; and a page run on a
-process without the hook (AppTest here) starts it and finds the batch ready."""
+``streamlit run`` serves with the warm-up as its start-up hook; the hook returns once the first
+page's part of the work is done, not before, and the rest goes on; the work runs once per
+process; a page run waits for the model and the default batch and for nothing after them; a
+failed warm-up lets the page do the work; and a page run on a process without the hook
+(AppTest here) starts it and finds the batch ready."""
 
 from __future__ import annotations
 
@@ -69,28 +70,43 @@ def test_streamlit_run_serves_app_py_as_an_st_app_with_the_warm_up_as_its_lifesp
     assert module.app.script_path == APP
 
 
-def test_the_lifespan_returns_while_the_work_goes_on_in_the_background(
+def test_the_lifespan_serves_once_the_page_s_part_is_done_and_the_rest_goes_on(
     fresh: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gate = Gate()
     monkeypatch.setattr(warmup, "warm", gate)
     monkeypatch.setattr("sys.argv", ["app.py", "--model", "tutorial"])
     entered: list[warmup.Warmup | None] = []
+    ticks: list[int] = []
+
+    async def tick() -> None:  # the event loop stays free while the hook waits
+        while not entered:
+            ticks.append(len(ticks))
+            await asyncio.sleep(0.01)
 
     async def serve() -> None:
+        ticking = asyncio.create_task(tick())
         async with warmup.lifespan(object()):
             entered.append(warmup.current())  # the server serves from here on
+        await ticking
 
-    asyncio.run(serve())
+    async def release_the_page_part() -> None:
+        while warmup.current() is None or len(ticks) < 5:
+            await asyncio.sleep(0.01)
+        assert not entered  # the hook still waits for the model and the batch
+        gate.page.set()
+
+    async def both() -> None:
+        await asyncio.gather(serve(), release_the_page_part())
+
+    asyncio.run(both())
     begun = entered[0]
-    assert begun is not None and begun.origin == "server start"
-    assert not begun.page_ready.is_set()  # the hook did not wait for the work
-    gate.page.set()
-    assert begun.page_ready.wait(60)
+    assert begun is not None and begun.origin == warmup.SERVER_START
+    assert begun.page_ready.is_set() and not begun.done.is_set()  # the profiler's part goes on
     gate.rest.set()
     assert begun.done.wait(60)
     assert gate.calls == [["--model", "tutorial"]]
-    assert gate.threads == [1]  # beside a server that serves: one thread for the batch
+    assert gate.threads == [None]  # before the server serves: the process's threads
     assert begun.problem is None
 
 
@@ -103,7 +119,7 @@ def test_the_work_runs_once_per_process_whoever_asks(
     gate.rest.set()
     first = warmup.start([], origin=warmup.LAUNCHER, background=False)
     assert first.done.is_set() and first.page_ms == 1.0
-    again = warmup.start(["--model", "x"], origin="server start")
+    again = warmup.start(["--model", "x"], origin=warmup.SERVER_START)
     assert again is first and again.origin == warmup.LAUNCHER
     assert gate.calls == [[]]
     assert gate.threads == [None]  # before serving: the process's threads
@@ -115,7 +131,7 @@ def test_a_page_waits_for_the_model_and_batch_and_not_for_the_profiler(
     gate = Gate()
     monkeypatch.setattr(warmup, "warm", gate)
     assert warmup.wait_for_page() == 0.0  # nothing started: nothing to wait for
-    begun = warmup.start([], origin="server start")
+    begun = warmup.start([], origin=warmup.SERVER_START)
     waiting = threading.Thread(target=warmup.wait_for_page)
     waiting.start()
     waiting.join(0.2)
@@ -140,7 +156,7 @@ def test_a_failed_warm_up_lets_the_page_do_the_work(
         raise OSError("disk gone")
 
     monkeypatch.setattr(warmup, "warm", broken)
-    begun = warmup.start([], origin="server start")
+    begun = warmup.start([], origin=warmup.SERVER_START)
     assert begun.done.wait(60)
     assert begun.page_ready.is_set()
     assert begun.problem == "OSError: disk gone"

@@ -1,8 +1,8 @@
 """``python -m gradpick.ui.launch app.py [streamlit options] [-- app options]``: ``make run``'s
 server, with its start-up work done before it serves a page.
 
-The work is ``gradpick.ui.warmup``'s, the same that a plain ``streamlit run app.py`` starts in
-the background at server start: here it runs first, in the server's own process, and then the
+The work is ``gradpick.ui.warmup``'s, the same that a plain ``streamlit run app.py`` starts at
+server start: here it runs first, in the server's own process, profiler included, and then the
 same arguments go to Streamlit's ``run`` command in that process, whose start-up hook finds the
 work done. The server answers its health check only once this is done, so nothing that waits
 for a healthy server waits longer.

@@ -108,7 +108,7 @@ def run() -> None:
             st.plotly_chart(_INVISIBLE_CHART, config={"staticPlot": True, "displayModeBar": False})
 
     # The server's start-up hook began the warm-up; a server without one gets it here.
-    begun = warmup.start(sys.argv[1:], origin="first page run")
+    begun = warmup.start(sys.argv[1:], origin=warmup.FIRST_PAGE_RUN)
     imported = begun.page_ready.is_set() and _PAGE_MODULE in sys.modules
     if not imported:
         warmup.import_charts()  # never beside the warm-up's own import of them

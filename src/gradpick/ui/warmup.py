@@ -5,9 +5,11 @@ the default batch read and inferred: 3-5 s on two busy cores. Whoever serves the
 that here, once per server process, through one code path:
 
 * ``streamlit run app.py`` (what Streamlit Community Cloud runs): ``app.py`` defines an
-  ``st.App`` whose ``lifespan`` starts ``warm`` in a background thread when the server starts,
-  so the server answers its health check at once and the work overlaps the visitor's browser
-  loading Streamlit's page;
+  ``st.App`` whose ``lifespan`` starts ``warm`` in a background thread when the server starts
+  and returns once the first page's needs are met, so the server serves (and answers its
+  health check) only then, and its first visitor waits for none of that work: beside a
+  visitor's browser loading Streamlit's page on the same cores, the same work had kept the
+  first page 1.7-2.0 s later than the launcher's;
 * ``make run`` (``gradpick.ui.launch``): ``warm`` in the launcher's thread before it serves;
 * a server that never ran the hook (a Streamlit without ``st.App``, ``AppTest``): the first
   page run starts it in the background (``start``).
@@ -16,13 +18,14 @@ A page run waits only for what it shows first (``wait_for_page``: the imports, t
 the default batch); the CPU profiler, which only a click's memory readout needs, warms after,
 and a click meanwhile does not wait for it (``measure.profiler_warming``: the page measures
 memory from a later click). A hosted server leaves the profiler cold: its page measures no
-memory unless a visitor turns it on. Beside a server that serves already, the default batch is
-inferred on one thread (``warm``'s ``threads``).
+memory unless a visitor turns it on. Beside a server that serves already (a first page run's
+warm-up), the default batch is inferred on one thread (``warm``'s ``threads``).
 Each stage prints one line (``gradpick: warm-up: ...``) to the server's log.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -42,8 +45,10 @@ if TYPE_CHECKING:  # torch and the panels are imported in ``warm``, timed
     from gradpick.ui.service import ModelOption
 
 __all__ = [
+    "FIRST_PAGE_RUN",
     "LAUNCHER",
     "LOG_PREFIX",
+    "SERVER_START",
     "Warmup",
     "current",
     "import_charts",
@@ -55,6 +60,11 @@ __all__ = [
 
 LAUNCHER = "launcher"
 """The origin of a warm-up that runs before the server serves (``gradpick.ui.launch``)."""
+SERVER_START = "server start"
+"""The origin of a warm-up that the st.App's start-up hook began (``lifespan``): the server
+serves once its page's part is done."""
+FIRST_PAGE_RUN = "first page run"
+"""The origin of a warm-up that a page run began (a server without the hook): it serves."""
 LOG_PREFIX = "gradpick: warm-up:"
 """Every line this module prints to the server's log starts with it."""
 
@@ -71,7 +81,7 @@ class Warmup:
     """One process's warm-up: where it was started from and how far it got."""
 
     origin: str
-    """"server start" (the st.App lifespan), ``LAUNCHER`` or "first page run"."""
+    """``SERVER_START``, ``LAUNCHER`` or ``FIRST_PAGE_RUN``."""
     page_ready: threading.Event = field(default_factory=threading.Event)
     """Set once the first page's needs are met (or the work failed: the page then does it)."""
     done: threading.Event = field(default_factory=threading.Event)
@@ -156,8 +166,11 @@ def wait_for_page(timeout: float | None = None) -> float:
 async def lifespan(app: object) -> AsyncIterator[None]:
     """``st.App``'s lifespan hook: starts the warm-up in the background when the server starts
     (the app's own arguments are the script's ``sys.argv``, which ``streamlit run`` set) and
-    yields at once, so the server serves its health check while the work goes on."""
-    start(sys.argv[1:], origin="server start")
+    yields once the first page's needs are met (or the work failed, which the page then does
+    and explains), so the server serves from then on; the profiler's part goes on beside it.
+    The wait runs in a worker thread: the event loop stays free meanwhile."""
+    warmup = start(sys.argv[1:], origin=SERVER_START)
+    await asyncio.to_thread(warmup.page_ready.wait)
     yield
 
 
@@ -166,7 +179,7 @@ def _run(warmup: Warmup, app_args: list[str]) -> None:
     try:
         # Beside a server that serves already, the visitor's browser and the server's own
         # event loop need cores too: the default batch is inferred on one thread.
-        threads = None if warmup.origin == LAUNCHER else 1
+        threads = 1 if warmup.origin == FIRST_PAGE_RUN else None
         warmup.page_ms = warm(app_args, warmup.page_ready, threads)
         warmup.total_ms = (time.perf_counter() - started) * 1000
         _say(f"done in {warmup.total_ms:,.0f} ms (the profiler included)")
