@@ -82,8 +82,12 @@ def test_a_link_reopens_the_same_picks_and_maps_in_a_fresh_browser(
     page.wait_for_function(URL_HAS, arg="picks=2,7")
     link = page.url
     code = page.locator('[data-testid="stCode"]').filter(has_text="picks=")
+    assert code.count() == 0  # drawn only once its popover is opened
+    page.get_by_role("button", name="Link to this view").click()
     assert "picks=2%2C7" in code.first.inner_text()
-    screenshot(page, "links", docs=True, settle_ms=0, clip=LINKS_CLIP)
+    assert code.first.inner_text().strip() == link.replace(",", "%2C")
+    screenshot(page, "links", docs=True, clip=LINKS_CLIP)
+    page.keyboard.press("Escape")
 
     fresh = open_explorer(browser, link)  # a new context: no cookies, no session
     wait_for_heatmaps(fresh, [2, 7], ordered=True)

@@ -80,11 +80,15 @@ MARKDOWN_KINDS = {"markdown", "title", "header", "subheader", "caption"}
 
 def _kinds_above_grid(node: Any, kinds: set[str]) -> bool:
     """Collect into ``kinds`` the kinds of element drawn above the thumbnail grid (the page's
-    first plotly chart), leaving out what a collapsed expander holds; True once at the grid."""
+    first plotly chart), leaving out what a collapsed expander or a popover holds; True once at
+    the grid."""
     kind = getattr(node, "type", None)
     if kind == "plotly_chart":
         return True
     if kind == "expander" and not node.proto.expanded:
+        return False
+    if kind == "popover":  # the browser draws its content only once it is opened
+        kinds.add(kind)
         return False
     children = getattr(node, "children", None)
     if children is None:
@@ -98,7 +102,7 @@ def test_the_frame_loads_the_code_of_what_the_grid_sits_under(
     generated: Path, monkeypatch: pytest.MonkeyPatch, imported: bool
 ) -> None:
     """The browser loads an element kind's code when the first one arrives, and draws a
-    placeholder until then: a metric or code block above the thumbnails, drawn late, moved the
+    placeholder until then: a metric or popover above the thumbnails, drawn late, moved the
     grid down under a visitor's pointer. So every kind above the grid that the sidebar does not
     load first is in the hidden frame, sent before the page waits for its batch. And a
     process's first page sends the preload chart before it imports (the browser loads plotly
@@ -125,7 +129,7 @@ def test_the_frame_loads_the_code_of_what_the_grid_sits_under(
         events.append("batch")
         return loaded
 
-    for kind in ("metric", "code", "segmented_control"):
+    for kind in ("metric", "popover", "segmented_control"):
         monkeypatch.setattr(start.st, kind, recorder(kind))
     monkeypatch.setattr(start.st, "plotly_chart", recording_chart)
     monkeypatch.setattr(page, "_load", recording_load)
@@ -133,7 +137,7 @@ def test_the_frame_loads_the_code_of_what_the_grid_sits_under(
         monkeypatch.setattr(start, "_PAGE_MODULE", "gradpick.ui.not_imported_yet")
     app = AppTest.from_function(_frame_only, default_timeout=120).run()
     assert not app.exception
-    preloaded = ["metric", "code", "segmented_control"]
+    preloaded = ["metric", "popover", "segmented_control"]
     if imported:
         assert events[:5] == [*preloaded, "batch", "chart"]
     else:
@@ -143,7 +147,7 @@ def test_the_frame_loads_the_code_of_what_the_grid_sits_under(
     assert _kinds_above_grid(app.main, above)
     _kinds_above_grid(app.sidebar, sidebar)
     # AppTest calls a segmented control's element a button group
-    assert above - sidebar - {"empty"} == {"metric", "code", "button_group"}
+    assert above - sidebar - {"empty"} == {"metric", "popover", "button_group"}
 
 
 def test_containers_keyed_hidden_are_hidden_by_the_page_style() -> None:

@@ -317,9 +317,14 @@ def follow(loaded: Loaded, settings: Settings) -> dict[str, str]:
 
 
 def show_link(params: Mapping[str, str], label: str = "Link to this view") -> None:
-    """The full link, in a code box whose copy button puts it on the clipboard."""
-    st.caption(label + (" (uploaded images cannot be linked)." if "src" not in params else ""))
-    st.code(link_url(params), language=None, wrap_lines=True)
+    """A button that opens the full link, in a code box whose copy button puts it on the
+    clipboard. The browser draws a popover's content only once it is opened: a code box on the
+    page itself cost a first page 0.6-1.1 s of the browser's main thread on two cores (its
+    highlighter's code and font), and every new session the same."""
+    with st.popover(label, icon=":material/link:"):
+        if "src" not in params:
+            st.caption("Uploaded images cannot be linked.")
+        st.code(link_url(params), language=None, wrap_lines=True)
 
 
 def link_url(params: Mapping[str, str]) -> str:

@@ -7,13 +7,14 @@ arrives. ``run`` sends the page's frame and an invisible empty chart first, so t
 plotly while the server imports, and clears that chart when the run ends. This module imports
 only streamlit: everything heavier is imported inside ``run``, after the frame is sent.
 
-Streamlit's browser code loads each kind of element's own code (a metric, a code block, a chart)
+Streamlit's browser code loads each kind of element's own code (a metric, a popover, a chart)
 only when the first one arrives, and draws a 40 px placeholder meanwhile. On a busy browser that
 code came seconds after the readouts' metrics and the link's code block, which then grew under
 the thumbnails already shown: the grid moved down 74 px, and a click aimed at a thumbnail missed.
-So the frame also holds one hidden metric, code block and segmented control (the rows of tabs,
-``gradpick.ui.tabs``), each labelled ``_LAZY_ABOVE_GRID``: their code is loaded while the server
-works, before anything the page draws needs it.
+So the frame also holds one hidden metric, popover and segmented control (the link's button,
+``gradpick.ui.linking.show_link``; the rows of tabs, ``gradpick.ui.tabs``), each labelled
+``_LAZY_ABOVE_GRID``: their code is loaded while the server works, before anything the page
+draws needs it. (The link's code box is drawn only in its opened popover.)
 
 The imports, the model and the default batch are ``gradpick.ui.warmup``'s, begun when the server
 started (or here, by a server's first page run): a run that finds them under way sends the frame
@@ -72,7 +73,7 @@ _PAGE_MODULE = "gradpick.ui.page"
 """Imported by a process's first page run (or its launcher), with torch and every panel."""
 
 _LAZY_ABOVE_GRID = "preload"
-"""The label of the hidden metric, code block and segmented control: the kinds of element above
+"""The label of the hidden metric, popover and segmented control: the kinds of element above
 the thumbnail grid whose code Streamlit's browser loads only when the first one arrives (the
 sidebar's widgets load theirs before)."""
 
@@ -98,7 +99,7 @@ def run() -> None:
     hidden = preload.container(key=PRELOAD_CONTAINER)
     with hidden:
         st.metric(_LAZY_ABOVE_GRID, "", label_visibility="collapsed")
-        st.code(_LAZY_ABOVE_GRID, language=None)
+        st.popover(_LAZY_ABOVE_GRID)
         st.segmented_control(
             _LAZY_ABOVE_GRID, [_LAZY_ABOVE_GRID], required=True, label_visibility="collapsed"
         )
