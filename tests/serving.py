@@ -93,10 +93,11 @@ def screenshot(
     if clip is not None:
         options["clip"] = dict(clip(page) if callable(clip) else clip)
     ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"e2e-{name}.png"), **options)
-    if docs and UPDATE_SCREENSHOTS:
+    taken = ARTIFACTS / f"e2e-{name}.png"
+    page.screenshot(path=str(taken), **options)
+    if docs and UPDATE_SCREENSHOTS:  # the same picture, not a second rendering of the page
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **options)
+        shutil.copyfile(taken, SCREENSHOTS / f"{name}.png")
     if size is not None:
         page.set_viewport_size(VIEWPORT)
 

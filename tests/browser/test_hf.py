@@ -13,19 +13,24 @@ import pytest
 
 from gradpick.ui import keys
 from tests.serving import (
-    ARTIFACTS,
-    VIEWPORT,
     explorer_server,
     maps_of_the_first_four,
     open_explorer,
     open_local_folder,
     page_errors,
     photo_folder,
+    screenshot,
 )
 
 transformers = pytest.importorskip("transformers")
 
 HEATMAPS = keys.selector(keys.HEATMAPS_CONTAINER)
+
+
+def _maps(page: Any) -> dict[str, float]:
+    """The maps with their caption above, for the screenshot."""
+    shown = page.locator(HEATMAPS).bounding_box()
+    return {"x": 0, "y": max(0, shown["y"] - 80), "width": 1500, "height": shown["height"] + 92}
 
 
 def test_gradcam_of_a_hugging_face_vit_in_the_explorer(
@@ -61,11 +66,6 @@ def test_gradcam_of_a_hugging_face_vit_in_the_explorer(
             "Grad-CAM at layer model.vit.layers.1.layernorm_before (14 × 14"
         ).wait_for()
         assert page_errors(page).count() == 0
-        page.set_viewport_size({"width": 1500, "height": 2400})
-        page.wait_for_timeout(1500)
-        shown = page.locator(HEATMAPS).bounding_box()
-        clip = {"x": 0, "y": max(0, shown["y"] - 80), "width": 1500, "height": shown["height"] + 92}
-        ARTIFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "e2e-hf-gradcam.png"), clip=clip)
-        page.set_viewport_size(VIEWPORT)
+        enlarged = {"width": 1500, "height": 2400}
+        screenshot(page, "hf-gradcam", size=enlarged, settle_ms=1500, clip=_maps)
         page.context.close()
