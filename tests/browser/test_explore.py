@@ -28,7 +28,6 @@ from gradpick.ui.panels import explore as gradients_panel
 from tests.serving import (
     APP_IDLE,
     ARTIFACTS,
-    HOVERED_JS,
     SCATTER_POINTS_JS,
     TAB_SELECTED_JS,
     cifar10_images,
@@ -178,7 +177,7 @@ def test_click_and_box_select_in_the_scatter_show_exactly_those_heatmaps(fresh_p
     wait_for_chart(fresh_page, chart)
 
     clicked = _isolated_point(fresh_page.evaluate(SCATTER_POINTS_JS, chart))
-    fresh_page.mouse.click(clicked["x"], clicked["y"])
+    click_point(fresh_page, clicked)
     wait_for_heatmaps(fresh_page, [clicked["index"]])
     assert _metric(fresh_page, "Picked k / batch N").startswith("1 / ")
     first_update_ms = _metric(fresh_page, "Server time for this update")
@@ -430,7 +429,7 @@ def test_hovering_a_feature_space_point_shows_its_thumbnail(page: Any) -> None:
     screenshot(page, "hover", docs=True, clip={"x": 360, "y": 560, "width": 700, "height": 560})
     page.mouse.move(5, 5)
     page.wait_for_function(f"({HOVER_TIP_JS})() === null")
-    page.mouse.click(point["x"], point["y"])
+    click_point(page, point)
     wait_for_heatmaps(page, [point["index"]])
 
 
@@ -479,11 +478,7 @@ def test_click_to_heatmap_times_are_recorded(page: Any) -> None:
     for index in (5, 17, 42, 63, 88):
         wait_for_chart(page, grid)
         points = page.evaluate(SCATTER_POINTS_JS, grid)["points"]
-        point = next(p for p in points if p["index"] == index)
-        page.mouse.move(point["x"], point["y"])
-        page.wait_for_function(HOVERED_JS, arg=index)
-        clicked = time.monotonic()
-        page.mouse.click(point["x"], point["y"])
+        clicked = click_point(page, next(p for p in points if p["index"] == index))
         shown = wait_for_heatmaps(page, [index], polling=10)
         timings.append(
             {

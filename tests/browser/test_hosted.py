@@ -16,6 +16,7 @@ from tests.serving import (
     SCATTER_POINTS_JS,
     URL_HAS,
     cifar10_images,
+    click_point,
     explorer_server,
     open_explorer,
     page_errors,
@@ -44,7 +45,7 @@ def test_a_flip_cell_click_shows_both_models_maps(browser: Any, server: str) -> 
     assert [cell["index"] for cell in cells] == [0, 1, 2, 3]
     # only the second model right: the images the retrained model gained
     gained = cells[2]
-    page.mouse.click(gained["x"], gained["y"])
+    click_point(page, {"x": gained["x"], "y": gained["y"], "cell": [gained["index"]]})
     captions = page.get_by_text("Spearman", exact=False)
     captions.first.wait_for()
     page.wait_for_function("() => document.body.innerText.includes('second: ')")

@@ -283,12 +283,24 @@ def hovered_mark(point: Mapping[str, Any]) -> Any:
     return point.get("index", point.get("cell"))
 
 
-def click_point(page: Any, point: Mapping[str, Any]) -> None:
+def click_point(page: Any, point: Mapping[str, Any]) -> float:
     """Rest the mouse on a chart's ``point`` until plotly found the mark there (``HOVERED_JS``),
-    then click it (sync API)."""
+    then press and release the button where it rests (sync API); returns when (time.monotonic)
+    the button went down.
+
+    Not ``mouse.click(x, y)``: that moves the pointer first, even onto where it already is, and
+    plotly runs at most one hover per 50 ms, putting off a move that comes sooner. On a busy page
+    the put-off hover ran between the press and the release, over the cover plotly lays on the
+    page while a button is down: it found no mark and dropped the one the click was to take, and
+    the click selected nothing: seen in a CI run, and in 3 of ~170 clicks on the grid with the
+    detailed view open and both cores busy; none in ~600 clicks pressed in place.
+    """
     page.mouse.move(point["x"], point["y"])
     page.wait_for_function(HOVERED_JS, arg=hovered_mark(point), timeout=LOAD_TIMEOUT_MS)
-    page.mouse.click(point["x"], point["y"])
+    pressed = time.monotonic()
+    page.mouse.down()
+    page.mouse.up()
+    return pressed
 
 
 def pick_by_text(page: Any, indices: Sequence[int]) -> None:

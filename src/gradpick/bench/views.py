@@ -23,6 +23,7 @@ from gradpick.bench.pages import (
     SCATTER,
     TABLE,
     TEXT_JS,
+    click_in_place,
     click_until_changed,
     from_settled,
     hover,
@@ -178,9 +179,6 @@ async def triage_and_compare(page: Any, clicks: int, record: Record) -> None:
     for cell in flips["points"][:clicks]:
         before = await page.evaluate(COMPARED_PICKS_JS)
         await hover(page, {"x": cell["x"], "y": cell["y"], "cell": [cell["index"]]})
-
-        async def click(x: float = cell["x"], y: float = cell["y"]) -> None:
-            await page.mouse.click(x, y)
-
-        record("compare_click", (await from_settled(page, click, COMPARED_JS, before))[1])
+        clicked = await from_settled(page, lambda: click_in_place(page), COMPARED_JS, before)
+        record("compare_click", clicked[1])
     await switch_tab(page, "Explore", selector(GRID_CHART))

@@ -96,6 +96,7 @@ def umap(features: torch.Tensor, seed: int = 0) -> np.ndarray:
         n_neighbors=min(UMAP_NEIGHBOURS, len(values) - 1),
         metric="cosine",
         random_state=seed,
+        n_jobs=1,  # what a seed implies anyway; said here, umap-learn does not warn about it
     )
     # umap-learn's parallel steps reset the OpenMP thread count that torch reads, for the
     # calling thread: keep the count torch had, so later tensor work does not oversubscribe.
