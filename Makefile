@@ -52,15 +52,6 @@ $(BIN)/.installed: pyproject.toml | $(UV)
 	$(UV_INSTALL) $(BIN)/python -e '.[app,test,distributed]'
 	touch $@
 
-# numba compiles umap-learn's kernels at their first call and keeps the ones marked for caching
-# (pynndescent's, ~20 of the ~36 CPU-seconds) beside the package: compiled once with the
-# environment, in a set-up lane that otherwise waits on the disk, rather than by the suite's (or
-# the explorer's) first UMAP. Nothing else depends on it: a failure here is only a slower first run.
-$(BIN)/.numba-compiled: $(BIN)/.installed
-	-$(BIN)/python -c "import torch; from gradpick.picking.feature_space import umap; \
-		umap(torch.rand(30, 8, generator=torch.Generator().manual_seed(0)))"
-	touch $@
-
 $(CPU_VENV)/.requirements: requirements.txt | $(UV)
 	$(UV) venv -q --allow-existing --python $(PYTHON) $(CPU_VENV)
 	$(UV_INSTALL) $(CPU_VENV)/bin/python $(CPU_TORCH) \
@@ -109,7 +100,7 @@ PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --duratio
 # before the suite would leave the other core idle; beside it, the two share the machine. Either
 # failing fails the target; the lint's few lines land among the suite's.
 test:
-	$(MAKE) -j2 $(BIN)/.installed $(CPU_VENV)/.installed $(BIN)/.numba-compiled browser
+	$(MAKE) -j2 $(BIN)/.installed $(CPU_VENV)/.installed browser
 	$(MAKE) -j2 suite lint
 
 suite: $(BIN)/.installed

@@ -132,8 +132,7 @@ def test_umap_without_umap_learn_says_how_to_install_it(monkeypatch: pytest.Monk
 )
 def test_real_umap_gives_finite_seeded_points() -> None:
     """30 points: UMAP's exact-neighbour path, whose numba compile is what this costs (about
-    36 CPU-seconds in a fresh environment, 16 once ``make test``'s set-up compiled the kernels
-    numba keeps)."""
+    36 CPU-seconds in a fresh environment, 16 once numba keeps the kernels it caches)."""
     features = _features(n=30)
     threads = torch.get_num_threads()
     points = embedding.project(features, "umap", seed=1)
