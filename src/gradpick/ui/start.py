@@ -49,7 +49,6 @@ PAGE_STYLE = f"""<style>
 body [data-testid="stSpinnerIcon"] {{
   animation-duration: 2s; animation-timing-function: steps(4); }}
 body:has([data-testid="stProgress"]) [data-testid="stSpinnerIcon"] {{ animation: none; }}
-[data-testid="stProgressBarTrack"] > div {{ transition: none; }}
 [data-testid="stApp"] * {{ transition-duration: 0s !important; }}
 </style>"""
 """Thumbnails and heatmaps are scaled by the browser too: keep their pixels sharp. Hidden
