@@ -166,25 +166,43 @@ class Node:
     pass
 made = [object() for _ in range(1000)]  # alive after the freeze: left to the collector
 again = process.freeze_loaded_objects()
+tracked_before_leftovers = len(gc.get_objects())
+# What a first page run leaves alive (60,000 objects) and its garbage (a cycle), then the
+# leftovers' freeze as that run ends.
+kept = [[index] for index in range(60_000)]
+garbage = Node(); garbage.me = garbage; dropped = weakref.ref(garbage); del garbage
+leftovers = process.freeze_first_run_leftovers()
+frozen_with_leftovers = gc.get_freeze_count()
+leftovers_again = process.freeze_first_run_leftovers()
 cycle = Node(); cycle.me = cycle; alive = weakref.ref(cycle); del cycle
 print(json.dumps({"first": first, "frozen": frozen, "again": again,
-                  "frozen_after": gc.get_freeze_count(), "collected": gc.collect(2),
-                  "cycle_freed": alive() is None, "tracked": len(gc.get_objects())}))
+                  "tracked_before_leftovers": tracked_before_leftovers,
+                  "leftovers": leftovers, "leftovers_again": leftovers_again,
+                  "garbage_freed": dropped() is None,
+                  "frozen_with_leftovers": frozen_with_leftovers,
+                  "collected": gc.collect(2), "cycle_freed": alive() is None,
+                  "tracked": len(gc.get_objects())}))
 """
 
 
 def test_the_loaded_objects_are_frozen_once_and_later_garbage_is_still_collected() -> None:
     """What the server imported leaves the collector's passes (Streamlit runs a full one after
-    every script run); objects made later, a cycle among them, are collected as before."""
+    every script run), and so does what the first page run leaves alive, each once; the first
+    run's garbage is collected rather than frozen, and a cycle made later is collected too."""
     run = subprocess.run(
         [sys.executable, "-c", FREEZE_SCRIPT], capture_output=True, text=True, check=True
     )
     found = json.loads(run.stdout.strip().splitlines()[-1])
     assert found["first"] > 100_000  # the explorer's modules alone hold this many objects
     assert found["frozen"] >= found["first"] - 100  # the collection before freezing may free a few
-    assert found["again"] == found["first"] and found["frozen_after"] == found["frozen"]
+    assert found["again"] == found["first"]
+    assert found["garbage_freed"]  # the first run's garbage, collected before the freeze
+    # Everything tracked before, the 60,000 kept lists among it, joins the frozen objects.
+    assert found["leftovers"] >= found["tracked_before_leftovers"] + 60_000 - 100
+    assert found["frozen_with_leftovers"] >= found["frozen"] + found["leftovers"] - 100
+    assert found["leftovers_again"] == found["leftovers"]  # once per process
     assert found["cycle_freed"] and found["collected"] >= 1
-    assert found["tracked"] < 20_000  # a full pass now walks only what came after the freeze
+    assert found["tracked"] < 1_000  # a full pass now walks only what came after both freezes
 
 
 RELEASE_SCRIPT = """

@@ -117,9 +117,10 @@ def run() -> None:
     if not imported:
         warmup.import_charts()  # never beside the warm-up's own import of them
         load_plotly()
+    from gradpick.runtime import process  # ctypes: light, and imported by the warm-up already
+
     try:
         warmup.wait_for_page()  # the imports, the model and the default batch
-        from gradpick.runtime import process
         from gradpick.ui.page import main
 
         # Once per process (the launcher did it already): Streamlit's full collection after
@@ -128,3 +129,5 @@ def run() -> None:
         main(after_inference=load_plotly if imported else None)
     finally:
         preload.empty()
+        # Once per process, in place of Streamlit's collection as this first run ends.
+        process.freeze_first_run_leftovers()
