@@ -52,12 +52,7 @@ def freeze_loaded_objects() -> int:
     are still freed as usual when their last reference goes; only cycles among them would stay,
     and module-level objects make none worth collecting. See ``gc.freeze``.
     """
-    with _LOCK:
-        if not _FROZEN:
-            gc.collect()  # what is garbage now is freed, not frozen
-            _FROZEN.append(len(gc.get_objects()))
-            gc.freeze()
-        return _FROZEN[0]
+    return _freeze_once(_FROZEN)
 
 
 def freeze_first_run_leftovers() -> int:
@@ -73,12 +68,18 @@ def freeze_first_run_leftovers() -> int:
     so the first page pays nothing extra. Frozen objects are still freed by reference counting;
     only a cycle among them (of a session that later ends) would stay, once per process.
     """
+    return _freeze_once(_LEFTOVERS_FROZEN)
+
+
+def _freeze_once(done: list[int]) -> int:
+    """Collect, then freeze every object alive, unless ``done`` records that this freeze ran;
+    returns how many objects the collector tracked when it did (kept in ``done``)."""
     with _LOCK:
-        if not _LEFTOVERS_FROZEN:
-            gc.collect()  # the run's own garbage is freed, not frozen
-            _LEFTOVERS_FROZEN.append(len(gc.get_objects()))
+        if not done:
+            gc.collect()  # what is garbage now is freed, not frozen
+            done.append(len(gc.get_objects()))
             gc.freeze()
-        return _LEFTOVERS_FROZEN[0]
+        return done[0]
 
 
 def release_openmp_threads() -> bool:
