@@ -10,6 +10,7 @@ import torch
 
 from gradpick import data
 from gradpick.bench.slices import (
+    CALLED,
     GRAY_CALLED,
     GRAY_CLASS,
     WRONG_AS,
@@ -18,6 +19,7 @@ from gradpick.bench.slices import (
     f1,
     grayscale,
     planted_folder,
+    problem_rows,
     scores,
     table,
     training_set,
@@ -87,6 +89,31 @@ def test_the_planted_folder_files_cats_as_dogs_and_names_each_problem(tmp_path: 
     assert all(n.startswith(CIFAR10_CLASSES[GRAY_CLASS] + "/") for n in truth["subgroup"])
     assert not any(n.startswith("frog/") for n in truth["shortcut"])
     assert WRONG_CLASS != WRONG_AS
+
+
+def test_a_problems_own_errors_are_its_rows_called_what_it_makes_them() -> None:
+    # Rows: a patched deer called frog and one called horse; a grey bird called airplane, one
+    # called bird (right) and one called deer; a cat filed as dog called cat and one called bird.
+    names = ["p1", "p2", "g1", "g2", "g3", "w1", "w2", "x"]
+    labels = np.array([4, 4, GRAY_CLASS, GRAY_CLASS, GRAY_CLASS, WRONG_AS, WRONG_AS, 0])
+    predictions = np.array([FROG, 7, GRAY_CALLED, GRAY_CLASS, 4, WRONG_CLASS, 2, 1])
+    planted = {
+        "shortcut": {"p1", "p2"},
+        "subgroup": {"g1", "g2", "g3"},
+        "wrong labels": {"w1", "w2"},
+    }
+    own, every = problem_rows(names, labels, predictions, planted)
+    assert CALLED == {"shortcut": FROG, "subgroup": GRAY_CALLED, "wrong labels": WRONG_CLASS}
+    assert {k: v.tolist() for k, v in own.items()} == {
+        "shortcut": [0],
+        "subgroup": [2],
+        "wrong labels": [5],
+    }
+    assert {k: v.tolist() for k, v in every.items()} == {
+        "shortcut": [0, 1],
+        "subgroup": [2, 4],
+        "wrong labels": [5, 6],
+    }
 
 
 def test_no_planted_image_carries_two_problems(tmp_path: Path) -> None:

@@ -32,7 +32,16 @@ SLICE_KEYS = {
     "effect",
     "verified",
 }
-EFFECT_KEYS = {"evidence_change", "random_change", "ratio", "p_value", "tested", "verified"}
+EFFECT_KEYS = {
+    "evidence_change",
+    "random_change",
+    "ratio",
+    "odds_ratio",
+    "statistic",
+    "p_value",
+    "tested",
+    "verified",
+}
 
 
 def _store(root: Path, embeddings: bool = True) -> tuple[Path, set[str]]:
@@ -74,7 +83,9 @@ def test_the_summary_has_the_slices_ranked_with_their_effect(
     for row in slices:
         assert set(row) == SLICE_KEYS
         assert row["effect"] is None or set(row["effect"]) == EFFECT_KEYS
+        assert row["effect"] is None or row["effect"]["statistic"] == "ratio"
         assert row["colour_effect"] is None or set(row["colour_effect"]) == EFFECT_KEYS
+        assert row["colour_effect"] is None or row["colour_effect"]["statistic"] == "odds_ratio"
         assert len(row["positions"]) == len(row["names"]) == row["size"]
     verified = [row for row in slices if row["verified"]]
     assert len(verified) == 1 and set(verified[0]["names"]) == truth

@@ -27,6 +27,15 @@ def test_the_window_alone_and_then_the_colour_test_are_said() -> None:
         " Giving 60 correctly called images of its label its colour made 30% of them its "
         "errors' call, other classes 5% (x6.0, p = 0.00014)."
     )
+    # A colour test judged on its odds ratio says so, with that figure.
+    row["colour_effect"] = {
+        **_effect(0.85, 0.11, 7.7, 8e-18, 60),
+        "odds_ratio": 45.8,
+        "statistic": "odds_ratio",
+    }
+    assert verification(row).endswith("other classes 11% (odds x45.8, p = 8e-18).")
+    row["colour_effect"]["odds_ratio"] = None
+    assert verification(row).endswith("(odds x∞, p = 8e-18).")
     row["verified"] = True
     assert verification(row, "**{}**").startswith("**Verified**: removing the evidence")
     assert verification({"effect": None, "verified": False}) == "No errors to test."

@@ -15,7 +15,6 @@ from gradpick.slices.features import (
     DESCRIPTORS,
     descriptors,
     evidence_maps,
-    evidence_region,
     peak_windows,
     window_side,
 )
@@ -53,12 +52,32 @@ def test_the_evidence_region_colour_is_read_under_the_map() -> None:
     maps[0, 2:6, 10:14] = 1.0
     maps[0, 3, 11] = 2.0  # within the region, the largest
     table = descriptors(images, maps)[0]
-    # Half the maximum (1 of 2) or more: the magenta square.
+    # The peak window (3 x 3 of 16 x 16) sits inside the magenta square.
+    assert window_side(16, 16) == 3
     assert table[COLUMN["region_red"]] == pytest.approx(1.0)
     assert table[COLUMN["region_green"]] == pytest.approx(0.0)
     assert table[COLUMN["region_saturation"]] == pytest.approx(1.0)
     assert table[COLUMN["region_brightness"]] == pytest.approx(0.299 + 0.114)
     assert table[COLUMN["image_saturation"]] == pytest.approx(16 / 256)  # gray elsewhere
+
+
+def test_a_diffuse_maps_evidence_colour_is_read_at_its_peak() -> None:
+    # A magenta patch the map peaks on, in a map spread at 60% of its peak over the whole left
+    # half of a grey image: the evidence's colour is the patch's, not the half's.
+    images = torch.full((1, 3, 16, 16), 0.2)
+    images[0, :, 6:10, 2:6] = torch.tensor([1.0, 0.0, 1.0]).view(3, 1, 1)
+    maps = torch.zeros(1, 16, 16)
+    maps[0, :, :8] = 0.6
+    maps[0, 6:10, 2:6] = 1.0
+    table = descriptors(images, maps)[0]
+    side = window_side(16, 16)
+    rows, columns = peak_windows(maps, side)
+    top, left = int(rows[0]), int(columns[0])
+    assert top >= 6 and top + side <= 10 and left >= 2 and left + side <= 6  # on the patch
+    # Half the peak or more would be the whole left half: red 0.2 + 16 / 128 * 0.8 = 0.3.
+    assert table[COLUMN["region_red"]] == pytest.approx(1.0)
+    assert table[COLUMN["region_green"]] == pytest.approx(0.0)
+    assert table[COLUMN["region_saturation"]] == pytest.approx(1.0)
 
 
 def test_grayscale_images_have_no_saturation_and_flat_ones_no_texture() -> None:
@@ -89,15 +108,12 @@ def test_descriptors_do_not_move_with_the_evidence() -> None:
     assert np.allclose(table[0, kept], table[1, kept])
 
 
-def test_the_peak_window_covers_a_plateau_whole_and_the_region_is_above_half_the_peak() -> None:
+def test_the_peak_window_covers_a_plateau_whole() -> None:
     maps = torch.zeros(1, 12, 12)
     maps[0, 5:9, 2:6] = 1.0  # a 4 x 4 plateau: its first pixel is its corner
     rows, columns = peak_windows(maps, 6)
     top, left = int(rows[0]), int(columns[0])
     assert top <= 5 and top + 6 >= 9 and left <= 2 and left + 6 >= 6
-    region = evidence_region(torch.arange(100.0).view(1, 10, 10))
-    assert region.sum() == 50 and region[0].flatten()[-50:].all()  # values 50..99 of max 99
-    assert evidence_region(torch.zeros(1, 4, 4)).all()
 
 
 def test_bad_shapes_are_refused() -> None:

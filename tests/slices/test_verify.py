@@ -17,6 +17,7 @@ from gradpick.slices.verify import (
     fisher_greater,
     interventions,
     judged,
+    odds_ratio,
     saturated,
 )
 from tests.slices.synthetic import Detector
@@ -54,6 +55,41 @@ def test_a_clear_difference_is_verified_and_a_small_sample_is_not() -> None:
     few = judged(np.array([True, False]), np.zeros((2, 4), dtype=bool))
     assert math.isinf(few.ratio) and not few.verified  # p = 0.2 with two images
     assert few.to_json()["ratio"] is None
+
+
+@pytest.mark.parametrize(
+    ("share", "control", "expected"),
+    [
+        (0.85, 0.11, (0.85 / 0.15) / (0.11 / 0.89)),
+        (0.5, 0.5, 1.0),
+        (0.0, 0.0, 1.0),
+        (1.0, 1.0, 1.0),
+        (0.3, 0.0, math.inf),
+        (1.0, 0.2, math.inf),
+        (0.0, 0.2, 0.0),
+        (0.2, 1.0, 0.0),
+    ],
+)
+def test_the_odds_ratio_of_two_shares(share: float, control: float, expected: float) -> None:
+    assert odds_ratio(share, control) == pytest.approx(expected)
+
+
+def test_a_sure_effect_over_a_busy_control_verifies_on_the_odds_not_on_the_rates() -> None:
+    # 51 of 60 treated images called the target (85%) against 7 of 64 controls (11%): the
+    # ratio of rates cannot pass 8 once the control's rate is over 1/8, the odds ratio can.
+    changed = np.arange(60) < 51
+    control = (np.arange(64) < 7)[:, None]
+    on_rates = judged(changed, control)
+    on_odds = judged(changed, control, on_odds=True)
+    assert on_rates.ratio == on_odds.ratio == pytest.approx((51 / 60) / (7 / 64))
+    assert on_odds.odds_ratio == pytest.approx((51 / 9) / (7 / 57))
+    assert not on_rates.verified and on_rates.statistic == "ratio"
+    assert on_odds.verified and on_odds.statistic == "odds_ratio"
+    assert on_odds.to_json()["odds_ratio"] == pytest.approx(on_odds.odds_ratio)
+    # The odds ratio still needs its significance: the same shares in a handful of images.
+    assert not judged(changed[::12], control[::12], on_odds=True).verified
+    # And an effect no larger than the control's verifies on neither.
+    assert not judged(np.arange(60) < 7, control, on_odds=True).verified
 
 
 def _images(count: int, seed: int) -> torch.Tensor:
@@ -125,11 +161,12 @@ def test_a_colour_cause_verifies_and_a_colour_change_that_confuses_everything_do
     treated, control = _images(30, 1), 1 - _images(60, 2)  # dark red images; light cyan ones
     changed, unchanged = colour_interventions(_GreyAndDarkMeansOne(), treated, control, 1, 0.0)
     assert changed.all() and unchanged.shape == (60, 1) and not unchanged.any()
-    assert judged(changed, unchanged).verified
+    assert judged(changed, unchanged, on_odds=True).verified
     # Greying makes every image class 1 for this model: the control moves as much.
     changed, moved = colour_interventions(_GreyMeansOne().eval(), treated, control, 1, 0.0)
     assert changed.all() and moved.all()
-    assert not judged(changed, moved).verified
+    assert not judged(changed, moved, on_odds=True).verified
     # Leaving the colour as it is changes nothing.
     same, still = colour_interventions(_GreyMeansOne().eval(), treated, control, 1, 1.0)
-    assert not same.any() and not still.any() and not judged(same, still).verified
+    assert not same.any() and not still.any()
+    assert not judged(same, still, on_odds=True).verified

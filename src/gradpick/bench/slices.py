@@ -13,9 +13,12 @@
 the store will show: the patch on ``patch_share`` of the non-frog images (their errors are the
 shortcut's), ``gray_share`` of the other birds grayscale (the subgroup), and ``wrong_share`` of
 the other cats filed under dog (**wrong labels**, a label problem and no model problem: triage
-must keep flagging them). No image carries two problems, so each planted error has one known
-cause. Each problem's truth is its rows that the model gets wrong (prediction not the label),
-since slices group failures.
+must keep flagging them). No image carries two problems. Each problem's truth is the errors it
+causes (``CALLED``): its rows called frog, airplane, or cat (their true class); slices group
+failures. An error of a planted row called anything else is the model's own mistake on that
+image, not the problem's: the clean model is wrong on most of them too (a cat filed under dog
+and called bird is called bird whatever its label says). The table of every error of the
+planted rows (prediction not the filed label) is reported beside it.
 
 Per problem the score is the F1 of the best of the first three groups of each method:
 the slices, the confusion cells (label, prediction) by error count, Domino-style k-means on the
@@ -52,6 +55,7 @@ from gradpick.slices.discover import (
 from gradpick.slices.stored import Found
 
 __all__ = [
+    "CALLED",
     "FINETUNE_IMAGES",
     "FINETUNE_LR",
     "GRAY_CALLED",
@@ -66,6 +70,7 @@ __all__ = [
     "f1",
     "grayscale",
     "planted_folder",
+    "problem_rows",
     "scores",
     "table",
     "training_set",
@@ -78,6 +83,13 @@ GRAY_CLASS, GRAY_CALLED = 2, 0
 WRONG_CLASS, WRONG_AS = 3, 5
 """Cats filed under dog in the test folder."""
 PROBLEMS = ("shortcut", "subgroup", "wrong labels")
+CALLED = {
+    "shortcut": FEATURES[SHORTCUT].label,
+    "subgroup": GRAY_CALLED,
+    "wrong labels": WRONG_CLASS,
+}
+"""What each problem makes its errors called: the patch frog, the grayscale birds airplane, and
+a cat filed under dog its true class, cat."""
 FINETUNE_IMAGES = 20_000
 FINETUNE_LR = 0.02
 POISON = 0.05
@@ -172,6 +184,25 @@ def planted_folder(
         problem: {names[int(row)] for row in rows}
         for problem, rows in zip(PROBLEMS, (marked, gray, wrong), strict=True)
     }
+
+
+def problem_rows(
+    names: Sequence[str],
+    labels: np.ndarray,
+    predictions: np.ndarray,
+    planted: dict[str, set[str]],
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per problem, the rows of its own errors (its planted rows called what it makes them
+    called, ``CALLED``) and the rows of every error among its planted rows (prediction not the
+    filed label); ``planted``: each problem's names, as ``planted_folder`` returns them."""
+    errors = np.asarray(labels) != np.asarray(predictions)
+    row_of = {name: row for row, name in enumerate(names)}
+    every = {
+        problem: np.array(sorted(row_of[n] for n in planted[problem] if errors[row_of[n]]), int)
+        for problem in PROBLEMS
+    }
+    own = {problem: rows[predictions[rows] == CALLED[problem]] for problem, rows in every.items()}
+    return own, every
 
 
 def f1(members: Sequence[int] | np.ndarray, truth: Sequence[int] | np.ndarray) -> float:

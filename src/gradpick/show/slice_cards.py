@@ -45,11 +45,14 @@ def verification(row: Mapping[str, Any], strong: str = "{}") -> str:
     )
     colour = row.get("colour_effect")
     if colour is not None:
-        times = "∞" if colour["ratio"] is None else f"{colour['ratio']:.1f}"
+        statistic = colour.get("statistic", "ratio")
+        value = colour.get(statistic)
+        times = "∞" if value is None else f"{value:.1f}"
+        odds = "odds x" if statistic == "odds_ratio" else "x"
         line += (
             f" Giving {colour['tested']} correctly called images of its label its colour made "
             f"{colour['evidence_change']:.0%} of them its errors' call, other classes "
-            f"{colour['random_change']:.0%} (x{times}, p = {colour['p_value']:.2g})."
+            f"{colour['random_change']:.0%} ({odds}{times}, p = {colour['p_value']:.2g})."
         )
     return line
 

@@ -14,7 +14,10 @@ under it (``DESCRIPTORS``):
   1 in a corner), not as coordinates;
 * what the evidence looks like: mean red, green, blue, brightness (Rec. 601 luma), saturation
   ((max - min) / max) and texture (mean absolute Laplacian of the luma) of the evidence region,
-  the pixels where the map is at least half its maximum (``REGION_LEVEL``);
+  the peak window (the square of ``WINDOW_SHARE`` of the image that holds the most of the
+  map's mass): what verification removes. A region of every pixel at half the map's maximum
+  or more grows with a diffuse map, and the colour of a patch the map peaks on is then lost
+  in the colours around it;
 * the same brightness, saturation and texture over the whole image, so a change that has no
   place (a grayscale subgroup) is described too.
 
@@ -49,10 +52,8 @@ __all__ = [
     "CHUNK_ROWS",
     "DESCRIPTORS",
     "METHOD",
-    "REGION_LEVEL",
     "descriptors",
     "evidence_maps",
-    "evidence_region",
     "peak_windows",
     "window_side",
 ]
@@ -61,8 +62,6 @@ METHOD = "gradcam"
 """The default attribution method of the maps (see the module's docstring for why)."""
 CHUNK_ROWS = 256
 """Images mapped at once: a ResNet-20 chunk's activations take tens of megabytes."""
-REGION_LEVEL = 0.5
-"""The evidence region: the pixels whose map value is at least this share of the maximum."""
 WINDOW_SHARE = 0.035
 """The peak window's area as a share of the image (6 x 6 pixels of a 32 x 32 image)."""
 DESCRIPTORS = (
@@ -134,15 +133,6 @@ def peak_windows(maps: torch.Tensor, side: int) -> tuple[torch.Tensor, torch.Ten
     return best // columns_there, best % columns_there
 
 
-def evidence_region(maps: torch.Tensor, level: float = REGION_LEVEL) -> torch.Tensor:
-    """bool [n, H, W]: the pixels whose map value is at least ``level`` times the map's
-    maximum (a map that is zero everywhere: every pixel). The region grows and shrinks with
-    the evidence: a patch's map gives the patch, an object's the object."""
-    count = maps.shape[0]
-    top = maps.reshape(count, -1).amax(dim=1).view(count, 1, 1)
-    return maps >= level * top
-
-
 def _luma(images: torch.Tensor) -> torch.Tensor:
     weights = torch.tensor(LUMA, dtype=images.dtype).view(1, 3, 1, 1)
     return (images * weights).sum(dim=1)
@@ -210,7 +200,7 @@ def descriptors(images: torch.Tensor, maps: torch.Tensor) -> np.ndarray:
         if area > 1
         else torch.zeros(count)
     )
-    region = evidence_region(strength).reshape(count, 1, -1).double()
+    region = window.reshape(count, 1, -1).double()
     inside = region.sum(dim=2)
 
     def region_mean(values: torch.Tensor) -> torch.Tensor:

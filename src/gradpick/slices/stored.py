@@ -367,7 +367,7 @@ def find_slices(
             target,
             factor,
         )
-        colour_effects.append(judged(changed, control, alpha=alpha))
+        colour_effects.append(judged(changed, control, alpha=alpha, on_odds=True))
     metadata = {
         "store": str(opened.path),
         "model": (opened.metadata.get("model") or {}).get("identity"),
