@@ -21,6 +21,7 @@ from gradpick.models.zoo import load_model
 from gradpick.outputs import store_format as store
 from gradpick.outputs.stores import infer_to_store
 from gradpick.slices.stored import find_slices
+from gradpick.ui.panels.slices import SIDE
 from tests.serving import (
     APP_IDLE,
     CHROMIUM_ARGS,
@@ -35,6 +36,10 @@ from tests.serving import (
 )
 
 PER_CLASS = 20
+TYPICAL_WIDTHS_JS = """() => Array.from(document.querySelectorAll('[data-testid=stImageCaption]'))
+    .filter(caption => /^#\\d+$/.test(caption.innerText.trim()))
+    .map(caption => caption.parentElement.querySelector('img').getBoundingClientRect().width)"""
+"""The rendered widths of the slices' typical images (their captions are their positions)."""
 PICK = re.compile(r"^Pick its (\d+) images of this batch$")
 
 
@@ -84,6 +89,9 @@ def test_the_slices_tab_shows_cards_and_picks_a_slice_into_explore(
         mean_maps = page.get_by_text("mean map, peaks at the centre")
         mean_maps.nth(cards.count() - 1).wait_for()  # a picture's caption comes with its image
         assert mean_maps.count() == cards.count()
+        # Every typical image at the panel's size, whatever the length of its caption.
+        widths = page.evaluate(TYPICAL_WIDTHS_JS)
+        assert widths and set(widths) == {SIDE // 2}, widths
         assert page_errors(page).count() == 0
         screenshot(page, "slices", size={"width": 1400, "height": 1400}, full_page=True)
 

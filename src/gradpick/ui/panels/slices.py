@@ -175,6 +175,7 @@ def _card(
         right.image(
             [fit(batch.rows(i).permute(1, 2, 0).numpy(), SIDE // 2) for i in typical],
             caption=[f"#{i}" for i in typical],
+            width=SIDE // 2,  # each its own size: a short caption shrank its image
         )
     right.button(
         f"Pick its {len(here)} images of this batch",
