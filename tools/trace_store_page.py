@@ -28,7 +28,11 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("load the model", "gradpick.ui.service", "load_model"),
     ("open the image source", "gradpick.outputs.stores", "stored_source"),
     ("open the store (Parquet)", "gradpick.outputs.store_format", "open_store"),
-    ("check the folder (fingerprint)", "gradpick.outputs.stores", "is_current"),
+    (
+        "the folder's fingerprint (a stat per image)",
+        "gradpick.data.sources",
+        "FolderSource.fingerprint",
+    ),
     ("read the images (decode, or open lazily)", "gradpick.ui.service", "read_batch"),
     ("decode the images a view shows (lazy)", "gradpick.data.batches", "LazyPixels._decode"),
     ("stored outputs of the batch", "gradpick.outputs.stores", "stored_result"),

@@ -535,6 +535,30 @@ def test_stored_outputs_open_without_inferring(
     assert captioned_indices(app) == [4]
 
 
+def test_a_stores_first_page_reads_its_folders_fingerprint_once(
+    stored_folder: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder's fingerprint is a ``stat`` per image: the kept pixels' key and the store's
+    check share one reading, and a store of another model is refused before any."""
+    folder, out = stored_folder
+    readings: list[Path] = []
+    fingerprint = data.FolderSource.fingerprint
+
+    def counted(source: data.FolderSource) -> str:
+        readings.append(source.root)
+        return fingerprint(source)
+
+    monkeypatch.setattr(data.FolderSource, "fingerprint", counted)
+    refused = open_app(source_kind="stored", outputs_path=str(out))  # resnet20 is chosen
+    assert any("written by model tutorial:random-seed0" in e.value for e in refused.error)
+    assert folder not in readings  # (the default page before it reads its own folder)
+    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
+    app = open_app(**TUTORIAL)
+    no_errors(app)
+    assert any("not inferred" in caption.value for caption in app.caption)
+    assert readings.count(folder) == 1
+
+
 def test_a_store_of_another_model_is_refused_and_a_changed_folder_offers_to_re_infer(
     stored_folder: tuple[Path, Path],
 ) -> None:

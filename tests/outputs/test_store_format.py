@@ -358,6 +358,26 @@ def test_parts_another_writer_put_are_adopted_with_the_stores_metadata(
     assert torch.equal(torch.tensor(opened.table["logits"].to_pylist()), torch.eye(5))
 
 
+def test_parts_read_out_of_position_order_open_sorted_and_in_order_as_they_are(
+    tmp_path: Path, source: Any
+) -> None:
+    """Parts are read in their names' order: a distributed run's may hold later positions
+    first, and the store still opens ordered by position, each row with its own outputs."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    with StoreWriter(out, store_metadata(MODEL, InputSpec(), source)) as writer:
+        for name, positions in [("a_000000.parquet", [3, 4]), ("b_000000.parquet", [0, 1, 2])]:
+            table = output_table(positions, ["x"] * len(positions), None, torch.eye(5)[positions])
+            pq.write_table(table.replace_schema_metadata(None), writer.partial / name)
+        writer.adopt_parts()
+    opened = open_store(out)
+    assert opened.table["position"].to_pylist() == [0, 1, 2, 3, 4]
+    assert torch.equal(torch.tensor(opened.table["logits"].to_pylist()), torch.eye(5))
+    in_order = open_store(out, ["logits"])
+    assert in_order.table["position"].to_pylist() == [0, 1, 2, 3, 4]
+
+
 def test_a_part_with_other_columns_is_refused_and_nothing_is_published(
     tmp_path: Path, source: Any
 ) -> None:
@@ -579,7 +599,7 @@ def test_a_source_without_a_root_is_recorded_as_it_is(tmp_path: Path) -> None:
 def test_the_fingerprint_is_the_sha256_of_every_name_size_and_mtime_in_order(
     tmp_path: Path,
 ) -> None:
-    """Written out from its definition over 20 files (more than one thread's share)."""
+    """Written out from its definition over 20 files."""
     import hashlib
     import os
 
@@ -592,3 +612,34 @@ def test_the_fingerprint_is_the_sha256_of_every_name_size_and_mtime_in_order(
         lines.append(f"{name}\0{status.st_size}\0{status.st_mtime_ns}\n")
     expected = hashlib.sha256("".join(lines).encode()).hexdigest()
     assert store.source_fingerprint(tmp_path, names) == expected
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_a_fingerprint_goes_to_threads_only_when_its_stats_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow: bool
+) -> None:
+    """Stats of a local disk run in the calling thread; ones that wait (a network disk, here a
+    stat that sleeps) go to the threads after the timed probe; the digest is the same."""
+    import os
+    import threading
+    import time
+
+    names = [f"{n:02d}.png" for n in range(20)]
+    for n, name in enumerate(names):
+        (tmp_path / name).write_bytes(b"x" * n)
+    plain = store.source_fingerprint(tmp_path, names)
+    stat, caller, callers = os.stat, threading.get_ident(), set()
+
+    def timed_stat(path: str) -> os.stat_result:
+        callers.add(threading.get_ident())
+        if slow:
+            time.sleep(0.002)  # 40 times SLOW_STAT_S
+        return stat(path)
+
+    monkeypatch.setattr(store, "FINGERPRINT_PROBE", 4)
+    if not slow:  # a bound no stat reaches, however busy the cores
+        monkeypatch.setattr(store, "SLOW_STAT_S", 1.0)
+    monkeypatch.setattr(store.os, "stat", timed_stat)
+    assert store.source_fingerprint(tmp_path, names) == plain
+    assert caller in callers
+    assert (len(callers) > 1) == slow

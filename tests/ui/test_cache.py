@@ -46,7 +46,7 @@ def test_a_batch_is_read_once_and_shared_not_copied(monkeypatch: pytest.MonkeyPa
     pixels each time)."""
     reads: list[int] = []
 
-    def read(source: Any, choice: Any, progress: Any = None) -> Any:
+    def read(source: Any, choice: Any, progress: Any = None, fingerprint: Any = None) -> Any:
         reads.append(1)
         return object()
 

@@ -7,7 +7,9 @@ file beside it) decodes every image and writes them beside the store (``STORE.pi
 server takes that file over when it is complete, and a second server, or this one restarted,
 loads it in a fraction of a second instead of decoding 50,000 JPEGs again (12 s on two cores).
 The file is written whole or not at all: a temporary file renamed once complete, so a job
-stopped halfway leaves no file that reads as complete.
+stopped halfway leaves no file that reads as complete. Its names are one string (joined by
+NUL, which no file name holds) and its positions one tensor: as 50,000 Python strings and ints
+they took ``torch.load``'s safe unpickler 0.26 s, about all of the load (0.015 s now).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ LAZY_ABOVE = 10_000
 """A store's batch of more images than this is decoded lazily (``lazy_batch``); a smaller one
 at once, in a few seconds at most."""
 PIXELS_SUFFIX = ".pixels.pt"
+_NAMES_SEPARATOR = "\0"
 _UNREADABLE = (
     OSError, EOFError, RuntimeError, ValueError, TypeError, KeyError, pickle.UnpicklingError
 )  # fmt: skip
@@ -67,6 +70,12 @@ def load_kept(store_path: str | Path, key: str, mmap: bool = False) -> ImageBatc
         kept = torch.load(path, weights_only=True, mmap=mmap)
         if kept.get("key") == key:
             kept.pop("key")
+            names, positions = kept["names"], kept["positions"]
+            if isinstance(names, str):  # as ``keep`` writes them (a file of before: tuples)
+                kept["names"] = tuple(names.split(_NAMES_SEPARATOR)) if names else ()
+                kept["positions"] = tuple(positions.tolist())
+            if len(kept["names"]) != len(kept["images"]):
+                return None
             return ImageBatch(**kept)
     return None
 
@@ -82,6 +91,8 @@ def keep(
         return False
     path = sibling(store_path, PIXELS_SUFFIX)
     fields = {name: getattr(batch, name) for name in ImageBatch.__dataclass_fields__}
+    fields["names"] = _NAMES_SEPARATOR.join(batch.names)
+    fields["positions"] = torch.tensor(batch.positions, dtype=torch.int64)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     try:
         torch.save({**fields, "images": images, "key": key}, partial)

@@ -50,6 +50,7 @@ __all__ = [
     "compared_maps",
     "confusion_figure",
     "embedding_scatter",
+    "fingerprint",
     "hover_atlas",
     "hover_lines",
     "inference",
@@ -63,7 +64,6 @@ __all__ = [
     "served",
     "source",
     "step_memory",
-    "store_is_current",
     "stored_outputs",
     "stored_result",
     "thumbnail_sheet",
@@ -123,15 +123,26 @@ def source(source_key: str, _choice: DataChoice) -> ImageSource:
 
 
 @st.cache_resource(max_entries=4, show_spinner="Reading images…")
-def batch(batch_key: str, _source: ImageSource, _choice: DataChoice) -> ImageBatch:
+def batch(
+    batch_key: str, _source: ImageSource, _choice: DataChoice, _fingerprint: str | None = None
+) -> ImageBatch:
     """The batch's pixels, shared by every session and never changed (a frozen batch of
     tensors nobody writes to): a copy per script run, as ``st.cache_data`` returns, unpickles
-    the whole batch each time (50,000 CIFAR-10 images: 155 MB, 0.2 s of every run)."""
+    the whole batch each time (50,000 CIFAR-10 images: 155 MB, 0.2 s of every run).
+    ``_fingerprint``: the source's, when the caller has it (``fingerprint``)."""
     bar = ProgressBar("Reading images")
     try:
-        return service.read_batch(_source, _choice, bar)
+        return service.read_batch(_source, _choice, bar, _fingerprint)
     finally:
         bar.close()
+
+
+@st.cache_data(max_entries=8, ttl=30, show_spinner="Checking the images against the store…")
+def fingerprint(source_key: str, _source: ImageSource) -> str:
+    """The images' fingerprint, read again at most every 30 s: a folder's takes one ``stat``
+    per image, and a store's first page needs it twice (the key of its kept pixels, and
+    whether the store still describes the folder)."""
+    return _source.fingerprint()
 
 
 @st.cache_resource(max_entries=6, show_spinner="Loading the model…")
@@ -171,14 +182,6 @@ def stored_outputs(path: str, stamp: float) -> OpenedStore:
     """A store the user opened; ``stamp`` (the folder's modification time) changes when a new
     run replaces it. Only the columns the page's outputs need are read."""
     return stored.open_stored(path, stored.OUTPUT_COLUMNS)
-
-
-@st.cache_data(max_entries=8, ttl=30, show_spinner="Checking the images against the store…")
-def store_is_current(
-    store_key: str, stamp: float, _opened: OpenedStore, _source: ImageSource
-) -> bool:
-    """Re-checked at most every 30 s: a fingerprint reads one ``stat`` per image."""
-    return stored.is_current(_opened, _source)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

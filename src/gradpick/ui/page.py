@@ -74,6 +74,10 @@ def _load(settings: Settings) -> Loaded | None:
         # A store's images keep the size they were inferred at: a model of another spec is
         # refused with the store.
         served = cache.served(option.identity, str(device), option)
+        # A store another model wrote is refused before its images are read.
+        stamp = Path(choice.outputs.strip()).expanduser().stat().st_mtime
+        opened = cache.stored_outputs(choice.outputs.strip(), stamp)
+        store.check_store(opened, served.store_identity)
         batch_key = choice.batch_key
         if st.session_state.get(keys.per_source(keys.REINFER, choice.source_key)):
             # Inferring a changed store's images again reads them as they are now, not as
@@ -82,7 +86,7 @@ def _load(settings: Settings) -> Loaded | None:
         batch, note = _read_batch(batch_key, choice, source, served, option)
         if note:
             st.warning(note)
-        result = _stored_outputs(settings, served, batch, batch_key)
+        result = _stored_outputs(settings, served, batch, batch_key, opened, stamp)
         hover = cache.hover_lines(batch_key, option.identity, batch, result)
         loaded = Loaded(choice, batch, option, served, device, result, hover)
     return loaded
@@ -98,8 +102,9 @@ def _read_batch(
     """The batch (from its cache, per batch and input spec) with its classes fitted to the
     model's; the note says how, when they differ."""
     pixels_key = f"{batch_key}|{served.spec.describe()}"
+    stored = cache.fingerprint(choice.source_key, source) if choice.kind == "stored" else None
     return service.fit_classes(
-        cache.batch(pixels_key, source, choice), served.classes, option.class_names
+        cache.batch(pixels_key, source, choice, stored), served.classes, option.class_names
     )
 
 
@@ -121,24 +126,26 @@ def infer_choice(
 
 
 def _stored_outputs(
-    settings: Settings, served: LoadedModel, batch: ImageBatch, batch_key: str
+    settings: Settings,
+    served: LoadedModel,
+    batch: ImageBatch,
+    batch_key: str,
+    opened: store.OpenedStore,
+    stamp: float,
 ) -> InferenceResult:
-    """The batch's outputs from the store the user opened: refused when another model wrote
-    it; when its images changed since, said so, with a button to infer them again (cached
-    under ``batch_key``, which names the images as they are now)."""
+    """The batch's outputs from the store the user opened (``opened``, its folder's
+    modification time ``stamp``), which this model wrote; when its images changed since, said
+    so, with a button to infer them again (cached under ``batch_key``, which names the images
+    as they are now)."""
     choice, option, source = settings.data, settings.model, settings.source
     assert choice is not None and source is not None
-    path = choice.outputs.strip()
-    stamp = Path(path).expanduser().stat().st_mtime
-    opened = cache.stored_outputs(path, stamp)
-    store.check_store(opened, served.store_identity)
     again = keys.per_source(keys.REINFER, choice.source_key)
     if st.session_state.get(again):
         st.caption(f"Inferred again with this model; {opened.path} is left as it was.")
         return cache.inference(
             batch_key, option.identity, str(settings.device), served, batch, source
         )
-    if cache.store_is_current(choice.source_key, stamp, opened, source):
+    if store.store_is_current(opened, cache.fingerprint(choice.source_key, source)):
         st.caption(f"Outputs of {len(opened):,} images stored in {opened.path}: not inferred.")
     else:
         st.warning(

@@ -220,12 +220,16 @@ def check_batch_size(requested: int, total: int, cap: int | None = None) -> int:
 
 
 def read_batch(
-    source: ImageSource, choice: DataChoice, progress: ProgressCallback | None = None
+    source: ImageSource,
+    choice: DataChoice,
+    progress: ProgressCallback | None = None,
+    fingerprint: str | None = None,
 ) -> ImageBatch:
     """The batch a choice names, decoded chunk by chunk with progress. A store's is loaded from
-    the pixels kept beside it; without them, past ``pixels.LAZY_ABOVE`` images it is decoded
-    lazily, as views show its images, while a background process keeps them
-    (``pixels.lazy_batch``), and a smaller one is decoded now and kept."""
+    the pixels kept beside it (``fingerprint``: the source's, when the caller has it already);
+    without them, past ``pixels.LAZY_ABOVE`` images it is decoded lazily, as views show its
+    images, while a background process keeps them (``pixels.lazy_batch``), and a smaller one is
+    decoded now and kept."""
 
     def decode() -> ImageBatch:
         with _named_for_visitors(choice):
@@ -239,7 +243,7 @@ def read_batch(
 
     path = choice.outputs.strip()
     batch = f"start={choice.start}|size={choice.size}|seed={choice.seed}"  # not the path typed
-    key = f"{source.fingerprint()}|{source.spec.describe()}|{batch}"
+    key = f"{fingerprint or source.fingerprint()}|{source.spec.describe()}|{batch}"
     found = pixels.load_kept(path, key, mmap=True)
     if found is not None:
         return found
