@@ -55,6 +55,7 @@ __all__ = [
     "descriptors",
     "evidence_maps",
     "peak_windows",
+    "window_masks",
     "window_side",
 ]
 
@@ -133,6 +134,23 @@ def peak_windows(maps: torch.Tensor, side: int) -> tuple[torch.Tensor, torch.Ten
     return best // columns_there, best % columns_there
 
 
+def window_masks(
+    size: tuple[int, int], rows: torch.Tensor, columns: torch.Tensor, side: int
+) -> torch.Tensor:
+    """bool [n, H, W]: each ``side`` x ``side`` window whose top-left corner is at ``rows`` and
+    ``columns`` [n], in an image of ``size`` (H, W): the evidence region the descriptors read and
+    the part verification removes."""
+    height, width = size
+    grid_rows = torch.arange(height).view(1, -1, 1)
+    grid_columns = torch.arange(width).view(1, 1, -1)
+    return (
+        (grid_rows >= rows.view(-1, 1, 1))
+        & (grid_rows < rows.view(-1, 1, 1) + side)
+        & (grid_columns >= columns.view(-1, 1, 1))
+        & (grid_columns < columns.view(-1, 1, 1) + side)
+    )
+
+
 def _luma(images: torch.Tensor) -> torch.Tensor:
     weights = torch.tensor(LUMA, dtype=images.dtype).view(1, 3, 1, 1)
     return (images * weights).sum(dim=1)
@@ -178,14 +196,7 @@ def descriptors(images: torch.Tensor, maps: torch.Tensor) -> np.ndarray:
     concentration = 1 - entropy / math.log(area)
     side = window_side(height, width)
     rows, columns = peak_windows(strength, side)
-    grid_rows = torch.arange(height).view(1, -1, 1)
-    grid_columns = torch.arange(width).view(1, 1, -1)
-    window = (
-        (grid_rows >= rows.view(-1, 1, 1))
-        & (grid_rows < rows.view(-1, 1, 1) + side)
-        & (grid_columns >= columns.view(-1, 1, 1))
-        & (grid_columns < columns.view(-1, 1, 1) + side)
-    )
+    window = window_masks((height, width), rows, columns, side)
     peak_share = (mass * window.reshape(count, -1)).sum(dim=1)
     ranked = torch.sort(mass, dim=1, descending=True).values.cumsum(dim=1)
     top_size = ((ranked < 0.5).sum(dim=1) + 1).double() / area

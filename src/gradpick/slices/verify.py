@@ -52,7 +52,7 @@ from torch import nn
 
 from gradpick.errors import InputError
 from gradpick.outputs.inference import infer
-from gradpick.slices.features import LUMA, peak_windows, window_side
+from gradpick.slices.features import LUMA, peak_windows, window_masks, window_side
 from gradpick.trust.road import ROAD_NOISE, impute
 
 __all__ = [
@@ -111,20 +111,6 @@ class Effect:
         return values
 
 
-def _windows(
-    shape: tuple[int, int, int], rows: torch.Tensor, columns: torch.Tensor, side: int
-) -> torch.Tensor:
-    count, height, width = shape
-    grid_rows = torch.arange(height).view(1, -1, 1)
-    grid_columns = torch.arange(width).view(1, 1, -1)
-    return (
-        (grid_rows >= rows.view(-1, 1, 1))
-        & (grid_rows < rows.view(-1, 1, 1) + side)
-        & (grid_columns >= columns.view(-1, 1, 1))
-        & (grid_columns < columns.view(-1, 1, 1) + side)
-    )
-
-
 def _removed(
     images: torch.Tensor, hidden: torch.Tensor, generator: torch.Generator
 ) -> torch.Tensor:
@@ -161,13 +147,8 @@ def interventions(
     random_columns = torch.randint(0, width - side + 1, (draws, count), generator=generator)
     hidden = torch.cat(
         [
-            _windows((count, height, width), rows, columns, side),
-            _windows(
-                (draws * count, height, width),
-                random_rows.flatten(),
-                random_columns.flatten(),
-                side,
-            ),
+            window_masks((height, width), rows, columns, side),
+            window_masks((height, width), random_rows.flatten(), random_columns.flatten(), side),
         ]
     )
     tiled = images.repeat(1 + draws, 1, 1, 1)

@@ -75,14 +75,15 @@ def _load(settings: Settings) -> Loaded | None:
         # refused with the store.
         served = cache.served(option.identity, str(device), option)
         # A store another model wrote is refused before its images are read.
-        stamp = Path(choice.outputs.strip()).expanduser().stat().st_mtime
-        opened = cache.stored_outputs(choice.outputs.strip(), stamp)
+        path = choice.outputs.strip()
+        stamp = Path(path).expanduser().stat().st_mtime
+        opened = cache.stored_outputs(path, stamp)
         store.check_store(opened, served.store_identity)
         batch_key = choice.batch_key
         if st.session_state.get(keys.per_source(keys.REINFER, choice.source_key)):
             # Inferring a changed store's images again reads them as they are now, not as
             # the batch cache holds them from before the change.
-            batch_key += f"|{source.fingerprint()}"
+            batch_key += f"|{cache.fingerprint(choice.source_key, source)}"
         batch, note = _read_batch(batch_key, choice, source, served, option)
         if note:
             st.warning(note)
