@@ -1,14 +1,16 @@
 """A plain ``streamlit run app.py`` (what Streamlit Community Cloud runs, no launcher): the
 explorer's warm-up begins when the server starts, the server serves once the model and the
 default batch are ready, and its first page run finds them so, in that order in the server's
-log; the thumbnail grid stays where it was first drawn while the rest of the page
-comes; the page then shows the batch and answers a pick."""
+log; the thumbnail grid stays where it was first drawn while the rest of the page comes, and
+in the same place when the web font never arrives or the code of the elements above the grid
+comes after it; the page then shows the batch and answers a pick."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,6 +57,38 @@ SETTLED_FIRST_PAGE_JS = f"""
   && document.body.innerText.includes('Images N') && ({NO_PLACEHOLDER_JS})()
 """
 """The first run over and every element drawn by its own code, not a placeholder."""
+LATE_CODE = ("/Metric.", "/ButtonGroup.")
+"""The browser code of the kinds of element above the grid that the sidebar does not load (a
+metric, the rows of tabs), by the start of its file's name."""
+
+
+def _grid_tops_when_late(browser: Any, url: str) -> list[int]:
+    """Each place the thumbnail grid's top took in a new page of ``url`` until its first run
+    settled, where the web font never arrives (the fallback font throughout) and the code of
+    ``LATE_CODE`` arrives only once the grid is on the page, as on a busy browser."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.add_init_script(f"({GRID_TOPS_JS})();")
+    page = context.new_page()
+    page.set_default_timeout(LOAD_TIMEOUT_MS)
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        if any(name in route.request.url for name in LATE_CODE):
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/static/media/SourceSans*", lambda route: route.abort())
+    page.route("**/static/js/*.js", hold)
+    page.goto(url)
+    page.wait_for_selector(f"{keys.selector(keys.GRID_CHART)} .js-plotly-plot", state="attached")
+    assert len(held) == len(LATE_CODE), [route.request.url for route in held]
+    for route in held:
+        route.continue_()
+    page.wait_for_function(SETTLED_FIRST_PAGE_JS, timeout=LOAD_TIMEOUT_MS)
+    tops: list[int] = page.evaluate("window.__gridTops")
+    context.close()
+    return tops
 
 
 def _lines(log: Path) -> list[str]:
@@ -111,6 +145,9 @@ def test_a_plain_streamlit_run_warms_up_at_server_start_before_the_first_page(
             pick_by_text(page, [3])
             wait_for_heatmaps(page, [3])
             assert heatmap_indices(page) == [3]
+            # A metric's line was 6 px shorter in the fallback font, and the placeholders of
+            # the metrics and the rows of tabs 36 px shorter and 8 px taller than they.
+            assert _grid_tops_when_late(browser, server.url) == tops[-1:]
             browser.close()
         lines = _wait_for_line(log, FIRST_RUN)
     began, ready, first = _index(lines, BEGAN), _index(lines, READY), _index(lines, FIRST_RUN)

@@ -54,6 +54,7 @@ NOT_A_VIEW: dict[str, str] = {
     keys.CLASS_PREFIX: "a CSS class prefix, not a key",
     keys.HIDDEN_KEY_PREFIX: "a prefix of hidden containers, not a setting",
     keys.PRELOAD_CONTAINER: "a hidden container",
+    keys.READOUTS: "the container of the batch's metrics",
     keys.HOVER_SCRIPT: "a hidden container",
     keys.OUTLINES_SCRIPT: "a hidden container",
     keys.OUTLINES_CELLS: "an element inside a hidden container",

@@ -79,13 +79,15 @@ MARKDOWN_KINDS = {"markdown", "title", "header", "subheader", "caption"}
 """AppTest's names for what the browser draws with one element's code, Markdown's."""
 
 
-def _kinds_above_grid(node: Any, kinds: set[str]) -> bool:
+def _kinds_above_grid(node: Any, kinds: set[str], tab_rows: list[str] | None = None) -> bool:
     """Collect into ``kinds`` the kinds of element drawn above the thumbnail grid (the page's
-    first plotly chart), leaving out what a collapsed expander or a popover holds; True once at
-    the grid."""
+    first plotly chart), leaving out what a collapsed expander or a popover holds, and into
+    ``tab_rows`` the keys of its button groups; True once at the grid."""
     kind = getattr(node, "type", None)
     if kind == "plotly_chart":
         return True
+    if kind == "button_group" and tab_rows is not None:
+        tab_rows.append(node.key)
     if kind == "expander" and not node.proto.expanded:
         return False
     if kind == "popover":  # the browser draws its content only once it is opened
@@ -95,7 +97,7 @@ def _kinds_above_grid(node: Any, kinds: set[str]) -> bool:
     if children is None:
         kinds.add("markdown" if kind in MARKDOWN_KINDS else str(kind))
         return False
-    return any(_kinds_above_grid(child, kinds) for child in children.values())
+    return any(_kinds_above_grid(child, kinds, tab_rows) for child in children.values())
 
 
 @pytest.mark.parametrize("imported", [False, True])
@@ -144,11 +146,15 @@ def test_the_frame_loads_the_code_of_what_the_grid_sits_under(
     else:
         assert events[:5] == [*preloaded, "chart", "batch"]
     assert app.get("plotly_chart"), "the page's own charts are drawn"
-    above, sidebar = set[str](), set[str]()
-    assert _kinds_above_grid(app.main, above)
+    above, sidebar, tab_rows = set[str](), set[str](), list[str]()
+    assert _kinds_above_grid(app.main, above, tab_rows)
     _kinds_above_grid(app.sidebar, sidebar)
     # AppTest calls a segmented control's element a button group
     assert above - sidebar - {"empty"} == {"metric", "popover", "button_group"}
+    # The page style sizes the placeholders of these rows of tabs and of the readouts' metrics.
+    assert sorted(tab_rows) == sorted(keys.TAB_ROWS)
+    assert all(f".st-key-{key} > " in start.PAGE_STYLE for key in keys.TAB_ROWS)
+    assert f".st-key-{keys.READOUTS} " in start.PAGE_STYLE
 
 
 def test_containers_keyed_hidden_are_hidden_by_the_page_style() -> None:

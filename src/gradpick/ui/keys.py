@@ -51,6 +51,7 @@ __all__ = [
     "PICKED_BATCH",
     "PICKERS",
     "PRELOAD_CONTAINER",
+    "READOUTS",
     "PROBABILITY_CHART",
     "RANDOM_SAMPLE",
     "REINFER",
@@ -118,6 +119,9 @@ chart and the hover thumbnails' script take no room, so nothing moves when they 
 PRELOAD_CONTAINER = HIDDEN_KEY_PREFIX + "preload"
 """The container of the elements a page run sends first so the browser loads their code
 (``gradpick.ui.start``)."""
+READOUTS = "readouts"
+"""The container of the batch's metrics above the thumbnails, whose placeholders the page style
+sizes as the metrics (``gradpick.ui.start.PAGE_STYLE``)."""
 
 PICKED = "picked"
 PICKED_BATCH = "picked_batch"
@@ -373,11 +377,15 @@ __all__ += [
     "SELECTIONS_MESSAGE",
     "SELECTIONS_OPEN",
     "SELECTIONS_STORE",
+    "TAB_ROWS",
 ]
 EXPLORER_TAB = "explorer_tab"
 EXPLORER_TABS = ("Explore", "Strategies", "Trust", "Compare", "Triage", "Slices")
 """The explorer's tabs, as the page names them (and the links do); the values of
 ``EXPLORER_TAB``."""
+TAB_ROWS = (EXPLORER_TAB, OUTPUTS_TAB)
+"""The segmented controls drawn as rows of tabs (``gradpick.ui.tabs``), both above the
+thumbnails: the page style sizes their placeholders as the rows."""
 LINK_OPENED = "link_opened"
 """Set once the session's URL was read: a link seeds only the first run."""
 LINK_NOTES = "link_notes"

@@ -36,10 +36,14 @@ from gradpick.ui.keys import (
     HEATMAPS_CONTAINER,
     HIDDEN_KEY_PREFIX,
     PRELOAD_CONTAINER,
+    READOUTS,
+    TAB_ROWS,
 )
 
 __all__ = ["PAGE_STYLE", "run"]
 
+_PLACEHOLDER = '[data-testid="stSkeleton"]'
+_TAB_ROW_PLACEHOLDERS = ", ".join(f".{CLASS_PREFIX}{key} > {_PLACEHOLDER}" for key in TAB_ROWS)
 PAGE_STYLE = f"""<style>
 .js-plotly-plot image, [data-testid="stImage"] img {{ image-rendering: pixelated; }}
 [class*="{CLASS_PREFIX}{HIDDEN_KEY_PREFIX}"],
@@ -50,6 +54,10 @@ body [data-testid="stSpinnerIcon"] {{
   animation-duration: 2s; animation-timing-function: steps(4); }}
 body:has([data-testid="stProgress"]) [data-testid="stSpinnerIcon"] {{ animation: none; }}
 [data-testid="stApp"] * {{ transition-duration: 0s !important; }}
+[data-testid="stMetricValue"] [data-testid="stMarkdownContainer"],
+[data-testid="stMetricValue"] p {{ line-height: 1.3333; }}
+.{CLASS_PREFIX}{READOUTS} {_PLACEHOLDER} {{ height: 4.75rem; }}
+{_TAB_ROW_PLACEHOLDERS} {{ height: 2rem; }}
 </style>"""
 """Thumbnails and heatmaps are scaled by the browser too: keep their pixels sharp. Hidden
 containers take no room, their wrapper's gap included (16 px above the page's elements for as
@@ -67,6 +75,16 @@ second beside the server's work: the browser draws each frame on the cores that 
   *``), but that attribute of the app's root flips at every run's start and end, and each flip
   made the browser recompute the style of every element of the page: per click on a thumbnail,
   84-153 ms of style work against 12-44 ms with the rule always on.
+
+Nothing above the thumbnails changes height once drawn, so the grid stays under the pointer:
+
+* A metric's value is as tall in any font: its line height is set to the web font's own (4/3,
+  48 px), where the browser's "normal" took each font's: in the fallback font, drawn until the
+  web font arrives, the metrics were 6 px shorter, and the grid moved when it came.
+* An element whose code has not arrived yet is drawn as a 40 px placeholder (the frame preloads
+  that code, but on a busy browser it can still come after the grid): above the grid, the
+  placeholders of the readouts' metrics and of the rows of tabs are as tall as the elements
+  (76 px, 32 px; the grid moved 8 px in a hosted CI run, 16-36 px with their code held back).
 
 On two cores, 10,000 images inferred about 6% slower beside the spinner and the bar. Beside
 the spinner and the fades, a sample of 1,000 changed in an open page took the browser 0.54

@@ -29,7 +29,8 @@ def tab_row(
     until another is chosen). A closed tab's container stays on the page, hidden, with what a
     run draws into it.
 
-    ``widgets`` names each tab's widget keys, kept while it is closed."""
+    ``widgets`` names each tab's widget keys, kept while it is closed. A row above the
+    thumbnails is named in ``keys.TAB_ROWS``, whose placeholders the page style sizes."""
     session = st.session_state
     if session.get(key) not in names:  # the first run, or a value no tab has
         session[key] = names[0]

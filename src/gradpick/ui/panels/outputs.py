@@ -92,7 +92,7 @@ def absorb_selections(loaded: Loaded) -> None:
 
 def readouts(loaded: Loaded) -> None:
     result = loaded.result
-    columns = st.columns(5)
+    columns = st.container(key=keys.READOUTS).columns(5)  # sized while loading: ``ui.start``
     columns[0].metric("Images N", f"{len(loaded):,}")
     columns[1].metric(
         "Accuracy", "no labels" if result.accuracy is None else f"{result.accuracy:.1%}"
