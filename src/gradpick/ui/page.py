@@ -103,9 +103,9 @@ def _read_batch(
     """The batch (from its cache, per batch and input spec) with its classes fitted to the
     model's; the note says how, when they differ."""
     pixels_key = f"{batch_key}|{served.spec.describe()}"
-    stored = cache.fingerprint(choice.source_key, source) if choice.kind == "stored" else None
+    known = cache.fingerprint(choice.source_key, source) if choice.kind == "stored" else None
     return service.fit_classes(
-        cache.batch(pixels_key, source, choice, stored), served.classes, option.class_names
+        cache.batch(pixels_key, source, choice, known), served.classes, option.class_names
     )
 
 

@@ -25,7 +25,7 @@ from gradpick.data import ImageBatch
 from gradpick.errors import DataError
 from gradpick.models.zoo import LoadedModel
 from gradpick.multilabel import refuse_sigmoid
-from gradpick.outputs import stores as stored
+from gradpick.outputs import store_format as store
 from gradpick.outputs.inference import InferenceResult
 from gradpick.show import render as pictures
 from gradpick.ui import cache, figures, keys, service, state
@@ -84,7 +84,9 @@ def _second(loaded: Loaded, settings: Settings) -> Second | None:
     if isinstance(chosen, str):
         stamp = Path(chosen).expanduser().stat().st_mtime if Path(chosen).exists() else 0.0
         opened = cache.stored_outputs(chosen, stamp)
-        if not stored.is_current(opened, source):
+        # The page's own reading of its images' fingerprint: a stat per image, at most every 30 s.
+        fingerprint = cache.fingerprint(loaded.choice.source_key, source)
+        if not store.store_is_current(opened, fingerprint):
             raise DataError(
                 f"{opened.path} was written from other images than {source.description}: "
                 "compare outputs of the same images."
