@@ -33,7 +33,7 @@ from gradpick.outputs import stores as stored
 from gradpick.outputs.inference import infer_chunks
 from gradpick.picking import rules as selection
 from gradpick.runtime import measure
-from gradpick.ui import cache, heatmaps, keys, service, state, warmup
+from gradpick.ui import cache, heatmaps, keys, page, service, state, warmup
 from gradpick.ui.panels import explore as gradients_panel
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -557,6 +557,38 @@ def test_a_stores_first_page_reads_its_folders_fingerprint_once(
     no_errors(app)
     assert any("not inferred" in caption.value for caption in app.caption)
     assert readings.count(folder) == 1
+
+
+def test_a_large_stores_folder_is_checked_beside_its_page(
+    stored_folder: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``CHECK_BESIDE_ABOVE`` images the page is drawn while the folder is checked; the
+    answer (here: a changed folder) shows on a later run without a click."""
+    folder, out = stored_folder
+    gate = threading.Event()
+    real_check = stored.fingerprint_now
+
+    def held(source: data.ImageSource) -> str:
+        gate.wait(60)
+        return real_check(source)
+
+    monkeypatch.setattr(stored, "fingerprint_now", held)
+    monkeypatch.setattr(page, "CHECK_BESIDE_ABOVE", 0)
+    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
+    app = open_app(**TUTORIAL)
+    no_errors(app)
+    assert any("checking that" in caption.value for caption in app.caption)
+    assert metrics(app)["Images N"] == str(IMAGES) and len(table(app)) == IMAGES
+    first, second = sorted(folder.rglob("*.png"))[:2]
+    first.write_bytes(second.read_bytes())
+    gate.set()
+    for _ in range(600):  # the page's poll, until the check has its answer
+        app.run()
+        if not any("checking that" in caption.value for caption in app.caption):
+            break
+    no_errors(app)
+    assert any("changed since" in warning.value for warning in app.warning)
+    assert app.button(key=keys.REINFER)
 
 
 def test_a_store_of_another_model_is_refused_and_a_changed_folder_offers_to_re_infer(

@@ -186,6 +186,17 @@ def test_image_folder_finds_classes_labels_and_decodes_lazily(
     assert torch.equal(images[0], expected)
 
 
+def test_a_batch_finds_the_indices_of_the_positions_it_holds(
+    image_folder_factory: Callable[..., Path],
+) -> None:
+    source = image_folder(image_folder_factory(classes=3, per_class=4))
+    batch = data.load_batch(source, size=6, seed=3)
+    expected = {position: index for index, position in enumerate(batch.positions)}
+    asked = [*batch.positions[::2], 99, -1, *[p for p in range(12) if p not in expected][:2]]
+    assert batch.indices_of(asked) == {p: expected[p] for p in batch.positions[::2]}
+    assert batch.indices_of(range(12)) == expected and batch.indices_of([]) == {}
+
+
 def test_a_folder_without_images_or_a_missing_folder_is_explained(tmp_path: Path) -> None:
     (tmp_path / "empty" / "class_a").mkdir(parents=True)
     with pytest.raises(DataError, match="no images found.*ImageFolder layout"):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -197,3 +200,89 @@ def test_cli_infer_output_sigmoid_writes_a_sigmoid_store(source: Any, tmp_path: 
     logits = torch.tensor(opened.table["logits"].to_pylist())
     probabilities = torch.tensor(opened.table["probabilities"].to_pylist())
     torch.testing.assert_close(probabilities, torch.sigmoid(logits))
+
+
+def test_a_whole_stores_source_is_read_from_its_names_and_any_other_is_listed(
+    source: data.FolderSource, model: LoadedModel, tmp_path: Path
+) -> None:
+    stored.infer_to_store(model, source, range(len(source)), tmp_path / "whole")
+    stored.infer_to_store(model, source, range(5), tmp_path / "part")
+    listings: list[Path] = []
+    real_listing = data.image_folder
+
+    def listed(root: Path, spec: Any = data.DEFAULT_SPEC) -> data.FolderSource:
+        listings.append(Path(root))
+        return real_listing(root, spec)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data.folders, "image_folder", listed)
+        whole = stored.stored_source(
+            stored.open_stored(str(tmp_path / "whole"), stored.SOURCE_COLUMNS)
+        )
+        assert not listings  # the whole store's names are its folder's listing
+        part = stored.stored_source(
+            stored.open_stored(str(tmp_path / "part"), stored.SOURCE_COLUMNS)
+        )
+        assert listings == [source.root]
+    for opened_source in (whole, part):
+        assert isinstance(opened_source, data.FolderSource)
+        assert opened_source.root == source.root and opened_source.spec == source.spec
+        assert opened_source.relative_names == source.relative_names
+        assert opened_source.class_names == source.class_names
+        assert torch.equal(opened_source.label_tensor, source.label_tensor)
+        assert opened_source.description == source.description
+    # only the outputs' columns: no names, so the folder is listed
+    stored.stored_source(stored.open_stored(str(tmp_path / "whole"), ("position",)))
+
+
+def test_a_folder_added_to_since_its_store_was_written_is_not_current(
+    source: data.FolderSource, model: LoadedModel, tmp_path: Path
+) -> None:
+    stored.infer_to_store(model, source, range(len(source)), tmp_path / "whole")
+    opened = stored.open_stored(str(tmp_path / "whole"), stored.SOURCE_COLUMNS)
+    from_names = stored.stored_source(opened)
+    assert stored.is_current(opened, from_names)
+    (source.root / "cat" / "zz-new.png").write_bytes(source.files[0].read_bytes())
+    assert from_names.fingerprint() == source.fingerprint()  # its own names: still the same
+    assert not stored.is_current(opened, from_names)  # listed again: one image more
+
+
+def test_a_folder_check_answers_beside_its_caller_and_again_once_its_answer_is_old(
+    source: data.FolderSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = threading.Event()
+    checks: list[str] = []
+
+    def held(checked: data.ImageSource) -> str:
+        gate.wait(30)
+        checks.append(threading.current_thread().name)
+        return f"answer {len(checks)}"
+
+    monkeypatch.setattr(stored, "fingerprint_now", held)
+    check = stored.FolderCheck(source, max_age=3600)
+    assert check.fingerprint(wait=0) is None and check.checking  # drawn without the answer
+    gate.set()
+    assert check.fingerprint() == "answer 1" and not check.checking  # waited for
+    assert check.fingerprint(wait=0) == "answer 1" and checks == ["gradpick-folder-check"]
+    gate.clear()
+    stale = stored.FolderCheck(source, max_age=-1)  # every answer is already old
+    gate.set()
+    assert stale.fingerprint() == "answer 2"
+    gate.clear()
+    assert stale.fingerprint(wait=0) == "answer 2" and stale.checking  # the last, meanwhile
+    gate.set()
+    while stale.checking:
+        time.sleep(0.01)
+    assert stale.fingerprint(wait=0) == "answer 3"
+
+
+def test_a_folder_check_of_a_folder_gone_says_so(
+    source: data.FolderSource, model: LoadedModel, tmp_path: Path
+) -> None:
+    stored.infer_to_store(model, source, range(len(source)), tmp_path / "whole")
+    opened = stored.open_stored(str(tmp_path / "whole"), stored.SOURCE_COLUMNS)
+    check = stored.FolderCheck(stored.stored_source(opened))
+    assert store.store_is_current(opened, str(check.fingerprint()))
+    shutil.rmtree(source.root)
+    with pytest.raises(DataError, match="no such folder"):
+        stored.FolderCheck(stored.stored_source(opened)).fingerprint()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gradpick.errors import DataError, InputError
-from gradpick.triage.verdicts import Verdict, VerdictBook, stale_verdicts, write_relabelling
+from gradpick.triage.verdicts import Verdict, VerdictBook, split_stale, write_relabelling
 from tests.writers import kill_after, write_at_once
 
 _WRITER = textwrap.dedent(
@@ -80,7 +80,10 @@ def test_a_verdict_is_one_of_four(verdict: str, new_label: int | None, message: 
 
 def test_stale_verdicts_are_the_ones_whose_image_moved() -> None:
     verdicts = {0: Verdict(0, "a", "fine"), 1: Verdict(1, "b", "fine"), 5: Verdict(5, "f", "fine")}
-    assert [v.position for v in stale_verdicts(verdicts, ["a", "x", "c"])] == [1, 5]
+    current, stale = split_stale(verdicts, {0: "a", 1: "x", 2: "c"})
+    assert list(current) == [0] and [v.position for v in stale] == [1]  # 5: not these images
+    current, stale = split_stale(verdicts, {5: "f", 1: "b"})
+    assert sorted(current) == [1, 5] and not stale
 
 
 def test_the_relabelling_lists_only_wrong_labels_by_class_name(tmp_path: Path) -> None:

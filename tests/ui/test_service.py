@@ -191,6 +191,24 @@ def test_batch_table_and_titles_follow_the_inference_result(
     for title, index in zip(titles, [4, 0], strict=True):
         assert title.startswith(f"#{index} {names[int(batch.labels[index])]}→")
         assert title.endswith("✓" if result.correct[index] else "✗")
+        assert f"({float(result.confidences[index]):.0%})" in title
+
+
+def test_hover_lines_read_as_a_list_of_every_images_title(
+    cifar_like: Path, tiny_cnn: torch.nn.Module
+) -> None:
+    batch = service.read_batch(service.open_source(DataChoice()), DataChoice(size=12))
+    result = infer(tiny_cnn, batch.images, batch.labels)
+    lines = service.HoverLines(batch, result)
+    every = service.describe_indices(batch, result, range(12))
+    assert len(lines) == 12 and list(lines) == every
+    assert lines[2:9:3] == every[2:9:3] and lines[-1] == every[11]
+    with pytest.raises(IndexError):
+        lines[12]
+    names, predicted = batch.class_names, int(result.predictions[3])
+    unlabelled = replace(result, labels=None, losses=None)
+    confidence = f"{float(result.confidences[3]):.0%}"
+    assert service.HoverLines(batch, unlabelled)[3] == f"#3 {names[predicted]} ({confidence})"
 
 
 def test_fit_classes_drops_labels_that_do_not_match_the_model(

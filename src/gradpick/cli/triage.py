@@ -67,7 +67,7 @@ def _export(opened: store.OpenedStore, frame: Any, out: str) -> str:
     latest = book.latest()
     names = opened.table.column("name").to_pylist()
     positions = opened.table.column("position").to_pylist()
-    current, stale = split_stale(latest, positions, names)
+    current, stale = split_stale(latest, dict(zip(positions, names, strict=True)))
     given = dict(
         zip(frame["position"].tolist(), frame["given_label"].astype(np.int64).tolist(), strict=True)
     )

@@ -166,7 +166,9 @@ class LazyPixels:
     Safe to share between threads: two readers of one row decode it twice, into equal pixels.
     """
 
-    def __init__(self, source: ImageSource, positions: Sequence[int], chunk_size: int = 256):
+    def __init__(
+        self, source: ImageSource, positions: Sequence[int] | np.ndarray, chunk_size: int = 256
+    ):
         self.source = source
         self.positions = np.asarray(positions, dtype=np.int64)
         self.buffer = torch.empty(len(self.positions), 3, *source.spec.size, dtype=torch.uint8)
@@ -231,7 +233,7 @@ class LazyBatch(ImageBatch):
         split: str | None = None,
     ) -> None:
         object.__setattr__(self, "pixels", pixels)
-        positions = tuple(int(p) for p in pixels.positions)
+        positions = tuple(pixels.positions.tolist())
         super().__init__(pixels.buffer, labels, class_names, names, positions, source, notes, split)
 
     @property

@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from PIL import Image
 
@@ -88,6 +89,21 @@ class ImageBatch:
         """``images[index]``: of a batch decoded lazily (``batches.LazyBatch``), only those
         rows are decoded; here they are all in memory already."""
         return self.images[index]
+
+    def indices_of(self, positions: Iterable[int]) -> dict[int, int]:
+        """Source position -> batch index, for each of ``positions`` the batch holds: a page
+        looks up the few it shows (verdicts, a slice's images) without a dict of the whole
+        batch, which took 0.4 s on every run at 1,280,000 images."""
+        wanted = np.fromiter((int(position) for position in positions), dtype=np.int64)
+        if not wanted.size:
+            return {}
+        held = self._held_positions
+        found = np.flatnonzero(np.isin(held, wanted))
+        return dict(zip(held[found].tolist(), found.tolist(), strict=True))
+
+    @functools.cached_property
+    def _held_positions(self) -> np.ndarray:
+        return np.asarray(self.positions, dtype=np.int64)
 
     def relabelled(self, labels: torch.Tensor | None, class_names: tuple[str, ...]) -> ImageBatch:
         """The same images under other labels and class names (none of them decoded)."""

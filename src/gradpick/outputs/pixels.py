@@ -31,7 +31,7 @@ import torch
 from gradpick.data import ImageBatch, ImageSource
 from gradpick.data.batches import LazyBatch, LazyPixels, read_positions
 from gradpick.outputs.sidecar import sibling
-from gradpick.outputs.stores import open_stored, stored_source
+from gradpick.outputs.stores import SOURCE_COLUMNS, open_stored, stored_source
 
 __all__ = [
     "KEEP_PIXELS_AT_MOST",
@@ -120,8 +120,9 @@ def lazy_batch(
     opened = open_stored(str(store_path), ["position"])
     held = opened.table["position"].to_numpy()
     wanted_array = np.asarray(wanted, dtype=np.int64)
-    positions = wanted_array[np.isin(wanted_array, held)]
-    pixels = LazyPixels(source, positions.tolist())
+    whole = np.array_equal(wanted_array, held)  # a whole store's batch: no lookup of each
+    positions = wanted_array if whole else wanted_array[np.isin(wanted_array, held)]
+    pixels = LazyPixels(source, positions)
     labels = source.labels()
     batch = LazyBatch(
         pixels,
@@ -185,7 +186,7 @@ def main(job_file: str) -> None:
             return
         if load_kept(job["store"], job["key"], mmap=True) is not None:
             return  # kept by the job that held the lock before
-        source = stored_source(open_stored(job["store"], ["position"]))
+        source = stored_source(open_stored(job["store"], SOURCE_COLUMNS))
         batch = read_positions(source, job["positions"], workers=0)
         keep(batch, job["store"], job["key"])
 

@@ -54,6 +54,7 @@ __all__ = [
     "open_store",
     "source_fingerprint",
     "source_root",
+    "recorded_fingerprint",
     "store_is_current",
     "store_metadata",
     "store_output",
@@ -544,6 +545,12 @@ def check_store(opened: OpenedStore, model_identity: str) -> None:
         )
 
 
+def recorded_fingerprint(opened: OpenedStore) -> str | None:
+    """The fingerprint its source had when the store was written (None: not recorded)."""
+    recorded = (opened.metadata.get("source") or {}).get("fingerprint")
+    return None if recorded is None else str(recorded)
+
+
 def store_is_current(opened: OpenedStore, fingerprint: str) -> bool:
     """Whether the source still holds the images the store was written from."""
-    return bool((opened.metadata.get("source") or {}).get("fingerprint") == fingerprint)
+    return recorded_fingerprint(opened) == fingerprint

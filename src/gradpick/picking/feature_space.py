@@ -19,7 +19,7 @@ Example::
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -40,6 +40,8 @@ __all__ = [
 PROJECTIONS = ("pca", "umap")
 COLOURINGS = ("true", "predicted", "correct")
 UMAP_NEIGHBOURS = 15
+PCA_CHUNK_ROWS = 65_536
+"""Rows of features ``pca`` converts to float64 at a time."""
 
 
 def available_projections() -> tuple[str, ...]:
@@ -49,34 +51,62 @@ def available_projections() -> tuple[str, ...]:
     return PROJECTIONS
 
 
-def _checked(features: torch.Tensor) -> torch.Tensor:
+def _shaped(features: torch.Tensor) -> torch.Tensor:
+    """The features, detached on the CPU in their own dtype; InputError for a shape no
+    projection can take."""
     if not isinstance(features, torch.Tensor) or features.dim() != 2:
         shape = tuple(features.shape) if isinstance(features, torch.Tensor) else type(features)
         raise InputError(f"Features must be a [N, D] tensor; got {shape}.")
     if features.shape[0] < 1:
         raise InputError("There are no features to project: the batch is empty.")
-    if not bool(torch.isfinite(features).all()):
+    return features.detach().cpu()
+
+
+def _refuse_non_finite(finite: bool) -> None:
+    if not finite:
         raise InputError("The features contain NaN or infinite values.")
-    return features.detach().cpu().double()
+
+
+def _checked(features: torch.Tensor) -> torch.Tensor:
+    values = _shaped(features)
+    _refuse_non_finite(bool(torch.isfinite(values).all()))
+    return values.double()
+
+
+def _chunks(values: torch.Tensor) -> Iterator[torch.Tensor]:
+    """``values`` in float64, ``PCA_CHUNK_ROWS`` rows at a time."""
+    for start in range(0, len(values), PCA_CHUNK_ROWS):
+        yield values[start : start + PCA_CHUNK_ROWS].double()
 
 
 def pca(features: torch.Tensor) -> np.ndarray:
     """The features' coordinates [N, 2] on their two principal axes.
 
-    With centred features X (N x D) and covariance C = XᵀX / N, the axes are the eigenvectors
+    With centred features X (N x D) and covariance C = XᵀX / N (= E[xxᵀ] - μμᵀ, summed in one
+    pass), the axes are the eigenvectors
     of C with the two largest eigenvalues; each axis' sign is fixed so that its largest-magnitude
     loading is positive, so the same features always give the same picture. Computed in float64,
-    returned in float32. A batch with fewer than two independent directions gets zeros there.
+    ``PCA_CHUNK_ROWS`` rows at a time (1,280,000 features of 64 values would take 0.7 GB in
+    float64 at once, twice over), returned in float32. A batch with fewer than two independent
+    directions gets zeros there.
     """
-    values = _checked(features)
-    centred = values - values.mean(dim=0, keepdim=True)
-    covariance = centred.T @ centred / max(len(centred), 1)
+    values = _shaped(features)
+    width = values.shape[1]
+    total = torch.zeros(width, dtype=torch.float64)
+    products = torch.zeros(width, width, dtype=torch.float64)
+    for chunk in _chunks(values):
+        total += chunk.sum(dim=0)
+        products += chunk.T @ chunk
+    # float32 values cannot overflow a float64 sum: a NaN or an infinity is one there
+    _refuse_non_finite(bool(torch.isfinite(total).all()))
+    mean = total / len(values)
+    covariance = products / len(values) - torch.outer(mean, mean)  # E[xxᵀ] - μμᵀ
     _, vectors = torch.linalg.eigh(covariance)  # ascending eigenvalues
     axes = vectors[:, -2:].flip(1) if vectors.shape[1] >= 2 else vectors
     largest = axes.abs().argmax(dim=0)
     signs = torch.sign(axes[largest, torch.arange(axes.shape[1])])
     axes = axes * torch.where(signs == 0, torch.ones_like(signs), signs)
-    points = centred @ axes
+    points = torch.cat([((chunk - mean) @ axes).float() for chunk in _chunks(values)])
     if points.shape[1] < 2:
         points = torch.cat([points, torch.zeros(len(points), 2 - points.shape[1])], dim=1)
     return points.float().numpy()

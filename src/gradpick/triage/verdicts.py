@@ -36,7 +36,6 @@ __all__ = [
     "VerdictBook",
     "accept_suggestions",
     "split_stale",
-    "stale_verdicts",
     "write_relabelling",
 ]
 
@@ -144,26 +143,14 @@ def accept_suggestions(
     return recorded, kept
 
 
-def stale_verdicts(verdicts: Mapping[int, Verdict], names: Sequence[str]) -> list[Verdict]:
-    """Verdicts whose image is no longer at its position (``names`` are the store's, by
-    position): the folder changed since they were given, so they are shown, not applied."""
-    return [
-        verdict
-        for position, verdict in verdicts.items()
-        if position >= len(names) or names[position] != verdict.name
-    ]
-
-
 def split_stale(
-    verdicts: Mapping[int, Verdict], positions: Sequence[int], names: Sequence[str]
+    verdicts: Mapping[int, Verdict], names: Mapping[int, str]
 ) -> tuple[dict[int, Verdict], list[Verdict]]:
-    """The verdicts on these images (``positions`` with their ``names``, any subset of a
-    source), split into those still in force and the stale ones (``stale_verdicts``); verdicts
-    on other positions are neither."""
-    by_position = dict(zip((int(p) for p in positions), names, strict=True))
-    ours = {p: v for p, v in verdicts.items() if p in by_position}
-    ordered = [by_position.get(i, "") for i in range(max(by_position, default=-1) + 1)]
-    stale = stale_verdicts(ours, ordered)
+    """The verdicts on these images (``names``: position -> name, of any subset of a source),
+    split into those still in force and the stale ones, whose image is no longer at its
+    position; verdicts on other positions are neither."""
+    ours = {p: v for p, v in verdicts.items() if p in names}
+    stale = [verdict for position, verdict in ours.items() if names[position] != verdict.name]
     return {p: v for p, v in ours.items() if v not in stale}, stale
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,9 +50,8 @@ __all__ = [
     "compared_maps",
     "confusion_figure",
     "embedding_scatter",
-    "fingerprint",
+    "folder_check",
     "hover_atlas",
-    "hover_lines",
     "inference",
     "model",
     "occlusion_notes",
@@ -137,12 +136,12 @@ def batch(
         bar.close()
 
 
-@st.cache_data(max_entries=8, ttl=30, show_spinner="Checking the images against the store…")
-def fingerprint(source_key: str, _source: ImageSource) -> str:
-    """The images' fingerprint, read again at most every 30 s: a folder's takes one ``stat``
-    per image, and a store's first page needs it twice (the key of its kept pixels, and
-    whether the store still describes the folder)."""
-    return _source.fingerprint()
+@st.cache_resource(max_entries=8, show_spinner=False)
+def folder_check(source_key: str, _source: ImageSource) -> stored.FolderCheck:
+    """Whether the source still holds its images: one check per source, shared by every
+    session, run beside the pages that ask (``stores.FolderCheck``: a folder's takes a listing
+    and a ``stat`` per image) and run again once its answer is 30 s old."""
+    return stored.FolderCheck(_source)
 
 
 @st.cache_resource(max_entries=6, show_spinner="Loading the model…")
@@ -184,20 +183,14 @@ def stored_outputs(path: str, stamp: float) -> OpenedStore:
     return stored.open_stored(path, stored.OUTPUT_COLUMNS)
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
+@st.cache_resource(max_entries=8, show_spinner=False)
 def stored_result(
     batch_key: str, stamp: float, model_identity: str, _opened: OpenedStore, _batch: ImageBatch
 ) -> InferenceResult:
+    """A store's outputs of the batch, shared by every session and never changed: a copy per
+    script run, as ``st.cache_data`` returns, unpickled a 1,280,000-row store's logits,
+    probabilities and embeddings (0.5 GB) on every click."""
     return stored.stored_result(_opened, _batch)
-
-
-@st.cache_resource(max_entries=8, show_spinner=False)
-def hover_lines(
-    batch_key: str, model_identity: str, _batch: ImageBatch, _result: InferenceResult
-) -> tuple[str, ...]:
-    """One line per image (index, true and predicted class, confidence), made once per batch
-    and model rather than on every run: 10,000 of them take tens of milliseconds."""
-    return tuple(service.describe_indices(_batch, _result, range(len(_batch))))
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
@@ -230,7 +223,7 @@ def outputs_scatter(
     selection_revision: int,
     _result: InferenceResult,
     _names: tuple[str, ...],
-    _hover: tuple[str, ...],
+    _hover: Sequence[str],
 ) -> go.Figure:
     """The confidence/loss scatter (``figures.outputs_scatter``), built once per batch, model
     and selection revision (10,000 points: about 40 ms, on every run that draws it) and shared;
@@ -260,7 +253,7 @@ def embedding_scatter(
     _points: np.ndarray,
     _result: InferenceResult,
     _names: tuple[str, ...],
-    _hover: tuple[str, ...],
+    _hover: Sequence[str],
 ) -> go.Figure:
     """The feature-space scatter (``figures.embedding_scatter``) of the projection ``method``,
     coloured by ``colour_by``, built once per batch, model, settings and selection revision and

@@ -309,7 +309,7 @@ def _points(
         "mode": "markers",
         "name": name,
         "customdata": members,
-        "hovertext": np.asarray(hover, dtype=object)[members],
+        "hovertext": np.array([hover[index] for index in members.tolist()], dtype=object),
         "hoverinfo": "text",
         "marker": marker,
     }

@@ -90,7 +90,9 @@ def in_force(
             latest = {**verdicts.latest(), **latest}
         except DataError as error:
             problem = f"{error} Verdicts given now last for this session only."
-    current, stale = split_stale(latest, loaded.batch.positions, loaded.batch.names)
+    index_of = loaded.batch.indices_of(latest)
+    names = {position: loaded.batch.names[index] for position, index in index_of.items()}
+    current, stale = split_stale(latest, names)
     return current, stale, problem
 
 
@@ -98,7 +100,7 @@ def by_index(loaded: Loaded, settings: Settings) -> dict[int, str]:
     """Batch index -> verdict of every judged image (a file that cannot be read counts as
     none here; the Triage tab says why)."""
     current, _, _ = in_force(loaded, book(loaded, settings))
-    index_of = {int(p): i for i, p in enumerate(loaded.batch.positions)}
+    index_of = loaded.batch.indices_of(current)
     return {index_of[p]: v.verdict for p, v in current.items() if p in index_of}
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pandas as pd
@@ -44,6 +44,7 @@ __all__ = [
     "check_batch_size",
     "DataChoice",
     "describe_indices",
+    "HoverLines",
     "device_options",
     "DeviceOption",
     "load_model",
@@ -169,8 +170,8 @@ def open_source(
     if choice.kind == "stored":
         from gradpick.outputs import stores as stored
 
-        # the source needs the store's metadata only: one column read, not the outputs
-        return stored.stored_source(stored.open_stored(choice.outputs, ("position",)))
+        # the source needs the store's metadata and names only, not the outputs
+        return stored.stored_source(stored.open_stored(choice.outputs, stored.SOURCE_COLUMNS))
     raise InputError(f"Unknown data source '{choice.kind}'; use one of {', '.join(SOURCE_KINDS)}.")
 
 
@@ -523,24 +524,47 @@ def batch_table(
     return table
 
 
+class HoverLines(Sequence[str]):
+    """One short line per image of a batch (index, true and predicted class, confidence),
+    each made when it is read: a page reads those of its thumbnails and of the points its
+    scatters draw, never all 1,280,000 of a large store's (2 s to make them)."""
+
+    def __init__(self, batch: ImageBatch, result: InferenceResult) -> None:
+        self._names = batch.class_names
+        self._predicted = result.predictions.numpy()
+        self._confidence = result.confidences.numpy()
+        self._true = None if result.labels is None else result.labels.numpy()
+
+    def __len__(self) -> int:
+        return len(self._predicted)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self._line(i) for i in range(len(self))[index]]
+        return self._line(range(len(self))[index])  # negative, or out of range, as a list's
+
+    def _line(self, index: int) -> str:
+        names, predicted = self._names, int(self._predicted[index])
+        confidence = f"{float(self._confidence[index]):.0%}"
+        if self._true is None:
+            return f"#{index} {names[predicted]} ({confidence})"
+        true = int(self._true[index])
+        mark = "✓" if true == predicted else "✗"
+        return f"#{index} {names[true]}→{names[predicted]} ({confidence}) {mark}"
+
+
 def describe_indices(
     batch: ImageBatch, result: InferenceResult, indices: Sequence[int]
 ) -> list[str]:
     """A short title per picked image: index, true and predicted class, confidence."""
-    names = batch.class_names
-    rows = torch.as_tensor(list(indices), dtype=torch.long)
-    predicted = result.predictions[rows].tolist()
-    confidence = result.confidences[rows].tolist()
-    if result.labels is None:
-        return [
-            f"#{i} {names[p]} ({c:.0%})"
-            for i, p, c in zip(indices, predicted, confidence, strict=True)
-        ]
-    true = result.labels[rows].tolist()
-    return [
-        f"#{i} {names[t]}→{names[p]} ({c:.0%}) {'✓' if t == p else '✗'}"
-        for i, t, p, c in zip(indices, true, predicted, confidence, strict=True)
-    ]
+    lines = HoverLines(batch, result)
+    return [lines[index] for index in indices]
 
 
 def source_record(choice: DataChoice, batch: ImageBatch) -> dict[str, Any]:

@@ -5,6 +5,7 @@ They live here, not in the panel that makes them, so no panel imports another.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -46,8 +47,9 @@ class Loaded:
     """The frozen model with its input spec and identity (what exports record)."""
     device: torch.device
     result: InferenceResult
-    hover: tuple[str, ...]
-    """One line per image: index, true and predicted class, confidence."""
+    hover: Sequence[str]
+    """One line per image: index, true and predicted class, confidence
+    (``service.HoverLines``)."""
 
     @property
     def model(self) -> nn.Module:

@@ -84,9 +84,10 @@ def _second(loaded: Loaded, settings: Settings) -> Second | None:
     if isinstance(chosen, str):
         stamp = Path(chosen).expanduser().stat().st_mtime if Path(chosen).exists() else 0.0
         opened = cache.stored_outputs(chosen, stamp)
-        # The page's own reading of its images' fingerprint: a stat per image, at most every 30 s.
-        fingerprint = cache.fingerprint(loaded.choice.source_key, source)
-        if not store.store_is_current(opened, fingerprint):
+        # The page's own check of its images (a stat per image, at most every 30 s).
+        with st.spinner("Checking the images against the store…"):
+            fingerprint = cache.folder_check(loaded.choice.source_key, source).fingerprint()
+        if fingerprint is None or not store.store_is_current(opened, fingerprint):
             raise DataError(
                 f"{opened.path} was written from other images than {source.description}: "
                 "compare outputs of the same images."

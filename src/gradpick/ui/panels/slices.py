@@ -101,7 +101,9 @@ def render(loaded: Loaded, settings: Settings) -> None:
     saved = st.session_state.pop(keys.SLICE_SAVED, None)
     if saved:
         st.success(saved)
-    index_of = {int(position): index for index, position in enumerate(loaded.batch.positions)}
+    index_of = loaded.batch.indices_of(
+        int(position) for row in slices for key in ("positions", "typical") for position in row[key]
+    )
     shelf = SelectionShelf.beside(path)
     view = replace(linking.view_of(loaded, settings, st.session_state), slice=None)
     for row in _in_view(slices):

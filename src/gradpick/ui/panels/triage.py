@@ -107,7 +107,7 @@ def _picking_rule(loaded: Loaded, current: dict[int, Verdict]) -> None:
     """Pick, for the other tabs, every image judged label wrong (or model wrong, ...)."""
     if not current:
         return
-    index_of = {int(p): i for i, p in enumerate(loaded.batch.positions)}
+    index_of = loaded.batch.indices_of(current)
     judged = {index_of[p]: v.verdict for p, v in current.items()}
     counts = {verdict: sum(v == verdict for v in judged.values()) for verdict in VERDICTS}
     left, right = st.columns([2, 1])
