@@ -489,9 +489,12 @@ def test_an_offline_download_says_how_to_use_a_local_copy(
 # ----------------------------------------------------------------------------- stored outputs
 
 
-def store_of_the_stand_in(folder: Path, out: Path, size: int | None = None, seed: int = 0) -> None:
+def store_of_the_stand_in(
+    folder: Path, out: Path, size: int | None = None, seed: int = 0, embeddings: bool = False
+) -> None:
     """Outputs of the page's seeded tutorial stand-in over ``folder``, as a store: of every
-    image, or of a seeded sample of ``size``, recorded as ``gradpick infer --out`` records it."""
+    image, or of a seeded sample of ``size``, recorded as ``gradpick infer --out`` records it
+    (with ``--embeddings``, when asked)."""
     served = service.load_model(service.ModelOption("tutorial"), torch.device("cpu"))
     source = data.image_folder(folder)
     identity = served.identity()
@@ -499,11 +502,12 @@ def store_of_the_stand_in(folder: Path, out: Path, size: int | None = None, seed
     assert labels is not None
     positions = None if size is None else data.batch_positions(len(source), size=size, seed=seed)
     batch = None if size is None else {"start": 0, "size": size, "seed": seed}
-    metadata = store.store_metadata(identity, source.spec, source, batch=batch)
-    with store.StoreWriter(out, metadata) as writer:
-        for chunk in infer_chunks(served.module, source, positions):
+    metadata = store.store_metadata(identity, source.spec, source, embeddings, batch)
+    with store.StoreWriter(out, metadata, embeddings) as writer:
+        for chunk in infer_chunks(served.module, source, positions, embeddings=embeddings):
             rows = list(chunk.positions)
-            writer.write(store.output_table(rows, source.names(rows), labels[rows], chunk.logits))
+            names, given = source.names(rows), labels[rows]
+            writer.write(store.output_table(rows, names, given, chunk.logits, chunk.embeddings))
 
 
 @pytest.fixture

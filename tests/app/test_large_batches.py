@@ -20,6 +20,7 @@ from gradpick.ui.panels import outputs
 APP = Path(__file__).resolve().parents[2] / "app.py"
 TUTORIAL = {"model": "tutorial:random-seed0"}
 IMAGES = 64
+VIEW_THUMBNAILS = outputs.VIEWS[0]
 
 
 @pytest.fixture(autouse=True)
@@ -99,3 +100,38 @@ def test_a_large_stores_first_page_decodes_only_the_thumbnails_it_shows(
     app = app.run()
     assert not app.exception and not app.error
     assert sorted(decoded) == sorted([*positions[:20], positions[40]])
+
+
+def test_a_large_stores_embeddings_are_read_when_its_feature_space_opens(
+    generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``FEATURE_SPACE_KEPT_AT_MOST`` images the feature space is not drawn (kept) from
+    the first page: the store's embeddings are read, once, when its view opens."""
+    from gradpick.outputs import stores
+    from tests.app.test_app import store_of_the_stand_in
+
+    out = tmp_path / "outputs"
+    store_of_the_stand_in(generated / "test", out, embeddings=True)
+    monkeypatch.setattr(figures, "WEBGL_ABOVE", 10)  # the scatters are kept past it
+    monkeypatch.setattr(outputs, "FEATURE_SPACE_KEPT_AT_MOST", 10)
+    reads: list[Path] = []
+    embeddings_of = stores._embeddings_of
+
+    def counted(opened: stores.OpenedStore, *rows: object) -> object:
+        reads.append(opened.path)
+        return embeddings_of(opened, *rows)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stores, "_embeddings_of", counted)
+    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
+    app = AppTest.from_file(str(APP), default_timeout=180)
+    for key, value in TUTORIAL.items():
+        app.session_state[key] = value
+    app = app.run()
+    assert not app.exception and not app.error
+    assert not reads and len(app.get("plotly_chart")) == 2  # the grid and the kept scatter
+    app.session_state[keys.OUTPUTS_TAB] = outputs.EMBEDDING_VIEW
+    app = app.run()
+    assert not app.exception and not app.error and reads == [out]
+    app.session_state[keys.OUTPUTS_TAB] = VIEW_THUMBNAILS
+    app = app.run()
+    assert len(app.get("plotly_chart")) == 3 and reads == [out]  # now kept, read once

@@ -286,3 +286,30 @@ def test_a_folder_check_of_a_folder_gone_says_so(
     shutil.rmtree(source.root)
     with pytest.raises(DataError, match="no such folder"):
         stored.FolderCheck(stored.stored_source(opened)).fingerprint()
+
+
+def test_a_stores_embeddings_are_read_when_first_asked_for_and_equal_the_whole_read(
+    source: data.FolderSource, model: LoadedModel, tmp_path: Path
+) -> None:
+    out = tmp_path / "whole"
+    stored.infer_to_store(model, source, range(len(source)), out, embeddings=True)
+    batch = data.load_batch(source, size=7, seed=4)
+    eager = stored.stored_result(stored.open_stored(str(out)), batch)
+    lazy = stored.stored_result(stored.open_stored(str(out), stored.OUTPUT_COLUMNS), batch)
+    assert isinstance(lazy, stored.StoredResult) and "not read yet" in repr(lazy)
+    assert eager.features is not None and torch.equal(lazy.logits, eager.logits)
+    direct = infer(model.module, batch.images, batch.labels, features=True).features
+    assert direct is not None and torch.allclose(lazy.features, direct, atol=1e-5)
+    assert torch.equal(lazy.features, eager.features) and lazy.features is lazy.features
+    without = tmp_path / "without"
+    stored.infer_to_store(model, source, range(len(source)), without)
+    assert (
+        stored.stored_result(
+            stored.open_stored(str(without), stored.OUTPUT_COLUMNS), batch
+        ).features
+        is None
+    )
+    again = stored.stored_result(stored.open_stored(str(out), stored.OUTPUT_COLUMNS), batch)
+    stored.infer_to_store(model, source, range(5), out, embeddings=True)  # written again
+    with pytest.raises(DataError, match="written again since it was opened"):
+        again.features  # noqa: B018

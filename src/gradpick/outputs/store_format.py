@@ -435,6 +435,8 @@ class OpenedStore:
     table: Any
     metadata: dict[str, Any]
     path: Path
+    held: tuple[str, ...] = ()
+    """Every column the store holds, read or not (``table`` holds those read)."""
 
     def __len__(self) -> int:
         return int(self.table.num_rows)
@@ -472,15 +474,17 @@ def open_store(path: str | Path, columns: Sequence[str] | None = None) -> Opened
         )
     store_output(metadata)  # an unknown output kind is refused, not misread
     if columns is not None:
-        held = dataset.schema.names
-        columns = ["position", *(c for c in columns if c in held and c != "position")]
+        columns = [
+            "position",
+            *(c for c in columns if c in dataset.schema.names and c != "position"),
+        ]
     table = dataset.to_table(columns=columns)
     positions = table["position"].to_numpy()
     if len(positions) > 1 and not bool((positions[1:] >= positions[:-1]).all()):
         # Parts written out of order (a distributed run): sorting copies every column, which
         # a store written in order (50,000 rows with embeddings: a quarter of a second) skips.
         table = table.sort_by("position")
-    return OpenedStore(table=table, metadata=metadata, path=path)
+    return OpenedStore(table=table, metadata=metadata, path=path, held=tuple(dataset.schema.names))
 
 
 def store_output(metadata: dict[str, Any]) -> str:

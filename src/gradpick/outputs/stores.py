@@ -18,10 +18,11 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "SOURCE_COLUMNS",
     "FolderCheck",
     "StoreRun",
+    "StoredResult",
     "infer_and_keep",
     "infer_to_store",
     "is_current",
@@ -68,8 +70,9 @@ _WRITING = threading.Lock()
 otherwise clear each other's unfinished parts."""
 
 
-OUTPUT_COLUMNS = ("position", "logits", "embedding")
-"""The columns ``stored_result`` reads: a store opened for its outputs reads no others."""
+OUTPUT_COLUMNS = ("position", "logits")
+"""The columns a page reads of the store it opens: its embeddings are read when first asked
+for (``StoredResult``)."""
 
 
 def open_stored(path: str, columns: Sequence[str] | None = None) -> OpenedStore:
@@ -142,7 +145,8 @@ def _listing_of_whole_store(
 
 def stored_result(opened: OpenedStore, batch: ImageBatch) -> InferenceResult:
     """The stored outputs of the batch's images, in the batch's order, derived as ``infer``
-    derives them (the batch's labels give the losses)."""
+    derives them (the batch's labels give the losses). Embeddings the store holds but
+    ``opened`` did not read are read when first asked for (``StoredResult``)."""
     table = opened.table
     stored_positions = table["position"].to_numpy()
     wanted = np.asarray(batch.positions, dtype=np.int64)
@@ -161,7 +165,57 @@ def stored_result(opened: OpenedStore, batch: ImageBatch) -> InferenceResult:
     seconds = float(opened.metadata.get("inference_seconds") or 0.0)
     milliseconds = seconds * 1000 * len(batch) / max(len(opened), 1)
     output = store.store_output(opened.metadata)
-    return result_from_logits(logits, batch.labels, "stored", milliseconds, features, output)
+    result = result_from_logits(logits, batch.labels, "stored", milliseconds, features, output)
+    if features is not None or "embedding" not in opened.held:
+        return result
+    return StoredResult(result, lambda: _embeddings_of(opened, stored_positions, rows))
+
+
+def _embeddings_of(opened: OpenedStore, positions: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+    """``rows`` of the store's embeddings, read now; DataError when the store was written again
+    since ``opened`` read its ``positions``."""
+    again = store.open_store(opened.path, ("embedding",))
+    if not np.array_equal(again.table["position"].to_numpy(), positions):
+        raise DataError(f"{opened.path} was written again since it was opened: reload the page.")
+    return _rows_of(again.table["embedding"], rows)
+
+
+class StoredResult(InferenceResult):
+    """Stored outputs whose embeddings are read from the store when first asked for: a page
+    that shows no feature space never reads them (1,280,000 of 64 numbers: 328 MB, a second
+    to read on this project's 2-core machine, and as long to copy into place). Read once,
+    under a lock, and shared by every thread that asks."""
+
+    _read: Callable[[], torch.Tensor]
+    _lock: threading.Lock
+    _features: torch.Tensor | None
+
+    def __init__(self, result: InferenceResult, read: Callable[[], torch.Tensor]) -> None:
+        object.__setattr__(self, "_read", read)
+        object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "_features", None)
+        values = {field.name: getattr(result, field.name) for field in fields(result)}
+        super().__init__(**{**values, "features": None})
+
+    @property
+    def features(self) -> torch.Tensor:
+        with self._lock:
+            features = self._features
+            if features is None:
+                features = self._read()
+                object.__setattr__(self, "_features", features)
+            return features
+
+    @features.setter
+    def features(self, value: torch.Tensor | None) -> None:
+        """Called once, by the dataclass's ``__init__``, with None: the store is read instead."""
+
+    def __repr__(self) -> str:
+        read = "read" if self._features is not None else "not read yet"
+        return f"StoredResult({len(self):,} images, embeddings {read})"
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
 
 def _rows_of(column: Any, rows: np.ndarray) -> torch.Tensor:
@@ -191,6 +245,10 @@ def fingerprint_now(source: ImageSource) -> str:
     if isinstance(source, data.FolderSource):
         return data.image_folder(source.root).fingerprint()
     return source.fingerprint()
+
+
+CHECK_NICENESS = 10
+"""The folder check's CPU priority (Linux's nice, of its thread alone): the page comes first."""
 
 
 class FolderCheck:
@@ -238,6 +296,8 @@ class FolderCheck:
 
     def _check(self) -> None:
         answer, error = None, None
+        with contextlib.suppress(OSError, AttributeError):  # Linux: a thread has its own
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CHECK_NICENESS)
         try:
             answer = fingerprint_now(self._source)
         except (DataError, OSError) as failure:
