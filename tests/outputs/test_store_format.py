@@ -630,11 +630,11 @@ def test_a_fingerprint_goes_to_threads_only_when_its_stats_wait(
     plain = store.source_fingerprint(tmp_path, names)
     stat, caller, callers = os.stat, threading.get_ident(), set()
 
-    def timed_stat(path: str) -> os.stat_result:
+    def timed_stat(path: str, **options: Any) -> os.stat_result:
         callers.add(threading.get_ident())
         if slow:
             time.sleep(0.002)  # 40 times SLOW_STAT_S
-        return stat(path)
+        return stat(path, **options)
 
     monkeypatch.setattr(store, "FINGERPRINT_PROBE", 4)
     if not slow:  # a bound no stat reaches, however busy the cores
@@ -643,3 +643,24 @@ def test_a_fingerprint_goes_to_threads_only_when_its_stats_wait(
     assert store.source_fingerprint(tmp_path, names) == plain
     assert caller in callers
     assert (len(callers) > 1) == slow
+
+
+def test_a_fingerprint_is_the_digest_of_each_files_name_size_and_time(tmp_path: Path) -> None:
+    """Its definition, computed here from a plain ``os.stat`` of each path: stores written by
+    any version of gradpick keep matching an unchanged folder."""
+    import hashlib
+    import os
+
+    names = ["top.png", "cat/b.png", "cat/a.png", "dog/x.jpg", "cat/c.png", "deep/er/d.png"]
+    for n, name in enumerate(names):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * n)
+    lines = []
+    for name in names:
+        status = os.stat(tmp_path / name)
+        lines.append(f"{name}\0{status.st_size}\0{status.st_mtime_ns}\n")
+    expected = hashlib.sha256("".join(lines).encode()).hexdigest()
+    assert store.source_fingerprint(tmp_path, names) == expected
+    (tmp_path / "cat" / "a.png").unlink()
+    with pytest.raises(FileNotFoundError):
+        store.source_fingerprint(tmp_path, names)

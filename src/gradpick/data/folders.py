@@ -40,15 +40,13 @@ def image_folder(root: str | Path, spec: InputSpec = DEFAULT_SPEC) -> FolderSour
         raise DataError(f"{root}: no such folder. Give a folder with one sub-folder per class.")
     class_names = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
     names: list[str] = []
-    labels: list[int] = []
-    for label, class_name in enumerate(class_names):
+    counts: list[int] = []
+    for class_name in class_names:
         class_files = sorted(
-            entry.name
-            for entry in os.scandir(root / class_name)
-            if os.path.splitext(entry.name)[1].lower() in IMAGE_SUFFIXES
+            name for name in os.listdir(root / class_name) if name.lower().endswith(IMAGE_SUFFIXES)
         )
-        names.extend(f"{class_name}/{name}" for name in class_files)
-        labels.extend([label] * len(class_files))
+        names.extend([f"{class_name}/{name}" for name in class_files])
+        counts.append(len(class_files))
     if not names:
         raise DataError(
             f"{root}: no images found. Expected the ImageFolder layout "
@@ -57,7 +55,7 @@ def image_folder(root: str | Path, spec: InputSpec = DEFAULT_SPEC) -> FolderSour
     return FolderSource(
         root=root,
         relative_names=tuple(names),
-        label_tensor=torch.tensor(labels, dtype=torch.long),
+        label_tensor=torch.repeat_interleave(torch.arange(len(class_names)), torch.tensor(counts)),
         class_names=tuple(class_names),
         description=f"folder {root}",
         spec=spec,

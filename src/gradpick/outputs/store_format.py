@@ -167,8 +167,9 @@ def _list_column(rows: torch.Tensor) -> Any:
 def source_fingerprint(root: str | Path, names: Iterable[str]) -> str:
     """sha256 over each image's relative name, size and modification time, in order.
 
-    Cheap (one ``stat`` per file, no decoding) and changes whenever a file is added, removed,
-    renamed or rewritten, which is what decides whether stored outputs still describe a folder.
+    Cheap (one ``stat`` per file, relative to its folder, no decoding) and changes whenever a
+    file is added, removed, renamed or rewritten, which is what decides whether stored outputs
+    still describe a folder.
     On a local disk a ``stat`` takes microseconds and the Python around it holds the GIL, so
     threads only contend: 50,000 files took 0.23 s in one thread and 0.51 s in eight on this
     project's 2-core machine (0.72 s and 1.35 s with the disk's cache dropped). On a network disk
@@ -181,9 +182,19 @@ def source_fingerprint(root: str | Path, names: Iterable[str]) -> str:
 
     def lines(part: list[str]) -> bytes:
         text = []
-        for name in part:
-            status = os.stat(os.path.join(folder, name))
-            text.append(f"{name}\0{status.st_size}\0{status.st_mtime_ns}\n")
+        opened: tuple[str, int] | None = None  # each file is statted relative to its folder
+        try:
+            for name in part:
+                head, _, tail = name.rpartition("/")
+                if opened is None or opened[0] != head:
+                    if opened is not None:
+                        os.close(opened[1])
+                    opened = (head, os.open(os.path.join(folder, head), os.O_RDONLY))
+                status = os.stat(tail, dir_fd=opened[1])
+                text.append(f"{name}\0{status.st_size}\0{status.st_mtime_ns}\n")
+        finally:
+            if opened is not None:
+                os.close(opened[1])
         return "".join(text).encode()
 
     digest = hashlib.sha256()
