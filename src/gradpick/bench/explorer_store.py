@@ -238,6 +238,7 @@ async def _clicks(page: Any, rows: dict[str, Row]) -> None:
     await switch_tab(page, "Feature space", EMBEDDING)
     isolated = isolated_points(await settled_points(page, EMBEDDING))
     rows["click feature-space point"].add((await click_until_changed(page, isolated[0]))[1])
+    await switch_tab(page, "Thumbnails", GRID)  # where the tabs come back to
 
 
 async def _drive(
