@@ -595,6 +595,32 @@ def test_a_large_stores_folder_is_checked_beside_its_page(
     assert app.button(key=keys.REINFER)
 
 
+def test_a_large_stores_folder_gone_while_it_is_checked_is_said_in_words(
+    stored_folder: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, out = stored_folder
+    gate = threading.Event()
+    real_check = stored.fingerprint_now
+
+    def held(source: data.ImageSource) -> str:
+        gate.wait(60)
+        return real_check(source)
+
+    monkeypatch.setattr(stored, "fingerprint_now", held)
+    monkeypatch.setattr(page, "CHECK_BESIDE_ABOVE", 0)
+    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
+    app = open_app(**TUTORIAL)
+    no_errors(app)
+    shutil.rmtree(folder)
+    gate.set()
+    for _ in range(600):  # the page's poll, until the check has failed
+        app.run()
+        if not any("checking that" in caption.value for caption in app.caption):
+            break
+    assert not app.exception
+    assert any("no such folder" in error.value for error in app.error)
+
+
 def test_a_store_of_another_model_is_refused_and_a_changed_folder_offers_to_re_infer(
     stored_folder: tuple[Path, Path],
 ) -> None:

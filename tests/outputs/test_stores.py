@@ -313,3 +313,17 @@ def test_a_stores_embeddings_are_read_when_first_asked_for_and_equal_the_whole_r
     stored.infer_to_store(model, source, range(5), out, embeddings=True)  # written again
     with pytest.raises(DataError, match="written again since it was opened"):
         again.features  # noqa: B018
+
+
+def test_a_folder_check_that_fails_unforeseen_says_so_and_is_done(
+    source: data.FolderSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(checked: data.ImageSource) -> str:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(stored, "fingerprint_now", broken)
+    monkeypatch.setattr(threading, "excepthook", lambda arguments: None)  # printed, not failed
+    check = stored.FolderCheck(source)
+    with pytest.raises(DataError, match="could not be checked against the store"):
+        check.fingerprint()
+    assert not check.checking

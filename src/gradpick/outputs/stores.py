@@ -295,16 +295,20 @@ class FolderCheck:
         return self._running is not None
 
     def _check(self) -> None:
-        answer, error = None, None
+        answer: str | None = None
+        error: Exception | None = DataError(
+            f"{self._source.description}: its images could not be checked against the store."
+        )  # what is said if the check fails in a way nobody foresaw (the thread prints it)
         with contextlib.suppress(OSError, AttributeError):  # Linux: a thread has its own
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), CHECK_NICENESS)
         try:
-            answer = fingerprint_now(self._source)
+            answer, error = fingerprint_now(self._source), None
         except (DataError, OSError) as failure:
             error = failure
-        with self._lock:
-            self._answer, self._error = answer, error
-            self._answered_at, self._running = time.monotonic(), None
+        finally:
+            with self._lock:
+                self._answer, self._error = answer, error
+                self._answered_at, self._running = time.monotonic(), None
 
 
 def own_store_path(served: LoadedModel, source: ImageSource, batch: ImageBatch) -> Path:

@@ -200,8 +200,9 @@ def _store_status(
 
 
 def _awaited_check(check: FolderCheck, stored_here: str, description: str) -> None:
-    """The caption of a check still running; once it has an answer, the page runs again."""
-    if check.fingerprint(0) is not None:
+    """The caption of a check still running; once it has answered (or failed: the page's run
+    says why, in its guarded section), the page runs again."""
+    if not check.checking:
         st.rerun()
     st.caption(f"{stored_here}; checking that {description} still holds their images…")
 
