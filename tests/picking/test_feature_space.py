@@ -52,6 +52,28 @@ def test_pca_equals_the_projection_on_the_top_singular_vectors_up_to_sign() -> N
     assert points[:, 0].var() > points[:, 1].var()
 
 
+@pytest.mark.parametrize(
+    ("dtype", "tolerance"),
+    [(torch.float64, 1e-6), (torch.float32, 1e-5), (torch.float16, 2e-2)],  # float32 returned
+)
+def test_pca_in_chunks_equals_the_svd_in_the_features_dtype(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, tolerance: float
+) -> None:
+    monkeypatch.setattr(embedding, "PCA_CHUNK_ROWS", 7)  # 40 rows: six chunks, one short
+    features = _features(d=5).to(dtype)
+    points = embedding.pca(features)
+    values = features.double().numpy()
+    centred = values - values.mean(axis=0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    expected = centred @ vt[:2].T
+    assert points.dtype == np.float32
+    for axis in range(2):
+        sign = np.sign(points[:, axis] @ expected[:, axis])
+        np.testing.assert_allclose(
+            points[:, axis], sign * expected[:, axis], rtol=tolerance, atol=tolerance
+        )
+
+
 def test_pca_is_deterministic_and_fixes_each_axis_sign() -> None:
     features = _features()
     first = embedding.project(features)
