@@ -563,12 +563,11 @@ def test_a_stores_first_page_reads_its_folders_fingerprint_once(
     assert readings.count(folder) == 1
 
 
-def test_a_large_stores_folder_is_checked_beside_its_page(
-    stored_folder: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Past ``CHECK_BESIDE_ABOVE`` images the page is drawn while the folder is checked; the
-    answer (here: a changed folder) shows on a later run without a click."""
-    folder, out = stored_folder
+def _opened_beside_a_held_check(
+    out: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[AppTest, threading.Event]:
+    """The store's page, drawn while its folder's check waits for the returned gate (the page
+    treats the store as large: ``CHECK_BESIDE_ABOVE`` lowered to 0)."""
     gate = threading.Event()
     real_check = stored.fingerprint_now
 
@@ -582,14 +581,30 @@ def test_a_large_stores_folder_is_checked_beside_its_page(
     app = open_app(**TUTORIAL)
     no_errors(app)
     assert any("checking that" in caption.value for caption in app.caption)
+    return app, gate
+
+
+def _polled_until_checked(app: AppTest) -> AppTest:
+    """The page's runs (its poll's, in a browser) until the check's caption is gone."""
+    for _ in range(600):
+        app.run()
+        if not any("checking that" in caption.value for caption in app.caption):
+            break
+    return app
+
+
+def test_a_large_stores_folder_is_checked_beside_its_page(
+    stored_folder: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``CHECK_BESIDE_ABOVE`` images the page is drawn while the folder is checked; the
+    answer (here: a changed folder) shows on a later run without a click."""
+    folder, out = stored_folder
+    app, gate = _opened_beside_a_held_check(out, monkeypatch)
     assert metrics(app)["Images N"] == str(IMAGES) and len(table(app)) == IMAGES
     first, second = sorted(folder.rglob("*.png"))[:2]
     first.write_bytes(second.read_bytes())
     gate.set()
-    for _ in range(600):  # the page's poll, until the check has its answer
-        app.run()
-        if not any("checking that" in caption.value for caption in app.caption):
-            break
+    app = _polled_until_checked(app)
     no_errors(app)
     assert any("changed since" in warning.value for warning in app.warning)
     assert app.button(key=keys.REINFER)
@@ -599,24 +614,10 @@ def test_a_large_stores_folder_gone_while_it_is_checked_is_said_in_words(
     stored_folder: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder, out = stored_folder
-    gate = threading.Event()
-    real_check = stored.fingerprint_now
-
-    def held(source: data.ImageSource) -> str:
-        gate.wait(60)
-        return real_check(source)
-
-    monkeypatch.setattr(stored, "fingerprint_now", held)
-    monkeypatch.setattr(page, "CHECK_BESIDE_ABOVE", 0)
-    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
-    app = open_app(**TUTORIAL)
-    no_errors(app)
+    app, gate = _opened_beside_a_held_check(out, monkeypatch)
     shutil.rmtree(folder)
     gate.set()
-    for _ in range(600):  # the page's poll, until the check has failed
-        app.run()
-        if not any("checking that" in caption.value for caption in app.caption):
-            break
+    app = _polled_until_checked(app)
     assert not app.exception
     assert any("no such folder" in error.value for error in app.error)
 

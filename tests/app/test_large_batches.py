@@ -42,6 +42,17 @@ def _app(view: str) -> AppTest:
     return app.run()
 
 
+def _store_app(out: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    """The page opened on the store ``out`` (``--outputs``), after its first run."""
+    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
+    app = AppTest.from_file(str(APP), default_timeout=180)
+    for key, value in TUTORIAL.items():
+        app.session_state[key] = value
+    app = app.run()
+    assert not app.exception and not app.error
+    return app
+
+
 def test_the_table_sends_one_page_and_a_row_picks_its_own_image(
     generated: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -87,12 +98,7 @@ def test_a_large_stores_first_page_decodes_only_the_thumbnails_it_shows(
     monkeypatch.setattr(
         data.FolderSource, "read_one", lambda self, p: decoded.append(p) or read_one(self, p)
     )
-    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
-    app = AppTest.from_file(str(APP), default_timeout=180)
-    for key, value in TUTORIAL.items():
-        app.session_state[key] = value
-    app = app.run()
-    assert not app.exception and not app.error
+    app = _store_app(out, monkeypatch)
     positions = data.batch_positions(IMAGES, 0, IMAGES)  # the store holds the whole folder
     assert app.session_state[keys.PICKED] == []
     assert sorted(decoded) == sorted(positions[:20])
@@ -122,12 +128,7 @@ def test_a_large_stores_embeddings_are_read_when_its_feature_space_opens(
         return embeddings_of(opened, *rows)  # type: ignore[arg-type]
 
     monkeypatch.setattr(stores, "_embeddings_of", counted)
-    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
-    app = AppTest.from_file(str(APP), default_timeout=180)
-    for key, value in TUTORIAL.items():
-        app.session_state[key] = value
-    app = app.run()
-    assert not app.exception and not app.error
+    app = _store_app(out, monkeypatch)
     assert not reads and len(app.get("plotly_chart")) == 2  # the grid and the kept scatter
     app.session_state[keys.OUTPUTS_TAB] = outputs.EMBEDDING_VIEW
     app = app.run()
