@@ -44,6 +44,7 @@ from gradpick.data.folders import (
     check_split,
     cifar10_batches_folder,
     image_folder,
+    image_tree,
     open_source,
 )
 from gradpick.data.parquet import ParquetSource, is_parquet_dataset, parquet_folder
@@ -105,6 +106,7 @@ __all__ = [
     "default_cifar10",
     "default_workers",
     "image_folder",
+    "image_tree",
     "images_from_files",
     "images_from_paths",
     "is_parquet_dataset",

@@ -26,6 +26,7 @@ __all__ = [
     "check_split",
     "cifar10_batches_folder",
     "image_folder",
+    "image_tree",
     "open_source",
 ]
 
@@ -52,11 +53,25 @@ def image_folder(root: str | Path, spec: InputSpec = DEFAULT_SPEC) -> FolderSour
             f"{root}: no images found. Expected the ImageFolder layout "
             "root/<class>/<image>.png|jpg|webp, for example .../cifar10-jpg/test."
         )
+    labels = torch.repeat_interleave(torch.arange(len(class_names)), torch.tensor(counts))
+    return image_tree(root, tuple(names), labels, tuple(class_names), spec)
+
+
+def image_tree(
+    root: Path,
+    names: tuple[str, ...],
+    labels: torch.Tensor,
+    class_names: tuple[str, ...],
+    spec: InputSpec = DEFAULT_SPEC,
+) -> FolderSource:
+    """The source of an ImageFolder tree whose files are already known, in ``image_folder``'s
+    order (``names`` relative to ``root``, ``labels`` indices into ``class_names``): what
+    listing ``root`` would give, without listing it (a store's names stand in for it)."""
     return FolderSource(
         root=root,
-        relative_names=tuple(names),
-        label_tensor=torch.repeat_interleave(torch.arange(len(class_names)), torch.tensor(counts)),
-        class_names=tuple(class_names),
+        relative_names=names,
+        label_tensor=labels,
+        class_names=class_names,
         description=f"folder {root}",
         spec=spec,
     )

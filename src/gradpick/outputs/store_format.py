@@ -484,18 +484,16 @@ def open_store(path: str | Path, columns: Sequence[str] | None = None) -> Opened
             "labels were exclusive. Infer again to store each label's own probability."
         )
     store_output(metadata)  # an unknown output kind is refused, not misread
+    held = tuple(dataset.schema.names)
     if columns is not None:
-        columns = [
-            "position",
-            *(c for c in columns if c in dataset.schema.names and c != "position"),
-        ]
+        columns = ["position", *(c for c in columns if c in held and c != "position")]
     table = dataset.to_table(columns=columns)
     positions = table["position"].to_numpy()
     if len(positions) > 1 and not bool((positions[1:] >= positions[:-1]).all()):
         # Parts written out of order (a distributed run): sorting copies every column, which
         # a store written in order (50,000 rows with embeddings: a quarter of a second) skips.
         table = table.sort_by("position")
-    return OpenedStore(table=table, metadata=metadata, path=path, held=tuple(dataset.schema.names))
+    return OpenedStore(table=table, metadata=metadata, path=path, held=held)
 
 
 def store_output(metadata: dict[str, Any]) -> str:

@@ -133,14 +133,8 @@ def _listing_of_whole_store(
     labels = pc.index_in(folders, value_set=pa.array(class_names, pa.string()))
     if labels.null_count:
         return None  # a name outside the class folders: not a tree this store can list
-    return data.FolderSource(
-        root=root,
-        relative_names=tuple(names.to_pylist()),
-        label_tensor=torch.from_numpy(labels.to_numpy().astype(np.int64)),
-        class_names=class_names,
-        description=f"folder {root}",
-        spec=spec,
-    )
+    as_tensor = torch.from_numpy(labels.to_numpy().astype(np.int64))
+    return data.image_tree(root, tuple(names.to_pylist()), as_tensor, class_names, spec)
 
 
 def stored_result(opened: OpenedStore, batch: ImageBatch) -> InferenceResult:

@@ -41,7 +41,7 @@ PROJECTIONS = ("pca", "umap")
 COLOURINGS = ("true", "predicted", "correct")
 UMAP_NEIGHBOURS = 15
 PCA_CHUNK_ROWS = 65_536
-"""Rows of features ``pca`` converts to float64 at a time."""
+"""Rows of features ``pca`` centres and multiplies at a time."""
 
 
 def available_projections() -> tuple[str, ...]:
