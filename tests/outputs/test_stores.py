@@ -273,7 +273,9 @@ def test_a_folder_check_answers_beside_its_caller_and_again_once_its_answer_is_o
     gate.set()
     while stale.checking:
         time.sleep(0.01)
+    gate.clear()  # the check this call starts (its answer is old at once) waits at the gate
     assert stale.fingerprint(wait=0) == "answer 3"
+    gate.set()
 
 
 def test_a_folder_check_of_a_folder_gone_says_so(
@@ -298,19 +300,23 @@ def test_a_stores_embeddings_are_read_when_first_asked_for_and_equal_the_whole_r
     lazy = stored.stored_result(stored.open_stored(str(out), stored.OUTPUT_COLUMNS), batch)
     assert isinstance(lazy, stored.StoredResult) and "not read yet" in repr(lazy)
     assert eager.features is not None and torch.equal(lazy.logits, eager.logits)
+    assert lazy.feature_width == eager.features.shape[1] and "not read yet" in repr(lazy)
     direct = infer(model.module, batch.images, batch.labels, features=True).features
     assert direct is not None and torch.allclose(lazy.features, direct, atol=1e-5)
     assert torch.equal(lazy.features, eager.features) and lazy.features is lazy.features
     without = tmp_path / "without"
     stored.infer_to_store(model, source, range(len(source)), without)
-    assert (
-        stored.stored_result(
-            stored.open_stored(str(without), stored.OUTPUT_COLUMNS), batch
-        ).features
-        is None
-    )
+    plain = stored.stored_result(stored.open_stored(str(without), stored.OUTPUT_COLUMNS), batch)
+    assert plain.features is None and plain.feature_width is None
+    assert lazy.feature_width == lazy.features.shape[1]
     again = stored.stored_result(stored.open_stored(str(out), stored.OUTPUT_COLUMNS), batch)
-    stored.infer_to_store(model, source, range(5), out, embeddings=True)  # written again
+    assert isinstance(again, stored.StoredResult) and again.rows_key == lazy.rows_key
+    other_rows = data.load_batch(source, size=7, seed=5)
+    other = stored.stored_result(stored.open_stored(str(out), stored.OUTPUT_COLUMNS), other_rows)
+    assert isinstance(other, stored.StoredResult) and other.rows_key != lazy.rows_key
+    stored.infer_to_store(model, source, range(len(source)), out, embeddings=True)  # again
+    rewritten = stored.stored_result(stored.open_stored(str(out), stored.OUTPUT_COLUMNS), batch)
+    assert isinstance(rewritten, stored.StoredResult) and rewritten.rows_key != lazy.rows_key
     with pytest.raises(DataError, match="written again since it was opened"):
         again.features  # noqa: B018
 

@@ -5,15 +5,21 @@ from __future__ import annotations
 import importlib.util
 import sys
 import types
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from gradpick import data
 from gradpick.errors import InputError, SelectionError
+from gradpick.models import shipped as models
+from gradpick.outputs import stores as stored
 from gradpick.outputs.inference import InferenceResult
 from gradpick.picking import feature_space as embedding
+from gradpick.ui import service
 
 
 def _features(n: int = 40, d: int = 7, seed: int = 0) -> torch.Tensor:
@@ -215,3 +221,45 @@ def test_nearest_neighbours_refuse_bad_anchors_and_k() -> None:
         embedding.nearest_neighbours(_features(), 40, 3)
     with pytest.raises(SelectionError, match="at least 1"):
         embedding.nearest_neighbours(_features(), 0, 0)
+
+
+def test_a_stores_projection_is_kept_beside_it_and_read_back_without_its_embeddings(
+    image_folder_factory: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The first projection of a store's rows is written beside the store; a later opening of
+    the same rows reads it without reading the embeddings; other rows or a store written again
+    are projected again. The kept points equal PCA of the stored embeddings."""
+    monkeypatch.setenv(models.ASSETS_DIR_ENV, str(tmp_path / "no-assets"))
+    model = service.load_model(service.ModelOption("tutorial"), torch.device("cpu"))
+    source = data.image_folder(image_folder_factory(list(data.CIFAR10_CLASSES), per_class=2))
+    out = tmp_path / "store"
+    stored.infer_to_store(model, source, range(len(source)), out, embeddings=True)
+    batch = data.load_batch(source, size=12, seed=3)
+
+    def lazy(rows: data.ImageBatch = batch) -> InferenceResult:
+        return stored.stored_result(stored.open_stored(str(out), stored.OUTPUT_COLUMNS), rows)
+
+    first = lazy()
+    points = embedding.projected(first, "pca")
+    kept = tmp_path / "store.projection-pca.npz"
+    assert kept.is_file() and not list(tmp_path.glob("*.partial*"))
+    whole = stored.stored_result(stored.open_stored(str(out)), batch)  # embeddings read now
+    assert whole.features is not None and not isinstance(whole, stored.StoredResult)
+    np.testing.assert_array_equal(points, embedding.pca(whole.features))
+    projections: list[str] = []
+    project = embedding.project
+    monkeypatch.setattr(
+        embedding, "project", lambda *a, **k: projections.append(a[1]) or project(*a, **k)
+    )
+    second = lazy()
+    np.testing.assert_array_equal(embedding.projected(second, "pca"), points)
+    assert projections == [] and "not read yet" in repr(second)
+    embedding.projected(lazy(data.load_batch(source, size=12, seed=4)), "pca")
+    assert projections == ["pca"]
+    stored.infer_to_store(model, source, range(len(source)), out, embeddings=True)
+    embedding.projected(lazy(), "pca")
+    assert projections == ["pca", "pca"]
+    # outputs held in memory are projected as they are, and nothing is written
+    np.testing.assert_array_equal(embedding.projected(whole, "pca"), points)
+    with pytest.raises(InputError, match="Unknown projection"):
+        embedding.projected(first, "tsne")

@@ -81,6 +81,11 @@ class InferenceResult:
         return int(self.logits.shape[0])
 
     @property
+    def feature_width(self) -> int | None:
+        """How many numbers each image's features hold; None without features."""
+        return None if self.features is None else int(self.features.shape[1])
+
+    @property
     def images_per_second(self) -> float:
         return len(self) / max(self.milliseconds / 1000.0, 1e-9)
 

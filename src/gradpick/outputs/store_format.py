@@ -49,6 +49,7 @@ __all__ = [
     "OpenedStore",
     "StoreWriter",
     "check_store",
+    "embedding_width",
     "output_schema",
     "output_table",
     "open_store",
@@ -59,6 +60,7 @@ __all__ = [
     "store_metadata",
     "store_output",
     "stored_batch",
+    "written_identity",
 ]
 
 METADATA_KEY = b"gradpick"
@@ -448,6 +450,9 @@ class OpenedStore:
     path: Path
     held: tuple[str, ...] = ()
     """Every column the store holds, read or not (``table`` holds those read)."""
+    written: str = ""
+    """A digest of the store's files as they were when opened (``written_identity``): what
+    arrays kept beside the store are keyed by."""
 
     def __len__(self) -> int:
         return int(self.table.num_rows)
@@ -464,7 +469,9 @@ def open_store(path: str | Path, columns: Sequence[str] | None = None) -> Opened
     if not path.is_dir() or not _is_store(path):
         raise DataError(f"{path}: no stored outputs here (expected a folder of .parquet files).")
     # the store's own parts only: a folder nested inside is never read as part of the store
-    dataset = ds.dataset([str(part) for part in _parts(path)], format="parquet")
+    parts = _parts(path)
+    written = written_identity(parts)
+    dataset = ds.dataset([str(part) for part in parts], format="parquet")
     raw = (dataset.schema.metadata or {}).get(METADATA_KEY)
     if raw is None:
         raise DataError(f"{path}: these Parquet files were not written by gradpick.")
@@ -493,7 +500,33 @@ def open_store(path: str | Path, columns: Sequence[str] | None = None) -> Opened
         # Parts written out of order (a distributed run): sorting copies every column, which
         # a store written in order (50,000 rows with embeddings: a quarter of a second) skips.
         table = table.sort_by("position")
-    return OpenedStore(table=table, metadata=metadata, path=path, held=held)
+    return OpenedStore(table=table, metadata=metadata, path=path, held=held, written=written)
+
+
+def embedding_width(opened: OpenedStore) -> int | None:
+    """How many numbers each of the store's embeddings holds, read off its first row (one
+    column of one row group, not the column: 1,280,000 embeddings are 328 MB); None when the
+    store holds no embeddings, 0 when it holds no rows."""
+    if "embedding" not in opened.held:
+        return None
+    import pyarrow.parquet as pq
+
+    for part in _parts(opened.path):
+        for rows in pq.ParquetFile(part).iter_batches(batch_size=1, columns=["embedding"]):
+            if rows.num_rows:
+                return len(rows.column(0)[0])
+    return 0
+
+
+def written_identity(parts: Sequence[Path]) -> str:
+    """A digest of a store's part files' names, sizes and modification times: a store written
+    again (its parts are always new files, ``StoreWriter``) has another, without reading a
+    byte of it."""
+    digest = hashlib.sha256()
+    for part in parts:
+        stat = part.stat()
+        digest.update(f"{part.name}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 
 
 def store_output(metadata: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -162,14 +162,14 @@ def stored_result(opened: OpenedStore, batch: ImageBatch) -> InferenceResult:
     result = result_from_logits(logits, batch.labels, "stored", milliseconds, features, output)
     if features is not None or "embedding" not in opened.held:
         return result
-    return StoredResult(result, lambda: _embeddings_of(opened, stored_positions, rows))
+    return StoredResult(result, opened, stored_positions, rows)
 
 
-def _embeddings_of(opened: OpenedStore, positions: np.ndarray, rows: np.ndarray) -> torch.Tensor:
+def _embeddings_of(opened: OpenedStore, rows: np.ndarray) -> torch.Tensor:
     """``rows`` of the store's embeddings, read now; DataError when the store was written again
-    since ``opened`` read its ``positions``."""
+    since ``opened`` was read (its files are others: ``store_format.written_identity``)."""
     again = store.open_store(opened.path, ("embedding",))
-    if not np.array_equal(again.table["position"].to_numpy(), positions):
+    if again.written != opened.written:
         raise DataError(f"{opened.path} was written again since it was opened: reload the page.")
     return _rows_of(again.table["embedding"], rows)
 
@@ -178,16 +178,33 @@ class StoredResult(InferenceResult):
     """Stored outputs whose embeddings are read from the store when first asked for: a page
     that shows no feature space never reads them (1,280,000 of 64 numbers: 328 MB, a second
     to read on this project's 2-core machine, and as long to copy into place). Read once,
-    under a lock, and shared by every thread that asks."""
+    under a lock, and shared by every thread that asks.
 
-    _read: Callable[[], torch.Tensor]
+    ``store`` and ``rows_key`` (a digest of the store's files as opened and of the rows taken
+    from it, in order) say where arrays computed from these rows may be kept and under what
+    key (``sidecar.kept_arrays``: the feature space's projection is)."""
+
+    store: Path
+    rows_key: str
+    _opened: OpenedStore
+    _rows: np.ndarray
     _lock: threading.Lock
     _features: torch.Tensor | None
 
-    def __init__(self, result: InferenceResult, read: Callable[[], torch.Tensor]) -> None:
-        object.__setattr__(self, "_read", read)
-        object.__setattr__(self, "_lock", threading.Lock())
-        object.__setattr__(self, "_features", None)
+    def __init__(
+        self, result: InferenceResult, opened: OpenedStore, positions: np.ndarray, rows: np.ndarray
+    ) -> None:
+        digest = hashlib.sha256(opened.written.encode())
+        digest.update(np.ascontiguousarray(positions[rows], dtype=np.int64).tobytes())
+        for name, value in (
+            ("store", opened.path),
+            ("rows_key", digest.hexdigest()),
+            ("_opened", opened),
+            ("_rows", rows),
+            ("_lock", threading.Lock()),
+            ("_features", None),
+        ):
+            object.__setattr__(self, name, value)
         values = {field.name: getattr(result, field.name) for field in fields(result)}
         super().__init__(**{**values, "features": None})
 
@@ -196,13 +213,20 @@ class StoredResult(InferenceResult):
         with self._lock:
             features = self._features
             if features is None:
-                features = self._read()
+                features = _embeddings_of(self._opened, self._rows)
                 object.__setattr__(self, "_features", features)
             return features
 
     @features.setter
     def features(self, value: torch.Tensor | None) -> None:
         """Called once, by the dataclass's ``__init__``, with None: the store is read instead."""
+
+    @property
+    def feature_width(self) -> int | None:
+        """Read off the store's first row while the embeddings are not read yet."""
+        if self._features is not None:
+            return int(self._features.shape[1])
+        return store.embedding_width(self._opened)
 
     def __repr__(self) -> str:
         read = "read" if self._features is not None else "not read yet"

@@ -36,10 +36,8 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,6 +48,7 @@ import torch
 
 from gradpick.errors import InputError
 from gradpick.multilabel import refuse_sigmoid
+from gradpick.outputs.sidecar import kept_arrays
 from gradpick.outputs.store_format import store_output
 from gradpick.runtime.devices import cpu_threads
 from gradpick.show.notebook import triage_html
@@ -191,41 +190,31 @@ def kept_neighbours(
     k: int = NEIGHBOURS,
 ) -> Neighbours:
     """``nearest_neighbours`` kept in the file ``path`` (beside a store: 50,000 rows take a
-    second or more, each session and server would pay it again). The file names a digest of
-    the embeddings, labels, classes and k it was found for, so any other input finds it stale
-    and replaces it; it holds plain arrays (read without pickle), written whole or not at all.
-    Keeping is best effort: an unwritable place costs the next session the search."""
+    second or more, each session and server would pay it again), under a digest of the
+    embeddings, labels, classes and k it was found for, so any other input finds it stale and
+    replaces it (``sidecar.kept_arrays``)."""
     matrix = np.ascontiguousarray(np.asarray(embeddings, dtype=np.float32))
     given = np.ascontiguousarray(labels, dtype=np.int64)
     digest = hashlib.sha256(matrix.tobytes())
     digest.update(given.tobytes())
     digest.update(f"{classes}|{k}".encode())
-    key = digest.hexdigest()
-    with (
-        contextlib.suppress(OSError, ValueError, KeyError, EOFError),
-        np.load(path, allow_pickle=False) as kept,
-    ):
-        if str(kept["key"]) == key:
-            return Neighbours(
-                indices=kept["indices"],
-                similarities=kept["similarities"],
-                label_shares=kept["label_shares"],
-                exact=bool(kept["exact"]),
-            )
-    found = nearest_neighbours(matrix, given, classes, k)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial.npz")
-    with contextlib.suppress(OSError):
-        np.savez(
-            partial,
-            key=np.asarray(key),
-            indices=found.indices,
-            similarities=found.similarities,
-            label_shares=found.label_shares,
-            exact=np.asarray(found.exact),
-        )
-        os.replace(partial, path)
-    partial.unlink(missing_ok=True)
-    return found
+
+    def found() -> dict[str, np.ndarray]:
+        neighbours = nearest_neighbours(matrix, given, classes, k)
+        return {
+            "indices": neighbours.indices,
+            "similarities": neighbours.similarities,
+            "label_shares": neighbours.label_shares,
+            "exact": np.asarray(neighbours.exact),
+        }
+
+    kept = kept_arrays(path, digest.hexdigest(), found)
+    return Neighbours(
+        indices=kept["indices"],
+        similarities=kept["similarities"],
+        label_shares=kept["label_shares"],
+        exact=bool(kept["exact"]),
+    )
 
 
 def _exact(unit: torch.Tensor, k: int, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:

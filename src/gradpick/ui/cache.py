@@ -272,11 +272,11 @@ def embedding_scatter(
 
 @st.cache_data(max_entries=8, show_spinner="Projecting the features…")
 def projection(
-    batch_key: str, model_identity: str, method: str, _features: torch.Tensor
+    batch_key: str, model_identity: str, method: str, _result: InferenceResult
 ) -> np.ndarray:
-    """The batch's penultimate-layer features in 2-D
-    (``gradpick.picking.feature_space.project``)."""
-    return embedding.project(_features, method)
+    """The batch's penultimate-layer features in 2-D, a store's kept beside it
+    (``gradpick.picking.feature_space.projected``)."""
+    return embedding.projected(_result, method)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -321,8 +321,8 @@ def _embedding(loaded: Loaded, judged: Mapping[int, str]) -> None:
 def _embedding_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -> bool:
     """The feature-space view's settings, caption and chart at selection ``revision``, the same
     whether the view is open or closed (``_kept``); False when the model has no features."""
-    features = loaded.result.features
-    if features is None:
+    width = loaded.result.feature_width
+    if width is None:
         st.info(
             "This model has no nn.Linear head, so there are no penultimate-layer features to "
             "place the images by."
@@ -347,9 +347,9 @@ def _embedding_chart(loaded: Loaded, judged: Mapping[int, str], revision: int) -
         key=keys.EMBEDDING_COLOUR,
         horizontal=True,
     )
-    points = cache.projection(loaded.key, loaded.option.identity, method, features)
+    points = cache.projection(loaded.key, loaded.option.identity, method, loaded.result)
     st.caption(
-        f"Each point is an image placed by its penultimate-layer features ({features.shape[1]} "
+        f"Each point is an image placed by its penultimate-layer features ({width} "
         f"numbers: the input of the model's last linear layer) projected by "
         f"{PROJECTION_LABELS[method]}. Hover for the image and its classes; click, box- or "
         "lasso-select to pick; the 'Nearest neighbours' rule picks the closest in feature space."
