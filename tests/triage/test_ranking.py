@@ -165,9 +165,22 @@ def test_neighbours_of_wide_rows_equal_brute_force() -> None:
         )
 
 
-def test_approximate_neighbours_find_most_of_the_brute_force_ones() -> None:
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},  # one k-means of sqrt(N) cells
+        {"FLAT_CELLS": 8, "CELL_ROWS": 50},  # 60 cells in two levels, 8 coarse ones
+        {"NEAREST_CELLS": 1},  # fewer near cells ranked than searched: every cell searched
+    ],
+    ids=["one level", "two levels", "every cell searched"],
+)
+def test_approximate_neighbours_find_most_of_the_brute_force_ones(
+    settings: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The inverted file (used above EXACT_ROWS rows) against float64 brute force on clustered
     data: most true neighbours found, the similarities are the true ones, never the row itself."""
+    for name, value in settings.items():
+        monkeypatch.setattr(triage, name, value)
     rng = np.random.default_rng(6)
     centres = rng.normal(size=(12, 16))
     labels = rng.integers(0, 12, 3000)

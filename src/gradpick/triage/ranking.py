@@ -87,6 +87,17 @@ CHUNK_ROWS = 4096
 """Rows of the similarity matrix held at once: 4096 x 50,000 float32 is 0.8 GB at most."""
 GROUP = 32
 """Columns per group in ``_top_k``'s first pass."""
+CELL_ROWS = 256
+"""Rows per cell the inverted file keeps to past sqrt(N) cells (``_cell_count``)."""
+FLAT_CELLS = 256
+"""Up to this many cells one k-means places them; past it, two levels (``_cells``)."""
+NEAREST_CELLS = 64
+"""Cells ranked by closeness for each cell's search (PROBES of them are searched)."""
+ASSIGNED_ROWS = 65_536
+"""Rows compared with the centroids at a time."""
+CANDIDATE_GROUP = 8
+"""``_top_k``'s group for a cell's candidates (about 2,000 columns: 1.8 times ``topk``'s
+speed, where 32 is no faster)."""
 
 
 @dataclass(frozen=True)
@@ -157,9 +168,12 @@ def nearest_neighbours(
 
     Exact (``exact=True``, the default up to ``EXACT_ROWS`` rows): a chunk of rows at a time
     against all rows, so memory grows with N, not N squared; ties go to the lower row. Above
-    that, approximate (``exact=False``): an inverted file of spherical k-means cells, each row
-    compared with the rows of its own cell and the ``PROBES`` - 1 cells nearest to it (seeded
-    by ``seed``), about ``PROBES / sqrt(N)`` of the products of the exact search."""
+    that, approximate (``exact=False``): an inverted file of spherical k-means cells (seeded by
+    ``seed``; sqrt(N) of them, or one per ``CELL_ROWS`` rows past N = 65,536, placed in two
+    levels past ``FLAT_CELLS``), each row compared with the rows of its own cell and the
+    ``PROBES`` - 1 cells nearest to it: about ``PROBES / sqrt(N)`` of the exact search's
+    products, and at most ``PROBES * CELL_ROWS`` per row past 65,536 rows, so the search
+    grows as N, not N ** 1.5."""
     matrix = torch.as_tensor(np.asarray(embeddings), dtype=torch.float32)
     count = int(matrix.shape[0])
     if matrix.ndim != 2 or count < 2:
@@ -175,8 +189,13 @@ def nearest_neighbours(
         # spins at each barrier (two shared cores at load 8: 3.3 s with one, 20.2 s with two).
         with cpu_threads(1):
             indices, similarities = _inverted_file(unit, k, seed)
-    cells = np.repeat(np.arange(count) * classes, k) + labels[indices].ravel()
-    label_shares = np.bincount(cells, minlength=count * classes).reshape(count, classes) / k
+    label_shares = np.empty((count, classes))
+    for start in range(0, count, ASSIGNED_ROWS):  # a chunk at a time: N x k cells are 0.4 GB
+        given = labels[indices[start : start + ASSIGNED_ROWS]]
+        rows = len(given)
+        cells = (np.arange(rows)[:, None] * classes + given).ravel()
+        counts = np.bincount(cells, minlength=rows * classes).reshape(rows, classes)
+        label_shares[start : start + rows] = counts / k
     return Neighbours(
         indices=indices, similarities=similarities, label_shares=label_shares, exact=exact
     )
@@ -231,12 +250,18 @@ def _exact(unit: torch.Tensor, k: int, chunk_rows: int) -> tuple[np.ndarray, np.
     return indices, similarities
 
 
-def _inverted_file(unit: torch.Tensor, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Approximate neighbours through k-means cells (see ``nearest_neighbours``)."""
-    count = int(unit.shape[0])
-    cells = max(1, round(math.sqrt(count)))
-    generator = torch.Generator().manual_seed(seed)
-    shuffled = unit[torch.randperm(count, generator=generator)]
+def _cell_count(count: int) -> int:
+    """Cells of the inverted file: sqrt(N), or more past N = CELL_ROWS ** 2 so that a cell
+    holds about CELL_ROWS rows and a row's candidates stay about PROBES * CELL_ROWS at any N
+    (with sqrt(N) cells they grow as 8 sqrt(N): 9,000 at 1,280,000 rows, and the search as
+    N ** 1.5)."""
+    return max(1, round(math.sqrt(count)), round(count / CELL_ROWS))
+
+
+def _kmeans(rows: torch.Tensor, cells: int, generator: torch.Generator) -> torch.Tensor:
+    """Spherical k-means of unit ``rows`` into ``cells`` centroids, placed on a seeded sample
+    of ``TRAINED_PER_CELL`` rows per cell in ``KMEANS_ROUNDS`` rounds."""
+    shuffled = rows[torch.randperm(len(rows), generator=generator)]
     centroids, trained = shuffled[:cells], shuffled[: TRAINED_PER_CELL * cells]
     for _ in range(KMEANS_ROUNDS):
         cell = (trained @ centroids.T).argmax(dim=1)
@@ -245,13 +270,61 @@ def _inverted_file(unit: torch.Tensor, k: int, seed: int) -> tuple[np.ndarray, n
         centroids = torch.where(
             filled[:, None], torch.nn.functional.normalize(sums, dim=1), centroids
         )
-    cell = (unit @ centroids.T).argmax(dim=1)
+    return centroids
+
+
+def _nearest_centroid(rows: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
+    """[N] each unit row's most similar centroid, ``ASSIGNED_ROWS`` rows at a time (all at once,
+    1,280,000 rows against 1,131 cells made 5.8 GB of similarities)."""
+    return torch.cat(
+        [
+            (rows[start : start + ASSIGNED_ROWS] @ centroids.T).argmax(dim=1)
+            for start in range(0, len(rows), ASSIGNED_ROWS)
+        ]
+    )
+
+
+def _cells(
+    unit: torch.Tensor, cells: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverted file's [C, D] centroids and each row's cell [N]. Up to FLAT_CELLS cells one
+    k-means places them; past that, a k-means of sqrt(cells) coarse cells, then one inside each
+    coarse cell with fine cells in proportion to its rows, so a row is compared with about
+    2 sqrt(cells) centroids instead of every one (1,280,000 rows against 5,000 cells would take
+    longer than the search)."""
+    if cells <= FLAT_CELLS:
+        centroids = _kmeans(unit, cells, generator)
+        return centroids, _nearest_centroid(unit, centroids)
+    coarse = _kmeans(unit, round(math.sqrt(cells)), generator)
+    owner = _nearest_centroid(unit, coarse)
+    cell = torch.empty(len(unit), dtype=torch.long)
+    fine: list[torch.Tensor] = []
+    placed = 0
+    for index in range(len(coarse)):
+        rows = torch.nonzero(owner == index).flatten()
+        if not len(rows):
+            continue
+        members = unit[rows]
+        share = max(1, round(len(rows) / len(unit) * cells))
+        centroids = _kmeans(members, min(len(rows), share), generator)
+        cell[rows] = _nearest_centroid(members, centroids) + placed
+        fine.append(centroids)
+        placed += len(centroids)
+    return torch.cat(fine), cell
+
+
+def _inverted_file(unit: torch.Tensor, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Approximate neighbours through k-means cells (see ``nearest_neighbours``)."""
+    count = int(unit.shape[0])
+    generator = torch.Generator().manual_seed(seed)
+    centroids, cell = _cells(unit, _cell_count(count), generator)
+    cells = len(centroids)
     by_cell = torch.argsort(cell, stable=True)
     ends = torch.bincount(cell, minlength=cells).cumsum(0).tolist()
     members = [by_cell[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
     closeness = centroids @ centroids.T
     closeness.fill_diagonal_(math.inf)  # a row's own cell is searched first
-    nearest_cells = closeness.argsort(dim=1, descending=True).tolist()
+    nearest_cells = closeness.topk(min(cells, NEAREST_CELLS), dim=1).indices.tolist()
     indices = torch.empty((count, k), dtype=torch.long)
     similarities = torch.empty((count, k), dtype=torch.float32)
     for own, rows in enumerate(members):
@@ -264,11 +337,13 @@ def _inverted_file(unit: torch.Tensor, k: int, seed: int) -> tuple[np.ndarray, n
             size += len(members[other])
             if len(searched) >= PROBES and size > k:
                 break
+        if len(searched) < PROBES or size <= k:  # too few near cells: every cell, its own first
+            searched = [rows, *(m for other, m in enumerate(members) if other != own)]
         candidates = torch.cat(searched)
         block = unit[rows] @ unit[candidates].T
         itself = torch.arange(len(rows))
         block[itself, itself] = -math.inf  # the own cell's rows come first, in order
-        values, found = block.topk(k, dim=1, sorted=True)
+        values, found = _top_k(block, k, group=CANDIDATE_GROUP)
         indices[rows] = candidates[found]
         similarities[rows] = values
     return indices.numpy(), similarities.numpy()
@@ -276,16 +351,19 @@ def _inverted_file(unit: torch.Tensor, k: int, seed: int) -> tuple[np.ndarray, n
 
 def _top_k(block: torch.Tensor, k: int, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's k largest values and their columns, largest first (``topk``, but about ten
-    times faster on wide rows): the columns in groups of GROUP, a row's k largest values lie in
-    its k groups with the largest maxima (a value among the k largest has fewer than k larger
-    ones, so fewer than k groups beat its own), so only those k * GROUP values are ranked."""
+    times faster on wide rows): the columns in groups of ``group``, a row's k largest values lie
+    in its k groups with the largest maxima (a value among the k largest has fewer than k larger
+    ones, so fewer than k groups beat its own), so only those k * ``group`` values are ranked.
+    Group g holds the columns g, g + G, g + 2G, ... (G groups): its maximum is then taken
+    across contiguous rows of memory, twice as fast as within runs of ``group`` columns."""
     rows, width = block.shape
     whole = width // group * group
     if whole < k * group:
         return block.topk(k, dim=1, sorted=True)
-    grouped = block[:, :whole].reshape(rows, whole // group, group)
-    groups = grouped.amax(dim=2).topk(k, dim=1, sorted=False).indices
-    columns = (groups[:, :, None] * group + torch.arange(group)).reshape(rows, -1)
+    count = whole // group
+    grouped = block[:, :whole].reshape(rows, group, count)
+    groups = grouped.amax(dim=1).topk(k, dim=1, sorted=False).indices
+    columns = (groups[:, :, None] + torch.arange(group) * count).reshape(rows, -1)
     tail = torch.arange(whole, width).expand(rows, -1)
     columns = torch.cat([columns, tail], dim=1)
     values, where = block.gather(1, columns).topk(k, dim=1, sorted=True)
@@ -443,8 +521,8 @@ def triage_store(opened: Any, k: int = NEIGHBOURS, slices: bool = True) -> tuple
             f"{opened.path}: these images have no labels, so there is no given label to doubt; "
             "store a labelled folder (one subfolder per class)."
         )
-    labelled = np.flatnonzero(~np.asarray(labels_column.is_null()))
-    table = table.take(labelled)
+    if labels_column.null_count:  # a copy of every column, embeddings included
+        table = table.take(np.flatnonzero(~np.asarray(labels_column.is_null())))
     logits = list_matrix(table.column("logits"))
     probabilities = torch.from_numpy(logits).double().softmax(dim=1).numpy()
     labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)
@@ -536,7 +614,8 @@ def _checked(probabilities: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray,
 
 def list_matrix(column: Any) -> np.ndarray:
     """A Parquet list<float> column of equal-length rows as an [N, D] float32 array."""
-    flat = column.combine_chunks()
-    width = len(flat[0]) if len(flat) else 0
-    values = np.array(flat.flatten().to_numpy(), dtype=np.float32)  # a writable copy
-    return values.reshape(len(flat), width)
+    parts = [chunk.flatten().to_numpy() for chunk in column.chunks if len(chunk)]
+    if not parts:
+        return np.zeros((0, 0), dtype=np.float32)
+    values = np.concatenate(parts).astype(np.float32, copy=False)  # one writable copy
+    return values.reshape(len(column), -1)
