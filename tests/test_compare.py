@@ -127,6 +127,10 @@ def test_flips_and_per_class_deltas_of_two_stores_match_a_hand_count(
     assert table["kind"] == ["stayed"] * 3 + ["flipped"] * 3
     assert sorted(table["position"][:3]) == [0, 3, 5]
     assert table["rank"] == [1, 2, 3, 1, 2, 3]
+    # the drift rule's picks: the drift table's first stayed rows, by hand 0, 3, 5 in its order
+    rows_of = {int(p): row for row, p in enumerate(pairing.positions)}
+    assert versus.most_drifted(pairing, 2) == [rows_of[p] for p in table["position"][:2]]
+    assert sorted(versus.most_drifted(pairing, 8)) == sorted(rows_of[p] for p in (0, 3, 5))
     printed = capsys.readouterr().out
     assert "6 images: both right 2" in printed
     # Which model is which, and how right each is overall: 4 and 3 of the 6, by hand.

@@ -37,7 +37,7 @@ from gradpick.gradients.request import GradientRequest
 from gradpick.models.zoo import LoadedModel
 from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs.inference import as_model_input, infer_chunks, labels_fit, output_names
-from gradpick.outputs.store_format import OpenedStore, store_output
+from gradpick.outputs.store_format import OpenedStore, list_matrix, store_output
 from gradpick.show.notebook import map_comparison_html, pairing_html
 from gradpick.trust.engine import saliency
 from gradpick.trust.metrics import spearman, ssim
@@ -46,9 +46,11 @@ __all__ = [
     "AGREEMENT",
     "accuracies",
     "model_summaries",
+    "most_drifted",
     "OUTCOMES",
     "MapComparison",
     "Pairing",
+    "STORE_COLUMNS",
     "Side",
     "compare_maps",
     "confusion_difference",
@@ -63,6 +65,9 @@ __all__ = [
     "write_drift",
 ]
 
+STORE_COLUMNS = ("name", "label", "logits")
+"""What a comparison reads of a store (``open_store(path, STORE_COLUMNS)``): not its
+embeddings, 328 MB of 1,280,000 rows' that it never uses."""
 OUTCOMES = ("both_right", "first_only_right", "second_only_right", "both_wrong")
 """The flip cells when labels are known, in the order of the flip matrix (first right or
 wrong by row, second right or wrong by column)."""
@@ -91,16 +96,9 @@ class Side:
     """Where the images came from, with the source's ``fingerprint``."""
 
 
-def _logits_of(column: Any) -> np.ndarray:
-    flat = column.combine_chunks()
-    width = len(flat[0]) if len(flat) else 0
-    values = flat.flatten().to_numpy(zero_copy_only=False)
-    return np.ascontiguousarray(values.reshape(len(flat), width), dtype=np.float32)
-
-
 def _store_side(opened: OpenedStore) -> Side:
     table, metadata = opened.table, opened.metadata
-    logits = _logits_of(table["logits"])
+    logits = list_matrix(table["logits"])
     labels = table["label"]
     names = tuple(metadata.get("class_names") or ())
     return Side(
@@ -578,6 +576,16 @@ def drift_table(pairing: Pairing, maps: MapComparison | None = None) -> Any:
     if columns["label"] is None:
         columns["label"] = pa.nulls(count, type=pa.int64())
     return pa.table(columns)
+
+
+def most_drifted(pairing: Pairing, count: int) -> list[int]:
+    """The rows of the ``count`` images both models predict alike whose reference probability
+    moved most: ``drift_table``'s first "stayed" rows without maps, found without building the
+    table (a table of 1,280,000 rows, turned into Python lists, took 2.5 s a page run)."""
+    stayed = pairing.first == pairing.second
+    output_change = np.abs(pairing.probabilities[1] - pairing.probabilities[0])
+    order, _ = ranked(stayed, np.full(len(pairing), np.nan), output_change)
+    return [int(row) for row in order[:count] if stayed[row]]
 
 
 def ranked(

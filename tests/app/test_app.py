@@ -564,10 +564,11 @@ def test_a_stores_first_page_reads_its_folders_fingerprint_once(
 
 
 def _opened_beside_a_held_check(
-    out: Path, monkeypatch: pytest.MonkeyPatch
+    out: Path, monkeypatch: pytest.MonkeyPatch, tab: str | None = None, **session: Any
 ) -> tuple[AppTest, threading.Event]:
-    """The store's page, drawn while its folder's check waits for the returned gate (the page
-    treats the store as large: ``CHECK_BESIDE_ABOVE`` lowered to 0)."""
+    """The store's page (its explorer's ``tab``, ``session`` set first), drawn while its
+    folder's check waits for the returned gate (the page treats the store as large:
+    ``CHECK_BESIDE_ABOVE`` lowered to 0)."""
     gate = threading.Event()
     real_check = stored.fingerprint_now
 
@@ -578,7 +579,7 @@ def _opened_beside_a_held_check(
     monkeypatch.setattr(stored, "fingerprint_now", held)
     monkeypatch.setattr(page, "CHECK_BESIDE_ABOVE", 0)
     monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
-    app = open_app(**TUTORIAL)
+    app = open_app(tab, **{**TUTORIAL, **session})
     no_errors(app)
     assert any("checking that" in caption.value for caption in app.caption)
     return app, gate
@@ -608,6 +609,32 @@ def test_a_large_stores_folder_is_checked_beside_its_page(
     no_errors(app)
     assert any("changed since" in warning.value for warning in app.warning)
     assert app.button(key=keys.REINFER)
+
+
+def test_a_large_stores_comparison_with_a_store_of_its_images_does_not_wait_for_the_check(
+    stored_folder: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """While the page's check runs beside it, the Compare tab takes the page's images to be
+    those its store was written from, as the page does, and compares at once."""
+    _, out = stored_folder
+    second = tmp_path / "second"
+    shutil.copytree(out, second)  # the same images' outputs, written by the same model
+    compare = {keys.COMPARE_WITH: keys.COMPARE_STORED, keys.COMPARE_OUTPUTS: str(second)}
+    waits: list[float | None] = []
+    fingerprint = stored.FolderCheck.fingerprint
+
+    def recorded(check: stored.FolderCheck, wait: float | None = None) -> str | None:
+        waits.append(wait)
+        return fingerprint(check, wait)
+
+    monkeypatch.setattr(stored.FolderCheck, "fingerprint", recorded)
+    app, gate = _opened_beside_a_held_check(out, monkeypatch, "Compare", **compare)
+    assert any(f"; second: tutorial; {IMAGES} images" in c.value for c in app.caption)
+    assert waits and None not in waits  # nothing waited for the check's answer
+    gate.set()
+    app = _polled_until_checked(app)
+    no_errors(app)
+    assert any(f"; second: tutorial; {IMAGES} images" in c.value for c in app.caption)
 
 
 def test_a_large_stores_folder_gone_while_it_is_checked_is_said_in_words(

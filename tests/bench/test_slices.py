@@ -29,9 +29,9 @@ from gradpick.data.planted import FEATURES
 from gradpick.data.sources import ArraySource
 from gradpick.models.zoo import load_model
 from gradpick.outputs import store_format as store
+from gradpick.outputs.store_format import list_matrix
 from gradpick.outputs.stores import infer_to_store
 from gradpick.slices.stored import Found, find_slices
-from gradpick.triage.ranking import list_matrix
 from tests.slices.synthetic import FACTORY, write_folder
 
 FROG = FEATURES["patch"].label

@@ -648,3 +648,14 @@ def test_a_fingerprint_goes_to_threads_only_when_its_stats_wait(
     assert store.source_fingerprint(tmp_path, names) == plain
     assert caller in callers
     assert (len(callers) > 1) == slow
+
+
+def test_a_list_column_becomes_a_writable_float32_matrix_over_chunks_and_slices() -> None:
+    rows = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0], [10.0, 11.0, 12.0]]
+    lists = pa.array(rows, type=pa.list_(pa.float32()))
+    chunked = pa.chunked_array([lists.slice(1, 2), lists.slice(0, 0), lists.slice(3, 1)])
+    matrix = store.list_matrix(chunked)
+    assert matrix.dtype.name == "float32"
+    assert matrix.tolist() == rows[1:4] and matrix.flags.writeable
+    empty = store.list_matrix(pa.chunked_array([], type=pa.list_(pa.float32())))
+    assert empty.shape[0] == 0

@@ -82,7 +82,8 @@ def _stored_seconds(rows: int, classes: int, repeats: int) -> float:
             _write_store(path, source, logits, path.name)
 
         def compare() -> None:
-            pairing = versus.pair(*versus.sides_of_stores(*map(store.open_store, paths)))
+            opened = (store.open_store(path, versus.STORE_COLUMNS) for path in paths)
+            pairing = versus.pair(*versus.sides_of_stores(*opened))
             versus.flips(pairing)
             versus.per_class(pairing)
             versus.confusion_difference(pairing)

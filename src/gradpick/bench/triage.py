@@ -40,7 +40,6 @@ from gradpick.outputs import store_format as store
 from gradpick.outputs.stores import infer_to_store
 from gradpick.triage.ranking import (
     confident_learning,
-    list_matrix,
     nearest_neighbours,
     triage,
     triage_store,
@@ -137,7 +136,7 @@ def noise_row(
     suggestion_right = float(right[flagged_moved].mean()) if flagged_moved.any() else 0.0
 
     table = opened.table
-    logits = list_matrix(table.column("logits"))
+    logits = store.list_matrix(table.column("logits"))
     probabilities = torch.from_numpy(logits).double().softmax(dim=1).numpy()
     labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)
     stored_truth = np.array([name in moved for name in table.column("name").to_pylist()])
@@ -192,8 +191,8 @@ def scoring_seconds(
     embeddings, or copies would be each other's exact neighbours)."""
     table = opened.table
     labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)
-    logits = list_matrix(table.column("logits"))
-    embeddings = list_matrix(table.column("embedding"))
+    logits = store.list_matrix(table.column("logits"))
+    embeddings = store.list_matrix(table.column("embedding"))
     source = f"{opened.path} ({len(labels):,} rows)"
     if len(labels) < rows:
         copies = -(-rows // len(labels))

@@ -125,7 +125,7 @@ def _cmd_bench_slices(args: argparse.Namespace) -> int:
     row_of = {name: row for row, name in enumerate(found.names)}
     errors = found.labels != found.predictions
     truth, every_error = bench.problem_rows(found.names, found.labels, found.predictions, names_of)
-    from gradpick.triage.ranking import list_matrix
+    from gradpick.outputs.store_format import list_matrix
 
     table = opened.table
     embeddings = list_matrix(table.column("embedding"))

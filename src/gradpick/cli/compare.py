@@ -59,7 +59,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 "--indices maps the picks with both models: compare the models (--model A "
                 "--model B --data SOURCE) to map them; two stores give the flips only."
             )
-        sides = versus.sides_of_stores(*(store.open_store(path) for path in args.outputs))
+        opened = (store.open_store(path, versus.STORE_COLUMNS) for path in args.outputs)
+        sides = versus.sides_of_stores(*opened)
         pairing = versus.pair(*sides, _class_names(args))
         source: dict[str, Any] = dict(pairing.source)
     else:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from gradpick._version import __version__
@@ -50,6 +51,7 @@ __all__ = [
     "StoreWriter",
     "check_store",
     "embedding_width",
+    "list_matrix",
     "output_schema",
     "output_table",
     "open_store",
@@ -501,6 +503,15 @@ def open_store(path: str | Path, columns: Sequence[str] | None = None) -> Opened
         # a store written in order (50,000 rows with embeddings: a quarter of a second) skips.
         table = table.sort_by("position")
     return OpenedStore(table=table, metadata=metadata, path=path, held=held, written=written)
+
+
+def list_matrix(column: Any) -> np.ndarray:
+    """A stored list<float> column of equal-length rows (logits, embeddings) as a writable
+    [N, D] float32 array, copied once: no Python list per row, no chunks combined first."""
+    parts = [chunk.flatten().to_numpy() for chunk in column.chunks if len(chunk)]
+    if not parts:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.concatenate(parts).astype(np.float32, copy=False).reshape(len(column), -1)
 
 
 def embedding_width(opened: OpenedStore) -> int | None:

@@ -49,7 +49,7 @@ import torch
 from gradpick.errors import InputError
 from gradpick.multilabel import refuse_sigmoid
 from gradpick.outputs.sidecar import kept_arrays
-from gradpick.outputs.store_format import store_output
+from gradpick.outputs.store_format import list_matrix, store_output
 from gradpick.runtime.devices import cpu_threads
 from gradpick.show.notebook import triage_html
 
@@ -64,7 +64,6 @@ __all__ = [
     "confident_learning",
     "explained_by_slices",
     "kept_neighbours",
-    "list_matrix",
     "nearest_neighbours",
     "sample_warning",
     "triage",
@@ -610,12 +609,3 @@ def _checked(probabilities: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray,
             f"Labels must lie in 0..{probabilities.shape[1] - 1}, the model's classes."
         )
     return probabilities, labels
-
-
-def list_matrix(column: Any) -> np.ndarray:
-    """A Parquet list<float> column of equal-length rows as an [N, D] float32 array."""
-    parts = [chunk.flatten().to_numpy() for chunk in column.chunks if len(chunk)]
-    if not parts:
-        return np.zeros((0, 0), dtype=np.float32)
-    values = np.concatenate(parts).astype(np.float32, copy=False)  # one writable copy
-    return values.reshape(len(column), -1)

@@ -106,7 +106,7 @@ def _load(settings: Settings) -> Loaded | None:
         result = _stored_outputs(settings, served, batch, batch_key, opened, stamp)
         _store_status(opened, check, answer, source.description, settings)
         hover = service.HoverLines(batch, result)
-        loaded = Loaded(choice, batch, option, served, device, result, hover)
+        loaded = Loaded(choice, batch, option, served, device, result, hover, known)
     return loaded
 
 

@@ -50,6 +50,9 @@ class Loaded:
     hover: Sequence[str]
     """One line per image: index, true and predicted class, confidence
     (``service.HoverLines``)."""
+    fingerprint: str | None = None
+    """The fingerprint a store's page takes its images to have: its folder check's answer, or,
+    while that check runs beside the page, the one the store recorded. None: ask the check."""
 
     @property
     def model(self) -> nn.Module:

@@ -84,9 +84,12 @@ def _second(loaded: Loaded, settings: Settings) -> Second | None:
     if isinstance(chosen, str):
         stamp = Path(chosen).expanduser().stat().st_mtime if Path(chosen).exists() else 0.0
         opened = cache.stored_outputs(chosen, stamp)
-        # The page's own check of its images (a stat per image, at most every 30 s).
-        with st.spinner("Checking the images against the store…"):
-            fingerprint = cache.folder_check(loaded.choice.source_key, source).fingerprint()
+        # The images as the page takes them (a large store's while its check runs beside the
+        # page), else the page's own check of them (a stat per image, at most every 30 s).
+        fingerprint = loaded.fingerprint
+        if fingerprint is None:
+            with st.spinner("Checking the images against the store…"):
+                fingerprint = cache.folder_check(loaded.choice.source_key, source).fingerprint()
         if fingerprint is None or not store.store_is_current(opened, fingerprint):
             raise DataError(
                 f"{opened.path} was written from other images than {source.description}: "
@@ -316,23 +319,17 @@ def _per_class(pairing: versus.Pairing) -> None:
 
 
 def _drift_rule(pairing: versus.Pairing) -> None:
-    """Pick the images whose outputs moved most while both predictions stayed the same."""
-    table = versus.drift_table(pairing).to_pydict()
-    where = {int(position): row for row, position in enumerate(pairing.positions.tolist())}
-    stayed = [
-        where[position]
-        for position, kind in zip(table["position"], table["kind"], strict=True)
-        if kind == "stayed"
-    ]
+    """Pick the images whose outputs moved most while both predictions stayed the same (ranked
+    when the button is pressed, not on every run)."""
 
     def pick_drift() -> None:
-        state.apply(st.session_state, stayed[:MAPPED_PICKS])
+        state.apply(st.session_state, versus.most_drifted(pairing, MAPPED_PICKS))
 
     st.button(
         f"Pick the {MAPPED_PICKS} that drifted most (same prediction, most moved probability)",
         key=keys.COMPARE_DRIFT,
         on_click=pick_drift,
-        disabled=not stayed,
+        disabled=not bool(np.any(pairing.first == pairing.second)),
     )
 
 
