@@ -231,3 +231,7 @@ def test_kept_neighbours_are_read_back_and_found_again_for_other_inputs(
     path.write_bytes(b"damaged")
     triage.triage(probabilities, relabelled, embeddings, k=5, neighbours_file=path)
     assert searches == [1, 1, 1] and not list(tmp_path.glob("*.partial*"))
+    triage.triage(probabilities, relabelled, embeddings, k=5, neighbours_file=path)
+    monkeypatch.setattr(triage, "CELL_ROWS", 128)  # another search's neighbours are stale
+    triage.triage(probabilities, relabelled, embeddings, k=5, neighbours_file=path)
+    assert searches == [1, 1, 1, 1]

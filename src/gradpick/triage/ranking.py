@@ -209,13 +209,15 @@ def kept_neighbours(
 ) -> Neighbours:
     """``nearest_neighbours`` kept in the file ``path`` (beside a store: 50,000 rows take a
     second or more, each session and server would pay it again), under a digest of the
-    embeddings, labels, classes and k it was found for, so any other input finds it stale and
-    replaces it (``sidecar.kept_arrays``)."""
+    embeddings, labels, classes and k it was found for and of the search's settings, so any
+    other input finds it stale and replaces it (``sidecar.kept_arrays``)."""
     matrix = np.ascontiguousarray(np.asarray(embeddings, dtype=np.float32))
     given = np.ascontiguousarray(labels, dtype=np.int64)
     digest = hashlib.sha256(matrix.tobytes())
     digest.update(given.tobytes())
-    digest.update(f"{classes}|{k}".encode())
+    # and how they are searched: a file of another search's neighbours is found again
+    search = f"{EXACT_ROWS}|{CELL_ROWS}|{FLAT_CELLS}|{PROBES}|{TRAINED_PER_CELL}|{KMEANS_ROUNDS}"
+    digest.update(f"{classes}|{k}|{search}".encode())
 
     def found() -> dict[str, np.ndarray]:
         neighbours = nearest_neighbours(matrix, given, classes, k)
