@@ -46,6 +46,8 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("feature-space scatter figure", "gradpick.ui.figures", "embedding_scatter"),
     ("table frame", "gradpick.ui.service", "batch_table"),
     ("triage (scores and neighbours)", "gradpick.triage.ranking", "triage"),
+    ("triage: the neighbours kept beside the store", "gradpick.triage.ranking", "kept_neighbours"),
+    ("triage: the slices that explain errors", "gradpick.triage.ranking", "explained_by_slices"),
     ("the two models lined up (compare)", "gradpick.compare", "pair"),
     ("the comparison's flips", "gradpick.compare", "flips"),
     ("the comparison's classes", "gradpick.compare", "per_class"),

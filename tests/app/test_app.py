@@ -649,6 +649,35 @@ def test_a_large_stores_folder_gone_while_it_is_checked_is_said_in_words(
     assert any("no such folder" in error.value for error in app.error)
 
 
+def test_a_stores_triage_keeps_its_neighbours_beside_it_and_reads_them_without_embeddings(
+    generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Triage tab of a store with embeddings keeps the neighbours beside the store; a later
+    server (its caches empty) ranks the same suspects from that file, not reading the store's
+    embeddings at all."""
+    folder, out = tmp_path / "images", tmp_path / "outputs"
+    shutil.copytree(generated / "test", folder)
+    store_of_the_stand_in(folder, out, embeddings=True)
+    monkeypatch.setattr(sys, "argv", ["app.py", "--outputs", str(out)])
+    first = open_app("Triage", **TUTORIAL)
+    no_errors(first)
+    kept = out.with_name(out.name + ".neighbours.npz")
+    assert kept.is_file()
+    ranked = [table.value for table in first.table]
+    assert ranked and any("flagged as label issues" in c.value for c in first.caption)
+    assert any("nearest neighbours vote" in c.value for c in first.caption)
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+    def not_read(*args: Any) -> None:
+        raise AssertionError("the kept neighbours should have been read, not the embeddings")
+
+    monkeypatch.setattr(stored, "_embeddings_of", not_read)
+    again = open_app("Triage", **TUTORIAL)
+    no_errors(again)
+    assert [table.value.to_dict() for table in again.table] == [t.to_dict() for t in ranked]
+
+
 def test_a_store_of_another_model_is_refused_and_a_changed_folder_offers_to_re_infer(
     stored_folder: tuple[Path, Path],
 ) -> None:

@@ -235,3 +235,19 @@ def test_kept_neighbours_are_read_back_and_found_again_for_other_inputs(
     monkeypatch.setattr(triage, "CELL_ROWS", 128)  # another search's neighbours are stale
     triage.triage(probabilities, relabelled, embeddings, k=5, neighbours_file=path)
     assert searches == [1, 1, 1, 1]
+    # named by an identity (a store's rows), the embeddings are read only to search again
+    reads: list[int] = []
+
+    def read() -> np.ndarray:
+        reads.append(1)
+        return embeddings
+
+    named, classes = tmp_path / "named.neighbours.npz", probabilities.shape[1]
+    found = triage.kept_neighbours(named, read, given, classes, identity="rows a")
+    again = triage.kept_neighbours(named, read, given, classes, identity="rows a")
+    assert reads == [1] and np.array_equal(found.indices, again.indices)
+    np.testing.assert_array_equal(
+        found.indices, triage.nearest_neighbours(embeddings, given, classes).indices
+    )
+    triage.kept_neighbours(named, read, given, classes, identity="rows b")
+    assert reads == [1, 1]
