@@ -97,6 +97,12 @@ def main() -> None:
         "run too: the view's first opening",
     )
     parser.add_argument(
+        "--click",
+        type=int,
+        default=None,
+        help="after the two runs, pick this image as a thumbnail's click does and trace that run",
+    )
+    parser.add_argument(
         "--compare-with", default=None, help="a second store the Compare tab compares with"
     )
     args = parser.parse_args()
@@ -118,10 +124,17 @@ def main() -> None:
     runs = ["first run", "second run (warm caches)"]
     if args.view:
         runs.append(f"the view '{args.view}' opened")
+    if args.click is not None:
+        runs.append(f"a click on thumbnail {args.click}")
     for run in runs:
         totals.clear()
         if run.startswith("the view"):
             app.session_state[keys.OUTPUTS_TAB] = args.view
+        if run.startswith("a click"):
+            points = [{"customdata": args.click}]
+            app.session_state[keys.GRID_CHART] = {
+                "selection": {"points": points, "box": [], "lasso": []}
+            }
         started = time.perf_counter()
         app.run()
         total = time.perf_counter() - started

@@ -27,7 +27,7 @@ from streamlit.delta_generator import DeltaGenerator
 from torch import nn
 
 from gradpick import compare as versus
-from gradpick.attribution import Attribution
+from gradpick.attribution import Attribution, notes
 from gradpick.data import ImageBatch, ImageSource
 from gradpick.models.zoo import LoadedModel
 from gradpick.outputs import stores as stored
@@ -54,6 +54,7 @@ __all__ = [
     "hover_atlas",
     "inference",
     "model",
+    "model_note",
     "occlusion_notes",
     "outputs_scatter",
     "pairing",
@@ -268,6 +269,15 @@ def embedding_scatter(
         selection_revision,
         figures.drawn_sample(len(_points)),
     )
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def model_note(
+    batch_key: str, model_identity: str, label: str, _logits: torch.Tensor
+) -> str | None:
+    """``attribution.notes.model_note`` of the batch's logits, once per batch and model (a
+    look at every logit: 0.1 s a page run at 1,280,000 images)."""
+    return notes.model_note(_logits, label)
 
 
 @st.cache_data(max_entries=8, show_spinner="Projecting the features…")

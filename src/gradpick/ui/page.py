@@ -17,7 +17,6 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from gradpick.attribution.notes import model_note
 from gradpick.data import ImageBatch, ImageSource
 from gradpick.models.zoo import LoadedModel
 from gradpick.outputs import store_format as store
@@ -232,7 +231,9 @@ def main(after_inference: Callable[[], None] | None = None) -> None:
     if after_inference is not None:
         after_inference()
     outputs.readouts(loaded)
-    flat = model_note(loaded.result.logits, loaded.option.label)
+    flat = cache.model_note(
+        loaded.key, loaded.option.identity, loaded.option.label, loaded.result.logits
+    )
     if flat is not None:  # said once, above every map it explains
         st.warning(flat)
     st.session_state[keys.RUN_STARTED] = started
