@@ -508,14 +508,15 @@ def busy_workers(ancestor: int) -> list[int]:
 def test_an_interrupted_run_of_its_own_local_instance_publishes_nothing(cifar_subset, tmp_path):
     """Ctrl-C on the command, which started (and must stop) its own local Ray instance.
 
-    Its source holds each image ten times (links), so that the run is still going when the
-    interruption comes on busy cores: at load 20 the 300 images alone were all stored first.
-    The images past the interruption cost nothing."""
+    Its source holds each image forty times (links), so that the run is still going when the
+    interruption comes: at load 20 the 300 images alone were all stored first, and on a quiet
+    machine ten copies each once ran to the end (exit 0) between the worker's start and the
+    interruption. The images past the interruption cost nothing."""
     out = tmp_path / "out"
     repeated = tmp_path / "repeated"
     for path in sorted(cifar_subset.root.glob("*/*")):
         (repeated / path.parent.name).mkdir(parents=True, exist_ok=True)
-        for copy in range(10):
+        for copy in range(40):
             (repeated / path.parent.name / f"{copy}-{path.name}").symlink_to(path.resolve())
     command = [
         *(sys.executable, "-m", "gradpick", "infer", "--engine", "ray", "--model", "resnet20"),
