@@ -111,15 +111,16 @@ def test_a_large_stores_first_page_decodes_only_the_thumbnails_it_shows(
 def test_a_large_stores_embeddings_are_read_when_its_feature_space_opens(
     generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past ``FEATURE_SPACE_KEPT_AT_MOST`` images the feature space is not drawn (kept) from
-    the first page: the store's embeddings are read, once, when its view opens."""
+    """Past ``KEPT_FROM_THE_FIRST_PAGE_AT_MOST`` images neither scatter is drawn (kept) from
+    the first page: the store's embeddings are read, once, when the feature space opens, and
+    each scatter is kept from its first opening on."""
     from gradpick.outputs import stores
     from tests.app.test_app import store_of_the_stand_in
 
     out = tmp_path / "outputs"
     store_of_the_stand_in(generated / "test", out, embeddings=True)
     monkeypatch.setattr(figures, "WEBGL_ABOVE", 10)  # the scatters are kept past it
-    monkeypatch.setattr(outputs, "FEATURE_SPACE_KEPT_AT_MOST", 10)
+    monkeypatch.setattr(outputs, "KEPT_FROM_THE_FIRST_PAGE_AT_MOST", 10)
     reads: list[Path] = []
     embeddings_of = stores._embeddings_of
 
@@ -129,10 +130,16 @@ def test_a_large_stores_embeddings_are_read_when_its_feature_space_opens(
 
     monkeypatch.setattr(stores, "_embeddings_of", counted)
     app = _store_app(out, monkeypatch)
-    assert not reads and len(app.get("plotly_chart")) == 2  # the grid and the kept scatter
+    assert not reads and len(app.get("plotly_chart")) == 1  # the grid alone
     app.session_state[keys.OUTPUTS_TAB] = outputs.EMBEDDING_VIEW
     app = app.run()
     assert not app.exception and not app.error and reads == [out]
     app.session_state[keys.OUTPUTS_TAB] = VIEW_THUMBNAILS
     app = app.run()
-    assert len(app.get("plotly_chart")) == 3 and reads == [out]  # now kept, read once
+    assert len(app.get("plotly_chart")) == 2 and reads == [out]  # now kept, read once
+    app.session_state[keys.OUTPUTS_TAB] = outputs.SCATTER_VIEW
+    app = app.run()
+    app.session_state[keys.OUTPUTS_TAB] = VIEW_THUMBNAILS
+    app = app.run()
+    assert not app.exception and not app.error
+    assert len(app.get("plotly_chart")) == 3 and reads == [out]  # both kept now

@@ -190,6 +190,7 @@ class StoredResult(InferenceResult):
     _rows: np.ndarray
     _lock: threading.Lock
     _features: torch.Tensor | None
+    _width: int | None
 
     def __init__(
         self, result: InferenceResult, opened: OpenedStore, positions: np.ndarray, rows: np.ndarray
@@ -203,6 +204,7 @@ class StoredResult(InferenceResult):
             ("_rows", rows),
             ("_lock", threading.Lock()),
             ("_features", None),
+            ("_width", None),
         ):
             object.__setattr__(self, name, value)
         values = {field.name: getattr(result, field.name) for field in fields(result)}
@@ -223,10 +225,12 @@ class StoredResult(InferenceResult):
 
     @property
     def feature_width(self) -> int | None:
-        """Read off the store's first row while the embeddings are not read yet."""
+        """Read off the store's first row (once) while the embeddings are not read yet."""
         if self._features is not None:
             return int(self._features.shape[1])
-        return store.embedding_width(self._opened)
+        if self._width is None:
+            object.__setattr__(self, "_width", store.embedding_width(self._opened))
+        return self._width
 
     def __repr__(self) -> str:
         read = "read" if self._features is not None else "not read yet"

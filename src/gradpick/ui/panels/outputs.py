@@ -31,7 +31,7 @@ __all__ = [
     "ANY_VERDICT",
     "COLOURING_LABELS",
     "EMBEDDING_VIEW",
-    "FEATURE_SPACE_KEPT_AT_MOST",
+    "KEPT_FROM_THE_FIRST_PAGE_AT_MOST",
     "GRID_COLUMNS",
     "PAGE_SIZES",
     "PROJECTION_LABELS",
@@ -45,10 +45,12 @@ __all__ = [
 ]
 
 GRID_COLUMNS = 10
-FEATURE_SPACE_KEPT_AT_MOST = 100_000
-"""Up to this many images the feature space is drawn (kept) from the batch's first page; a
-larger batch's once its view is opened: its embeddings read and projected cost the first page
-seconds (``_kept``)."""
+KEPT_FROM_THE_FIRST_PAGE_AT_MOST = 100_000
+"""Up to this many images the WebGL scatters are drawn (kept) from the batch's first page; a
+larger batch's once their view is opened (``_kept``): the feature space's embeddings read and
+projected cost the first page seconds, and at 1,280,000 rows the hidden confidence/loss
+scatter made the first page settle 1.2-1.5 s later (7.5-7.6 s against 8.7-9.0 s, two runs
+each), for a first opening of that view 1-1.7 s quicker."""
 TABLE_PAGE_ROWS = 10_000
 """The table sends at most this many rows, a page of the batch: a browser grid of 50,000 rows
 takes a second to receive and lay out, and the server a second to serialise."""
@@ -146,8 +148,8 @@ def render(loaded: Loaded, judged: Mapping[int, str] | None = None) -> None:
 def _kept(loaded: Loaded, view: str) -> bool:
     """Whether ``view`` is drawn while closed: a WebGL scatter (the confidence/loss or the
     feature-space one) from the batch's first page, but for a feature space projected by UMAP
-    (seconds to minutes) or of more than ``FEATURE_SPACE_KEPT_AT_MOST`` images (a store's
-    embeddings read and projected: 3 s at 1,280,000), once opened for this batch. Each opening
+    (seconds to minutes) or a batch of more than ``KEPT_FROM_THE_FIRST_PAGE_AT_MOST`` images,
+    once opened for this batch. Each opening
     would otherwise make the chart anew, which Streamlit draws twice (0.7-1.1 s to settle at
     10,000 points in a browser without a GPU, the hover thumbnails' atlas made on the server
     meanwhile, against about 0.3 s to show the kept one). Kept, its figure is sent again with
@@ -157,12 +159,9 @@ def _kept(loaded: Loaded, view: str) -> bool:
         return False
     session = st.session_state
     pca = embedding.PROJECTIONS[0]  # the projection selector's first and default choice
-    projected_at_once = (
-        session.get(keys.EMBEDDING_PROJECTION, pca) == pca
-        and len(loaded) <= FEATURE_SPACE_KEPT_AT_MOST
-    )
-    instant = view == SCATTER_VIEW or projected_at_once
-    return instant or session.get(keys.KEPT_VIEWS, {}).get(view) == loaded.key
+    instant = view == SCATTER_VIEW or session.get(keys.EMBEDDING_PROJECTION, pca) == pca
+    from_the_first_page = instant and len(loaded) <= KEPT_FROM_THE_FIRST_PAGE_AT_MOST
+    return from_the_first_page or session.get(keys.KEPT_VIEWS, {}).get(view) == loaded.key
 
 
 def _keep(loaded: Loaded, view: str) -> int:
