@@ -93,7 +93,8 @@ FLAT_CELLS = 256
 NEAREST_CELLS = 64
 """Cells ranked by closeness for each cell's search (PROBES of them are searched)."""
 ASSIGNED_ROWS = 65_536
-"""Rows compared with the centroids at a time."""
+"""Rows handled at a time where all N at once take gigabytes: compared with the centroids,
+and their neighbours' labels counted."""
 CANDIDATE_GROUP = 8
 """``_top_k``'s group for a cell's candidates (about 2,000 columns: 1.8 times ``topk``'s
 speed, where 32 is no faster)."""
