@@ -209,8 +209,13 @@ def test_kept_neighbours_are_read_back_and_found_again_for_other_inputs(
     """A second session reads the neighbours from the file; other embeddings, labels or k find
     it stale; a damaged file is searched again. The triage is the same either way."""
     probabilities, given, _, embeddings = _noisy_problem(seed=5, count=120)
-    path = tmp_path / "store.neighbours.npz"
-    first = triage.triage(probabilities, given, embeddings, neighbours_file=path)
+    path, classes = tmp_path / "store.neighbours.npz", probabilities.shape[1]
+
+    def kept(labels: np.ndarray, k: int = triage.NEIGHBOURS) -> triage.Triage:
+        neighbours = triage.kept_neighbours(path, embeddings, labels, classes, k)
+        return triage.triage(probabilities, labels, embeddings, k, neighbours=neighbours)
+
+    first = kept(given)
     plain = triage.triage(probabilities, given, embeddings)
     np.testing.assert_array_equal(first.order, plain.order)
     searches: list[int] = []
@@ -218,22 +223,22 @@ def test_kept_neighbours_are_read_back_and_found_again_for_other_inputs(
     monkeypatch.setattr(
         triage, "nearest_neighbours", lambda *a, **k: searches.append(1) or search(*a, **k)
     )
-    again = triage.triage(probabilities, given, embeddings, neighbours_file=path)
+    again = kept(given)
     assert searches == [] and again.neighbours is not None and first.neighbours is not None
     np.testing.assert_array_equal(again.neighbours.indices, first.neighbours.indices)
     np.testing.assert_array_equal(again.neighbours.label_shares, first.neighbours.label_shares)
     np.testing.assert_array_equal(again.order, first.order)
     relabelled = given.copy()
     relabelled[0] = (relabelled[0] + 1) % probabilities.shape[1]
-    triage.triage(probabilities, relabelled, embeddings, neighbours_file=path)
-    triage.triage(probabilities, relabelled, embeddings, k=5, neighbours_file=path)
+    kept(relabelled)
+    kept(relabelled, k=5)
     assert searches == [1, 1]
     path.write_bytes(b"damaged")
-    triage.triage(probabilities, relabelled, embeddings, k=5, neighbours_file=path)
+    kept(relabelled, k=5)
     assert searches == [1, 1, 1] and not list(tmp_path.glob("*.partial*"))
-    triage.triage(probabilities, relabelled, embeddings, k=5, neighbours_file=path)
+    kept(relabelled, k=5)
     monkeypatch.setattr(triage, "CELL_ROWS", 128)  # another search's neighbours are stale
-    triage.triage(probabilities, relabelled, embeddings, k=5, neighbours_file=path)
+    kept(relabelled, k=5)
     assert searches == [1, 1, 1, 1]
     # named by an identity (a store's rows), the embeddings are read only to search again
     reads: list[int] = []
@@ -242,7 +247,7 @@ def test_kept_neighbours_are_read_back_and_found_again_for_other_inputs(
         reads.append(1)
         return embeddings
 
-    named, classes = tmp_path / "named.neighbours.npz", probabilities.shape[1]
+    named = tmp_path / "named.neighbours.npz"
     found = triage.kept_neighbours(named, read, given, classes, identity="rows a")
     again = triage.kept_neighbours(named, read, given, classes, identity="rows a")
     assert reads == [1] and np.array_equal(found.indices, again.indices)

@@ -473,13 +473,11 @@ def triage(
     embeddings: np.ndarray | torch.Tensor | None = None,
     k: int = NEIGHBOURS,
     weight: float = NEIGHBOUR_WEIGHT,
-    neighbours_file: Path | None = None,
     neighbours: Neighbours | None = None,
 ) -> Triage:
     """Rank images by how likely their given label is wrong (see the module's docstring);
-    ``neighbours_file``: keep the neighbours there (``kept_neighbours``), the costly part;
-    ``neighbours``: found already (``kept_neighbours`` of a store's rows), not from
-    ``embeddings``."""
+    ``neighbours``: found already, the costly part (``kept_neighbours``: kept beside a store),
+    instead of searched in ``embeddings``."""
     probabilities, labels = _checked(probabilities, labels)
     count, classes = probabilities.shape
     confident = confident_learning(probabilities, labels)
@@ -489,11 +487,7 @@ def triage(
         score = -np.log(self_confidence)
     evidence = probabilities
     if neighbours is None and embeddings is not None:
-        neighbours = (
-            nearest_neighbours(embeddings, labels, classes, k)
-            if neighbours_file is None
-            else kept_neighbours(neighbours_file, embeddings, labels, classes, k)
-        )
+        neighbours = nearest_neighbours(embeddings, labels, classes, k)
     if neighbours is not None:
         votes = neighbours.indices.shape[1]
         score = score - weight * np.log(neighbours.agreement(labels) + 1.0 / votes)

@@ -64,14 +64,9 @@ def _found(loaded: Loaded) -> triage.Triage:
             identity=result.rows_key,
         )
         found = triage.triage(probabilities, labels, neighbours=neighbours)
-    else:
+    else:  # outputs held in memory (a store without embeddings has none to search)
         features = None if result.features is None else result.features.numpy()
-        kept = (
-            sibling(loaded.choice.outputs, NEIGHBOURS_SUFFIX)
-            if loaded.choice.kind == "stored" and loaded.choice.outputs.strip()
-            else None
-        )
-        found = triage.triage(probabilities, labels, features, neighbours_file=kept)
+        found = triage.triage(probabilities, labels, features)
     if loaded.choice.kind == "stored":  # the slices kept beside the store explain errors
         path = loaded.choice.outputs.strip()
         opened = cache.stored_outputs(path, Path(path).expanduser().stat().st_mtime)
