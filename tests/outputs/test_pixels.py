@@ -176,6 +176,22 @@ def test_the_background_job_keeps_every_image_and_the_batch_takes_them_over(
     assert decodes == []
 
 
+def test_the_background_job_starts_when_the_batch_is_first_read_not_when_it_opens(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server's warm-up opens the store before it serves: the job (importing torch, then
+    decoding every image) waits for a page to show the batch, and starts once."""
+    monkeypatch.setattr(pixels, "LAZY_ABOVE", 4)
+    started: list[tuple[object, ...]] = []
+    monkeypatch.setattr(pixels, "_start_job", lambda *args: started.append(args))
+    choice = service.DataChoice(kind="stored", outputs=str(store), size=12, seed=5)
+    batch = service.read_batch(service.open_source(choice), choice)
+    assert isinstance(batch, LazyBatch) and started == []
+    batch.rows([0])
+    batch.rows([1, 2])
+    assert len(started) == 1 and not batch.all_decoded  # no job: the rows asked for, decoded
+
+
 def test_the_page_keys_a_stores_pixels_by_its_folders_fingerprint(
     source: Any, store: Path, decodes: list[int]
 ) -> None:

@@ -274,3 +274,70 @@ def test_each_log_line_is_written_whole(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr("sys.stdout", Recorder())
     warmup._say("began (server start)")
     assert writes == [f"{warmup.LOG_PREFIX} began (server start)\n"]
+
+
+def test_a_store_named_on_the_command_line_is_opened_and_checked_before_the_server_serves(
+    generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--outputs DIR``: the warm-up opens the store into the page's caches and waits for its
+    folder's check, even where the page would draw beside it (``CHECK_BESIDE_ABOVE``), so the
+    first page neither reads the store nor stats its folder again, nor says "checking"."""
+    import shutil
+    import sys
+    import time
+
+    from gradpick import data
+    from gradpick.outputs import store_format
+    from gradpick.ui import page, service
+    from tests.app.test_app import TUTORIAL, no_errors, open_app, store_of_the_stand_in
+
+    folder, out = tmp_path / "images", tmp_path / "outputs"
+    shutil.copytree(generated / "test", folder)
+    store_of_the_stand_in(folder, out)
+    monkeypatch.setattr(page, "CHECK_BESIDE_ABOVE", 0)
+    readings: list[Path] = []
+    opened: list[str] = []
+    fingerprint, open_store = data.FolderSource.fingerprint, store_format.open_store
+
+    def counted_fingerprint(source: data.FolderSource) -> str:  # a slow disk's, once done
+        time.sleep(0.5)
+        answer = fingerprint(source)
+        readings.append(source.root)
+        return answer
+
+    def counted_open(path: str | Path, *args: object, **kwargs: object) -> object:
+        opened.append(str(path))
+        return open_store(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(data.FolderSource, "fingerprint", counted_fingerprint)
+    monkeypatch.setattr(store_format, "open_store", counted_open)
+    tutorial, cpu = service.ModelOption("tutorial"), torch.device("cpu")
+    arguments = ["--outputs", str(out)]
+    assert warmup._open_store(arguments, tutorial, cpu, hosted=False)
+    assert readings == [folder] and set(opened) == {str(out)}  # its images and its outputs
+    read_by_the_warm_up = len(opened)
+    monkeypatch.setattr(sys, "argv", ["app.py", *arguments])
+    app = open_app(**TUTORIAL)
+    no_errors(app)
+    captions = [caption.value for caption in app.caption]
+    assert any(caption.endswith("not inferred.") for caption in captions), captions
+    assert not any("checking that" in caption for caption in captions)
+    assert readings == [folder] and len(opened) == read_by_the_warm_up  # nothing read again
+
+
+def test_the_warm_up_leaves_a_store_it_cannot_open_to_the_page(
+    generated: Path, tmp_path: Path
+) -> None:
+    """A store of another model, a missing one, none named, or a hosted page: nothing opened
+    (the page explains what is wrong with a store; a hosted page opens none)."""
+    from gradpick.ui import service
+    from tests.app.test_app import store_of_the_stand_in
+
+    out = tmp_path / "outputs"
+    store_of_the_stand_in(generated / "test", out)
+    cpu = torch.device("cpu")
+    resnet, tutorial = service.ModelOption("resnet20"), service.ModelOption("tutorial")
+    assert not warmup._open_store(["--outputs", str(out)], resnet, cpu, hosted=False)
+    assert not warmup._open_store(["--outputs", str(tmp_path / "gone")], tutorial, cpu, False)
+    assert not warmup._open_store([], tutorial, cpu, hosted=False)
+    assert not warmup._open_store(["--outputs", str(out)], tutorial, cpu, hosted=True)

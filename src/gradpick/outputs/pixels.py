@@ -22,6 +22,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -141,8 +142,38 @@ def lazy_batch(
 def _keep_in_background(
     store_path: str | Path, key: str, positions: np.ndarray
 ) -> Callable[[], torch.Tensor | None]:
-    """Start the process that decodes and keeps the pixels; what asks whether it is done (its
-    pixels, mapped from the kept file, or None)."""
+    """What asks whether the process that decodes and keeps the pixels is done (its pixels,
+    mapped from the kept file, or None). The process starts when that is first asked, as a
+    page first shows the batch's images, not when the batch is opened: a server's warm-up opens
+    the store named on its command line before it serves, and the job's start (importing
+    torch) would then meet its first visitor's browser loading the page."""
+    lock = threading.Lock()
+    process: list[subprocess.Popen[bytes] | None] = []
+    outcome: list[torch.Tensor | None] = []
+
+    def finished() -> torch.Tensor | None:
+        with lock:
+            if not process:
+                process.append(_start_job(store_path, key, positions))
+            job = process[0]
+            if job is None:
+                return None  # no process: the views decode what they show
+            if not outcome:
+                if job.poll() is None:
+                    return None
+                kept = load_kept(store_path, key, mmap=True)
+                same = kept is not None and np.array_equal(kept.positions, positions)
+                outcome.append(kept.images if kept is not None and same else None)
+            return outcome[0]
+
+    return finished
+
+
+def _start_job(
+    store_path: str | Path, key: str, positions: np.ndarray
+) -> subprocess.Popen[bytes] | None:
+    """The process that decodes and keeps the pixels (this module run as a script), or None
+    when it cannot be started."""
     job = {"store": str(Path(store_path).resolve()), "key": key, "positions": positions.tolist()}
     try:
         # A file, not a pipe: the job's 50,000 positions would fill a pipe's buffer, and the
@@ -150,27 +181,14 @@ def _keep_in_background(
         handle, name = tempfile.mkstemp(prefix="gradpick-pixels-", suffix=".json")
         with os.fdopen(handle, "w") as written:
             json.dump(job, written)
-        process = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", __name__, name],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
     except OSError:
-        return lambda: None  # no process: the views decode what they show
-
-    outcome: list[torch.Tensor | None] = []
-
-    def finished() -> torch.Tensor | None:
-        if not outcome:
-            if process.poll() is None:
-                return None
-            kept = load_kept(store_path, key, mmap=True)
-            same = kept is not None and np.array_equal(kept.positions, positions)
-            outcome.append(kept.images if kept is not None and same else None)
-        return outcome[0]
-
-    return finished
+        return None
 
 
 def main(job_file: str) -> None:

@@ -188,12 +188,9 @@ def apply_view(session: state.State, view: links.View, config: AppConfig) -> lis
 
 def _with_defaults(view: links.View, base: DataChoice, config: AppConfig) -> links.View:
     """``view`` with the batch it leaves out (start or seed, size) as the page opens it."""
-    if base.kind == "stored":
-        held = sidebar.stored_batch(base)
-        default = replace(base, start=held["start"] or 0, size=held["size"], seed=held["seed"])
-    else:
-        source = cache.source(base.source_key, base)
-        default = service.default_batch(base, source, config.max_batch_size)
+    held = sidebar.stored_batch(base) if base.kind == "stored" else None
+    source = cache.source(base.source_key, base)
+    default = service.default_batch(base, source, config.max_batch_size, held)
     if view.seed is None and view.start is None:
         start = None if default.seed is not None else default.start
         view = replace(view, seed=default.seed, start=start)

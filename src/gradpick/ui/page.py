@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
@@ -47,8 +49,10 @@ __all__ = [
     "CHECK_BESIDE_ABOVE",
     "CHECK_POLL_S",
     "HOSTED_NOTE",
+    "StoredOpening",
     "infer_choice",
     "main",
+    "open_stored",
 ]
 
 CHECK_BESIDE_ABOVE = 100_000
@@ -82,30 +86,18 @@ def _load(settings: Settings) -> Loaded | None:
             return loaded
         # A store's images keep the size they were inferred at: a model of another spec is
         # refused with the store.
-        served = cache.served(option.identity, str(device), option)
-        # A store another model wrote is refused before its images are read.
-        path = choice.outputs.strip()
-        stamp = Path(path).expanduser().stat().st_mtime
-        opened = cache.stored_outputs(path, stamp)
-        store.check_store(opened, served.store_identity)
-        check = cache.folder_check(choice.source_key, source)
-        batch_key = choice.batch_key
-        if st.session_state.get(keys.per_source(keys.REINFER, choice.source_key)):
-            # Inferring a changed store's images again reads them as they are now, not as
-            # the batch cache holds them from before the change.
-            with st.spinner("Checking the images against the store…"):
-                batch_key += f"|{check.fingerprint()}"
-        # A large folder is checked beside the page (``_store_status``); until the answer
-        # comes, its images are taken to be the ones the store was written from.
-        answer = check.fingerprint(None if len(source) <= CHECK_BESIDE_ABOVE else 0)
-        known = answer or store.recorded_fingerprint(opened)
-        batch, note = _read_batch(batch_key, choice, source, served, option, known)
-        if note:
-            st.warning(note)
-        result = _stored_outputs(settings, served, batch, batch_key, opened, stamp)
-        _store_status(opened, check, answer, source.description, settings)
+        again = bool(st.session_state.get(keys.per_source(keys.REINFER, choice.source_key)))
+        with st.spinner("Reading the images as they are now…") if again else nullcontext():
+            opening = open_stored(choice, source, option, device, again)
+        if opening.note:
+            st.warning(opening.note)
+        if again:
+            st.caption(f"Inferred again with this model; {opening.opened.path} is left as it was.")
+        else:
+            _store_status(opening, source.description, settings)
+        batch, result = opening.batch, opening.result
         hover = service.HoverLines(batch, result)
-        loaded = Loaded(choice, batch, option, served, device, result, hover, known)
+        loaded = Loaded(choice, batch, option, opening.served, device, result, hover, opening.known)
     return loaded
 
 
@@ -143,47 +135,70 @@ def infer_choice(
     return Loaded(choice, batch, option, served, device, result, hover), note
 
 
-def _stored_outputs(
-    settings: Settings,
-    served: LoadedModel,
-    batch: ImageBatch,
-    batch_key: str,
-    opened: store.OpenedStore,
-    stamp: float,
-) -> InferenceResult:
-    """The batch's outputs from the store the user opened (``opened``, its folder's
-    modification time ``stamp``), which this model wrote, or, once the user asked
-    (``_store_status``), inferred again (cached under ``batch_key``, which names the images as
-    they are now)."""
-    choice, option, source = settings.data, settings.model, settings.source
-    assert choice is not None and source is not None
-    again = keys.per_source(keys.REINFER, choice.source_key)
-    if st.session_state.get(again):
-        st.caption(f"Inferred again with this model; {opened.path} is left as it was.")
-        return cache.inference(
-            batch_key, option.identity, str(settings.device), served, batch, source
-        )
-    return cache.stored_result(choice.batch_key, stamp, option.identity, opened, batch)
+@dataclass(frozen=True)
+class StoredOpening:
+    """A store's batch as the page opens it, each part from its cache."""
+
+    served: LoadedModel
+    opened: store.OpenedStore
+    check: FolderCheck
+    answer: str | None
+    """The images' fingerprint as the folder's check found it; None while it runs."""
+    known: str | None
+    """The fingerprint the batch was read by: the check's answer, else the one recorded when
+    the store was written."""
+    batch: ImageBatch
+    note: str | None
+    """How the batch's classes were fitted to the model's, when they differ."""
+    result: InferenceResult
 
 
-def _store_status(
-    opened: store.OpenedStore,
-    check: FolderCheck,
-    answer: str | None,
-    description: str,
-    settings: Settings,
-) -> None:
-    """Whether the store still describes its folder's images (``answer``: the images'
-    fingerprint as ``check`` found it, None while it runs), with a button to infer them again
-    when it does not. Meanwhile a caption says so and asks again every ``CHECK_POLL_S``; the
-    answer reruns the page, which then reads the images by it."""
+def open_stored(
+    choice: DataChoice,
+    source: ImageSource,
+    option: ModelOption,
+    device: torch.device,
+    again: bool = False,
+) -> StoredOpening:
+    """The batch of the store ``choice`` names, with its outputs, each from its cache: the
+    store's own outputs, which this model must have written (else ``DataError``), or, with
+    ``again`` (the user asked to infer its images again), this model's inference of the
+    images as they are now, cached under a key naming them, the folder's check awaited.
+
+    A folder of up to ``CHECK_BESIDE_ABOVE`` images is checked first; a larger one is checked
+    beside the page (``_store_status``), its images meanwhile taken to be the ones the store
+    was written from. The launcher calls this for a store named on the command line before
+    it serves, so the first page finds it done."""
+    served = cache.served(option.identity, str(device), option)
+    path = choice.outputs.strip()
+    stamp = Path(path).expanduser().stat().st_mtime
+    opened = cache.stored_outputs(path, stamp)
+    store.check_store(opened, served.store_identity)
+    check = cache.folder_check(choice.source_key, source)
+    batch_key = choice.batch_key
+    if again:  # read as they are now, not as the batch cache holds them from before the change
+        batch_key += f"|{check.fingerprint()}"
+    answer = check.fingerprint(None if len(source) <= CHECK_BESIDE_ABOVE else 0)
+    known = answer or store.recorded_fingerprint(opened)
+    batch, note = _read_batch(batch_key, choice, source, served, option, known)
+    if again:
+        result = cache.inference(batch_key, option.identity, str(device), served, batch, source)
+    else:
+        result = cache.stored_result(choice.batch_key, stamp, option.identity, opened, batch)
+    return StoredOpening(served, opened, check, answer, known, batch, note, result)
+
+
+def _store_status(opening: StoredOpening, description: str, settings: Settings) -> None:
+    """Whether the store still describes its folder's images (as its check found them), with a
+    button to infer them again when it does not. While the check runs, a caption says so and
+    asks again every ``CHECK_POLL_S``; the answer reruns the page, which then reads the images
+    by it."""
     assert settings.data is not None
     again = keys.per_source(keys.REINFER, settings.data.source_key)
-    if st.session_state.get(again):
-        return  # inferred again (``_stored_outputs`` says so)
+    opened, answer = opening.opened, opening.answer
     stored_here = f"Outputs of {len(opened):,} images stored in {opened.path}: not inferred"
     if answer is None:
-        st.fragment(_awaited_check, run_every=CHECK_POLL_S)(check, stored_here, description)
+        st.fragment(_awaited_check, run_every=CHECK_POLL_S)(opening.check, stored_here, description)
     elif store.store_is_current(opened, answer):
         st.caption(f"{stored_here}.")
     else:

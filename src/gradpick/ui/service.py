@@ -275,11 +275,23 @@ def _named_for_visitors(choice: DataChoice) -> Iterator[None]:
         ) from None
 
 
-def default_batch(base: DataChoice, source: ImageSource, cap: int | None = None) -> DataChoice:
-    """The batch the sidebar opens a source on before anything is typed: ``DEFAULT_BATCH_SIZE``
-    images (at most ``cap``), a seeded sample (seed 0) when the source lists its images class
-    by class, else the first ones."""
-    size = min(DEFAULT_BATCH_SIZE, len(source), cap or len(source))
+def default_batch(
+    base: DataChoice,
+    source: ImageSource,
+    cap: int | None = None,
+    held: dict[str, int | None] | None = None,
+) -> DataChoice:
+    """The batch the sidebar opens a source on before anything is typed, at most ``cap``
+    images: a store's own batch (``held``, as ``store_format.stored_batch`` reads it); else
+    ``DEFAULT_BATCH_SIZE`` images, a seeded sample (seed 0) when the source lists its images
+    class by class, else the first ones."""
+    total = len(source)
+    if held is not None:
+        size = min(held["size"] or DEFAULT_BATCH_SIZE, total, cap or total)
+        if held["seed"] is not None:
+            return replace(base, size=size, seed=int(held["seed"]))
+        return replace(base, start=min(int(held["start"] or 0), total - 1), size=size)
+    size = min(DEFAULT_BATCH_SIZE, total, cap or total)
     if sorted_by_class(source):
         return replace(base, size=size, seed=0)
     return replace(base, start=0, size=size)

@@ -1,8 +1,9 @@
 """The explorer server's start-up work, once per process, off the first visitor's path.
 
 A page run needs torch, every panel, plotly and pandas imported, the default model loaded and
-the default batch read and inferred: 3-5 s on two busy cores. Whoever serves the explorer pays
-that here, once per server process, through one code path:
+the default batch read and inferred (or the store named by ``--outputs`` opened and its folder
+checked): 3-5 s on two busy cores, 10-15 s for a store of a million images. Whoever serves the
+explorer pays that here, once per server process, through one code path:
 
 * ``streamlit run app.py`` (what Streamlit Community Cloud runs): ``app.py`` defines an
   ``st.App`` whose ``lifespan`` starts ``warm`` in a background thread when the server starts
@@ -49,6 +50,7 @@ __all__ = [
     "LAUNCHER",
     "LOG_PREFIX",
     "SERVER_START",
+    "STORE_CHECK_WAIT_S",
     "Warmup",
     "current",
     "import_charts",
@@ -211,11 +213,12 @@ def warm(
 ) -> float:
     """Import torch and every module a page run imports, load the model the page opens on (the
     first built-in one, unless ``app_args`` name the user's own), read and infer the page's
-    default batch where that is local (``_infer_default_batch``; else run the model once on
-    zeros, which picks its kernels and grows its allocator as that inference would), then set
-    ``page_ready``; on the CPU, unless hosted, set up the memory profiler the page measures
-    clicks with, and freeze all that out of the garbage collector's passes
-    (``process.freeze_loaded_objects``); then let this thread's OpenMP workers go
+    default batch where that is local (``_infer_default_batch``; else open the store that
+    ``--outputs`` names, ``_open_store``, and run the model once on zeros, which picks its
+    kernels and grows its allocator as that inference would), then set ``page_ready``; on the
+    CPU, unless hosted, set up the memory profiler the page measures clicks with, and freeze
+    all that out of the garbage collector's passes (``process.freeze_loaded_objects``); then
+    let this thread's OpenMP workers go
     (``process.release_openmp_threads``). Returns the milliseconds until ``page_ready``.
 
     ``threads``: torch's intra-op threads for the default batch's inference (None: the
@@ -255,13 +258,18 @@ def warm(
             laps.append(("the model", time.perf_counter()))
             with devices.cpu_threads(threads):
                 inferred = _infer_default_batch(app_args, option, torch.device(device), hosted)
-            if not inferred:
+            if inferred:
+                laps.append(("its batch", time.perf_counter()))
+            else:
+                if _open_store(app_args, option, torch.device(device), hosted):
+                    laps.append(("the store and its folder's check", time.perf_counter()))
                 # One pass at the app's inference batch size instead: the first pass of a
                 # process picks its kernels and grows its allocator, which would slow the
-                # first page's inference. The default batch's own inference did that already.
+                # first page's inference (and a store page's first gradients). The default
+                # batch's own inference did that already.
                 zeros = torch.zeros(INFERENCE_BATCH_SIZE, 3, *served.spec.size, dtype=torch.uint8)
                 infer(served.module, zeros, batch_size=INFERENCE_BATCH_SIZE, features=True)
-            laps.append(("its batch" if inferred else "a pass over zeros", time.perf_counter()))
+                laps.append(("a pass over zeros", time.perf_counter()))
         page_ms = (time.perf_counter() - started) * 1000
         split = _split(started, laps)
         _say(f"imports, the default model and batch ready in {page_ms:,.0f} ms ({split})")
@@ -313,4 +321,39 @@ def _infer_default_batch(
         page.infer_choice(choice, source, option, device, keep=not hosted)
     except (GradpickError, OSError):
         return False  # the page opens the same batch and explains what went wrong
+    return True
+
+
+STORE_CHECK_WAIT_S = 30.0
+"""How long the warm-up waits for the folder check of a store named on the command line
+before it lets the server serve; a longer check (a network disk) goes on beside the page,
+which says so."""
+
+
+def _open_store(
+    app_args: Sequence[str], option: ModelOption, device: torch.device, hosted: bool
+) -> bool:
+    """Open the store the page opens on (``--outputs DIR``) into the page's caches as its
+    first page run would (``page.open_stored``: the store, its batch's images and outputs, its
+    folder's check), then wait up to ``STORE_CHECK_WAIT_S`` for the check's answer: at a
+    million images the check is a ``stat`` per file, 6-10 s on two cores, and the first page
+    would otherwise show "checking" and run again when it answers, beside its visitor's
+    browser. A hosted page opens no store. Returns whether it opened one; a store the page
+    cannot open is left to the page, which explains why."""
+    from gradpick.ui import cache, config, page, service
+    from gradpick.ui.panels import sidebar
+
+    if hosted:
+        return False
+    try:
+        outputs = config.parse_outputs(list(app_args))
+        if not outputs:
+            return False
+        base = service.DataChoice(kind="stored", outputs=outputs)
+        source = cache.source(base.source_key, base)
+        choice = service.default_batch(base, source, held=sidebar.stored_batch(base))
+        opening = page.open_stored(choice, source, option, device)
+        opening.check.fingerprint(STORE_CHECK_WAIT_S)
+    except (GradpickError, OSError):
+        return False
     return True

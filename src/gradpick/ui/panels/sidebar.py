@@ -20,7 +20,6 @@ from gradpick.ui.config import AppConfig
 from gradpick.ui.guard import guarded
 from gradpick.ui.heatmaps import TARGET_LABELS, TARGET_MODES, HeatmapRequest, resolved_mode
 from gradpick.ui.service import (
-    DEFAULT_BATCH_SIZE,
     LOCAL_KINDS,
     SOURCE_KINDS,
     SOURCE_LABELS,
@@ -140,21 +139,20 @@ def _data(config: AppConfig) -> tuple[DataChoice | None, ImageSource | None]:
     key = base.source_key
     # A store opens on the batch it holds; any other source on the page's default batch.
     held = stored_batch(base) if kind == "stored" else None
-    size = _batch_size(key, total, config.max_batch_size, None if held is None else held["size"])
-    by_class = service.sorted_by_class(source)
-    if by_class and held is None:
+    opening = service.default_batch(base, source, config.max_batch_size, held)
+    size = _batch_size(key, total, config.max_batch_size, opening.size or total)
+    if held is None and opening.seed is not None:
         st.caption("These images are stored class by class, so the batch is a seeded sample.")
-    sampled = by_class if held is None else held["seed"] is not None
     session = st.session_state
     toggle, seed_key, start_key = (
         keys.per_source(name, key) for name in (keys.RANDOM_SAMPLE, keys.SAMPLE_SEED, keys.START)
     )
-    state.start_at(session, toggle, sampled)
+    state.start_at(session, toggle, opening.seed is not None)
     if st.toggle("Seeded random sample", key=toggle):
-        state.start_at(session, seed_key, int((held or {}).get("seed") or 0))
+        state.start_at(session, seed_key, opening.seed or 0)
         seed = int(st.number_input("Seed", min_value=0, key=seed_key))
         return replace(base, size=size, seed=seed), source
-    state.start_at(session, start_key, min(int((held or {}).get("start") or 0), total - 1))
+    state.start_at(session, start_key, opening.start)
     start = int(st.number_input("Start", min_value=0, max_value=total - 1, key=start_key))
     return replace(base, start=start, size=size), source
 
@@ -166,13 +164,12 @@ def stored_batch(choice: DataChoice) -> dict[str, int | None]:
     return store.stored_batch(opened)
 
 
-def _batch_size(source_key: str, total: int, cap: int | None, held: int | None = None) -> int:
-    """The batch size typed for this source (``held`` by default: a store's own batch); an
-    impossible one is explained and the last good one kept, so the batch, its results and the
-    picks stay as they were."""
+def _batch_size(source_key: str, total: int, cap: int | None, default: int) -> int:
+    """The batch size typed for this source (``default`` until one is: the size of the batch
+    the source opens on); an impossible one is explained and the last good one kept, so the
+    batch, its results and the picks stay as they were."""
     good_key = keys.per_source(keys.GOOD_BATCH_SIZE, source_key)
     limit = min(total, cap or total)
-    default = min(held or DEFAULT_BATCH_SIZE, limit)
     state.start_at(st.session_state, keys.per_source(keys.BATCH_SIZE, source_key), default)
     requested = int(
         st.number_input(
