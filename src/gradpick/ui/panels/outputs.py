@@ -45,12 +45,15 @@ __all__ = [
 ]
 
 GRID_COLUMNS = 10
-KEPT_FROM_THE_FIRST_PAGE_AT_MOST = 100_000
+KEPT_FROM_THE_FIRST_PAGE_AT_MOST = 10_000
 """Up to this many images the WebGL scatters are drawn (kept) from the batch's first page; a
-larger batch's once their view is opened (``_kept``): the feature space's embeddings read and
-projected cost the first page seconds, and at 1,280,000 rows the hidden confidence/loss
-scatter made the first page settle 1.2-1.5 s later (7.5-7.6 s against 8.7-9.0 s, two runs
-each), for a first opening of that view 1-1.7 s quicker."""
+larger batch's once their view is opened (``_kept``). Each holds 10,000 points past this, which
+a browser without a GPU takes seconds to draw: on a 50,000-row store whose page the server
+runs from its warm caches, the hidden scatters reached the browser before it had drawn the
+thumbnails, which then showed 8.6-10.6 s after the page was asked for, against 4.8-6.6 s
+with the scatters kept from their first opening (at 1,280,000 rows, 1.2-1.5 s of the first
+page, for a first opening of the scatter's view 1-1.7 s quicker); a store's feature space also
+needs its embeddings read and projected."""
 TABLE_PAGE_ROWS = 10_000
 """The table sends at most this many rows, a page of the batch: a browser grid of 50,000 rows
 takes a second to receive and lay out, and the server a second to serialise."""
@@ -450,7 +453,12 @@ def _selection_tools(loaded: Loaded, judged: Mapping[int, str]) -> None:
         # the label rule needs a sigmoid model's own per-label probabilities
         rules = [rule for rule in selection.RULES if sigmoid or rule != "label_threshold"]
         rule_column.selectbox("Rule", rules, format_func=RULE_LABELS.__getitem__, key=keys.RULE)
-        k_column.number_input("k", 1, len(loaded), min(16, len(loaded)), key=keys.RULE_K)
+        # Their first values through the session state (``state.start_at``): a closed tab's
+        # values are kept there too, and a widget given both logs a warning.
+        state.start_at(session, keys.RULE_K, min(16, len(loaded)))
+        state.start_at(session, keys.RULE_SEED, 0)
+        state.start_at(session, keys.RULE_ANCHOR, 0)
+        k_column.number_input("k", 1, len(loaded), key=keys.RULE_K)
         class_column, seed_column = st.columns([2, 1])
         class_column.selectbox(
             "Class or label (for the class and label rules)"
@@ -460,14 +468,14 @@ def _selection_tools(loaded: Loaded, judged: Mapping[int, str]) -> None:
             format_func=loaded.batch.class_names.__getitem__,
             key=keys.RULE_CLASS,
         )
-        seed_column.number_input("Seed", 0, None, 0, key=keys.RULE_SEED)
+        seed_column.number_input("Seed", 0, None, key=keys.RULE_SEED)
         if sigmoid:
+            state.start_at(session, keys.RULE_THRESHOLD, 0.5)
             st.number_input(
                 "Threshold (for the label rule)",
                 0.0,
                 1.0,
-                0.5,
-                0.05,
+                step=0.05,
                 key=keys.RULE_THRESHOLD,
                 help="Picks the images whose probability for the label (its own sigmoid) is "
                 "at least this.",
@@ -476,7 +484,6 @@ def _selection_tools(loaded: Loaded, judged: Mapping[int, str]) -> None:
             "Image (for nearest neighbours)",
             0,
             len(loaded) - 1,
-            0,
             key=keys.RULE_ANCHOR,
             help="The rule picks this image and the k - 1 images closest to it by cosine "
             "similarity of their penultimate-layer features.",
