@@ -131,8 +131,15 @@ def test_the_trust_and_strategies_tabs_keep_their_options_and_results(generated:
 
 
 def test_the_explore_tab_keeps_its_tools_and_view_while_another_tab_is_open(
-    generated: Path,
+    generated: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """...and no widget is given a default beside the value kept for it (Streamlit logs a
+    warning for that, once per process: the record is reset here)."""
+    from streamlit.elements.lib import policies
+
+    warned: list[str] = []
+    monkeypatch.setattr(policies, "_shown_default_value_warning", False)
+    monkeypatch.setattr(policies._LOGGER, "warning", lambda text, *a, **k: warned.append(text))
     app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [5, 2])
     app.radio(key=keys.MERGE_MODE).set_value("add")
     app.session_state[keys.DETAIL_OPEN] = True  # the detailed view is drawn once opened
@@ -160,6 +167,7 @@ def test_the_explore_tab_keeps_its_tools_and_view_while_another_tab_is_open(
     assert app.toggle(key=keys.TRUST_BADGES).value is False
     assert app.radio(key=keys.EMBEDDING_COLOUR).value == "correct"
     assert captioned_indices(app) == [5, 2]
+    assert warned == []
 
 
 def test_the_triage_tab_keeps_its_note_class_and_verdicts(generated: Path) -> None:
