@@ -38,7 +38,7 @@ def test_the_store_benchmark_measures_every_row(image_folder_factory: Any, tmp_p
         assert len(row.loads) == 1 and math.isfinite(row.loads[0])
     assert kept.read_bytes() != b"left by an earlier server"  # removed, then kept again
     # The launcher opened the store and had its folder checked before the server served.
-    assert "the store and its folder's check" in log.read_text()
+    assert "the store, its folder's check" in log.read_text()
     text = explorer_store.report_text(report)
     names = {row.name for row in report.rows}
     table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]

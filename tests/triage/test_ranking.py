@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -256,3 +257,32 @@ def test_kept_neighbours_are_read_back_and_found_again_for_other_inputs(
     )
     triage.kept_neighbours(named, read, given, classes, identity="rows b")
     assert reads == [1, 1]
+
+
+def test_a_stores_triage_reads_its_neighbours_kept_by_its_rows_once_searched(
+    image_folder_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stored_triage`` is the triage of the store's outputs with their neighbours searched in
+    its embeddings; ``neighbours_kept`` says whether it would read them rather than search:
+    not before the first, then yes, and the second searches nothing."""
+    from gradpick import data
+    from gradpick.cli import main
+    from gradpick.outputs import stores
+
+    folder = image_folder_factory(10, per_class=4)
+    out = tmp_path / "outputs"
+    assert main(["infer", "--model", "tutorial", "--data", str(folder), "--out", str(out),
+                 "--embeddings"]) == 0  # fmt: skip
+    opened = stores.open_stored(str(out), stores.OUTPUT_COLUMNS)  # as the page: no embeddings
+    result = stores.stored_result(opened, data.load_batch(stores.stored_source(opened)))
+    assert isinstance(result, stores.StoredResult) and result.labels is not None
+    assert not triage.neighbours_kept(result)
+    found = triage.stored_triage(result)
+    assert result.features is not None
+    probabilities, labels = result.probabilities.double().numpy(), result.labels.numpy()
+    plain = triage.triage(probabilities, labels, result.features.numpy())
+    np.testing.assert_array_equal(found.order, plain.order)
+    np.testing.assert_array_equal(found.flagged, plain.flagged)
+    assert triage.neighbours_kept(result)
+    monkeypatch.setattr(triage, "nearest_neighbours", lambda *a, **k: pytest.fail("searched"))
+    np.testing.assert_array_equal(triage.stored_triage(result).order, found.order)

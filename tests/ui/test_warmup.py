@@ -12,6 +12,7 @@ import importlib.util
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -341,3 +342,37 @@ def test_the_warm_up_leaves_a_store_it_cannot_open_to_the_page(
     assert not warmup._open_store(["--outputs", str(tmp_path / "gone")], tutorial, cpu, False)
     assert not warmup._open_store([], tutorial, cpu, hosted=False)
     assert not warmup._open_store(["--outputs", str(out)], tutorial, cpu, hosted=True)
+
+
+def test_the_warm_up_scores_a_stores_triage_only_when_its_neighbours_are_kept(
+    image_folder_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store's triage is scored before the server serves (into the cache every session's
+    Triage tab reads) when its neighbours are kept beside it, never searching them."""
+    from gradpick import data
+    from gradpick.cli import main
+    from gradpick.outputs import stores
+    from gradpick.triage import ranking
+    from gradpick.ui import cache
+
+    folder = image_folder_factory(10, per_class=4)
+    out = tmp_path / "outputs"
+    assert main(["infer", "--model", "tutorial", "--data", str(folder), "--out", str(out),
+                 "--embeddings"]) == 0  # fmt: skip
+    opened = stores.open_stored(str(out), stores.OUTPUT_COLUMNS)
+    result = stores.stored_result(opened, data.load_batch(stores.stored_source(opened)))
+    scored: list[str] = []
+    monkeypatch.setattr(cache, "stored_triage", lambda key, found: scored.append(key))
+    searches: list[int] = []
+    search = ranking.nearest_neighbours
+    monkeypatch.setattr(
+        ranking, "nearest_neighbours", lambda *a, **k: searches.append(1) or search(*a, **k)
+    )
+    warmup._triage_kept(result)
+    assert scored == [] and searches == []  # not kept: left to the Triage tab
+    ranking.stored_triage(result)  # the tab's first opening searched and kept them
+    assert searches == [1]
+    warmup._triage_kept(result)
+    assert isinstance(result, stores.StoredResult) and scored == [result.rows_key]
+    warmup._triage_kept(object())  # outputs held in memory: nothing
+    assert scored == [result.rows_key] and searches == [1]

@@ -30,6 +30,7 @@ __all__ = [
     "BUSY_SECONDS",
     "MAPPED_FROM_BYTES",
     "connect",
+    "holds",
     "kept_arrays",
     "rows",
     "sibling",
@@ -108,10 +109,9 @@ def kept_arrays(
     place), as plain arrays read without pickle. Keeping is best effort: an unwritable place,
     or a file damaged or written for another key, costs the caller the computation, never an
     error."""
-    with contextlib.suppress(OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        kept = _mapped(path)
-        if str(kept["key"]) == key:
-            return {name: array for name, array in kept.items() if name != "key"}
+    kept = _kept_under(path, key)
+    if kept is not None:
+        return kept
     found = compute()
     partial = path.with_name(f"{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial.npz")
     arrays: dict[str, Any] = {"key": np.asarray(key), **found}
@@ -120,6 +120,21 @@ def kept_arrays(
         os.replace(partial, path)
     partial.unlink(missing_ok=True)
     return found
+
+
+def holds(path: Path, key: str) -> bool:
+    """Whether ``kept_arrays(path, key, ...)`` would read its arrays rather than compute them."""
+    return _kept_under(path, key) is not None
+
+
+def _kept_under(path: Path, key: str) -> dict[str, np.ndarray] | None:
+    """The arrays kept in ``path`` under ``key`` (mapped), or None: no file, a damaged one, or
+    one kept under another key."""
+    with contextlib.suppress(OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        kept = _mapped(path)
+        if str(kept["key"]) == key:
+            return {name: array for name, array in kept.items() if name != "key"}
+    return None
 
 
 MAPPED_FROM_BYTES = 1 << 20

@@ -48,14 +48,16 @@ import torch
 
 from gradpick.errors import InputError
 from gradpick.multilabel import refuse_sigmoid
-from gradpick.outputs.sidecar import kept_arrays
+from gradpick.outputs.sidecar import holds, kept_arrays, sibling
 from gradpick.outputs.store_format import list_matrix, store_output
+from gradpick.outputs.stores import StoredResult
 from gradpick.runtime.devices import cpu_threads
 from gradpick.show.notebook import triage_html
 
 __all__ = [
     "EXACT_ROWS",
     "NEIGHBOURS",
+    "NEIGHBOURS_SUFFIX",
     "NEIGHBOUR_WEIGHT",
     "PROBES",
     "ConfidentLearning",
@@ -65,13 +67,17 @@ __all__ = [
     "explained_by_slices",
     "kept_neighbours",
     "nearest_neighbours",
+    "neighbours_kept",
     "sample_warning",
+    "stored_triage",
     "triage",
     "triage_store",
 ]
 
 NEIGHBOURS = 40
 """k of the neighbour agreement: enough neighbours to vote, few enough to stay local."""
+NEIGHBOURS_SUFFIX = ".neighbours.npz"
+"""The file beside a store that keeps its rows' neighbours (``stored_triage``)."""
 NEIGHBOUR_WEIGHT = 0.3
 """w of the combined score: the neighbours reorder, the model's probability leads."""
 EXACT_ROWS = 20_000
@@ -222,11 +228,8 @@ def kept_neighbours(
         values = embeddings() if callable(embeddings) else embeddings
         return np.ascontiguousarray(np.asarray(values, dtype=np.float32))
 
-    digest = hashlib.sha256(identity.encode() if identity is not None else matrix().tobytes())
-    digest.update(given.tobytes())
-    # and how they are searched: a file of another search's neighbours is found again
-    search = f"{EXACT_ROWS}|{CELL_ROWS}|{FLAT_CELLS}|{PROBES}|{TRAINED_PER_CELL}|{KMEANS_ROUNDS}"
-    digest.update(f"{classes}|{k}|{search}".encode())
+    named = identity.encode() if identity is not None else matrix().tobytes()
+    key = _neighbours_key(named, given, classes, k)
 
     def found() -> dict[str, np.ndarray]:
         neighbours = nearest_neighbours(matrix(), given, classes, k)
@@ -237,13 +240,46 @@ def kept_neighbours(
             "exact": np.asarray(neighbours.exact),
         }
 
-    kept = kept_arrays(path, digest.hexdigest(), found)
+    kept = kept_arrays(path, key, found)
     return Neighbours(
         indices=kept["indices"],
         similarities=kept["similarities"],
         label_shares=kept["label_shares"],
         exact=bool(kept["exact"]),
     )
+
+
+def _neighbours_key(named: bytes, labels: np.ndarray, classes: int, k: int) -> str:
+    """The key kept neighbours are named by: what they were found from (``named``: the
+    embeddings, or what identifies them), the labels, classes, k and the search's settings (a
+    file of another search's neighbours is found again)."""
+    digest = hashlib.sha256(named)
+    digest.update(np.ascontiguousarray(labels, dtype=np.int64).tobytes())
+    search = f"{EXACT_ROWS}|{CELL_ROWS}|{FLAT_CELLS}|{PROBES}|{TRAINED_PER_CELL}|{KMEANS_ROUNDS}"
+    digest.update(f"{classes}|{k}|{search}".encode())
+    return digest.hexdigest()
+
+
+def stored_triage(result: StoredResult) -> Triage:
+    """The triage of a store's rows (``StoredResult``: labelled, softmax) with their neighbours
+    kept beside the store (``NEIGHBOURS_SUFFIX``, named by the rows: a second session or server
+    reads them without reading the embeddings; searched and kept when they are not)."""
+    assert result.labels is not None
+    probabilities, labels = result.probabilities.double().numpy(), result.labels.numpy()
+    path = sibling(result.store, NEIGHBOURS_SUFFIX)
+    neighbours = kept_neighbours(
+        path, lambda: result.features, labels, probabilities.shape[1], identity=result.rows_key
+    )
+    return triage(probabilities, labels, neighbours=neighbours)
+
+
+def neighbours_kept(result: StoredResult) -> bool:
+    """Whether ``stored_triage`` would read the rows' neighbours kept beside the store rather
+    than search them (minutes at a million rows)."""
+    assert result.labels is not None
+    named, classes = result.rows_key.encode(), int(result.probabilities.shape[1])
+    key = _neighbours_key(named, result.labels.numpy(), classes, NEIGHBOURS)
+    return holds(sibling(result.store, NEIGHBOURS_SUFFIX), key)
 
 
 def _exact(unit: torch.Tensor, k: int, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:

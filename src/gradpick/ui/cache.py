@@ -35,6 +35,7 @@ from gradpick.outputs.inference import InferenceResult
 from gradpick.outputs.store_format import OpenedStore
 from gradpick.picking import feature_space as embedding
 from gradpick.runtime.measure import MemoryReport
+from gradpick.triage import ranking
 from gradpick.trust.agreement import PeakAgreement
 from gradpick.trust.quick import QuickChecks
 from gradpick.ui import figures, heatmaps, service
@@ -66,6 +67,7 @@ __all__ = [
     "step_memory",
     "stored_outputs",
     "stored_result",
+    "stored_triage",
     "thumbnail_sheet",
 ]
 
@@ -192,6 +194,14 @@ def stored_result(
     script run, as ``st.cache_data`` returns, unpickled a 1,280,000-row store's logits,
     probabilities and embeddings (0.5 GB) on every click."""
     return stored.stored_result(_opened, _batch)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Triaging the store's labels…")
+def stored_triage(rows_key: str, _result: stored.StoredResult) -> ranking.Triage:
+    """A store's triage (``ranking.stored_triage``), shared by every session and never
+    changed: scored once per store's rows (1.2 s at 1,280,000), its neighbours kept beside the
+    store. A server's warm-up scores it before it serves when they are kept already."""
+    return ranking.stored_triage(_result)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)

@@ -26,7 +26,6 @@ import streamlit as st
 from gradpick import attribution
 from gradpick.errors import GradpickError
 from gradpick.outputs.inference import InferenceResult
-from gradpick.outputs.sidecar import sibling
 from gradpick.outputs.stores import StoredResult
 from gradpick.picking import rules as selection
 from gradpick.triage import ranking as triage
@@ -35,10 +34,7 @@ from gradpick.ui import cache, heatmaps, keys, state
 from gradpick.ui import judged as judged_now
 from gradpick.ui.session import Loaded, Settings
 
-__all__ = ["NEIGHBOURS_SUFFIX", "heading", "render"]
-
-NEIGHBOURS_SUFFIX = ".neighbours.npz"
-"""The file beside a store that keeps its triage's neighbours (``ranking.kept_neighbours``)."""
+__all__ = ["heading", "render"]
 
 SHOWN_NEIGHBOURS = 6
 LISTED = 20
@@ -46,25 +42,17 @@ LISTED = 20
 
 
 def _found(loaded: Loaded) -> triage.Triage:
-    """The batch's triage, computed once per batch (the session keeps it)."""
+    """The batch's triage, computed once per batch (the session keeps it; a store's is shared
+    by every session, ``cache.stored_triage``)."""
     memo = st.session_state.get(keys.TRIAGE_RESULT)
     if memo is not None and memo[0] == loaded.key:
         return memo[1]
     result = loaded.result
     assert result.labels is not None
-    probabilities, labels = result.probabilities.double().numpy(), result.labels.numpy()
     if isinstance(result, StoredResult):
-        # A store's neighbours are kept beside it, named by its rows: a second session or
-        # server reads them without reading the embeddings.
-        neighbours = triage.kept_neighbours(
-            sibling(result.store, NEIGHBOURS_SUFFIX),
-            lambda: result.features,
-            labels,
-            probabilities.shape[1],
-            identity=result.rows_key,
-        )
-        found = triage.triage(probabilities, labels, neighbours=neighbours)
+        found = cache.stored_triage(result.rows_key, result)
     else:  # outputs held in memory (a store without embeddings has none to search)
+        probabilities, labels = result.probabilities.double().numpy(), result.labels.numpy()
         features = None if result.features is None else result.features.numpy()
         found = triage.triage(probabilities, labels, features)
     if loaded.choice.kind == "stored":  # the slices kept beside the store explain errors
