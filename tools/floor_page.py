@@ -4,6 +4,8 @@ A fragment holds a 100-point plotly chart over one image (the thumbnail grid's s
 once a point is picked, one image captioned with its index and two readouts, plus
 ``FLOOR_EXTRA`` elements that no click changes (``FLOOR_KIND``: captions, metrics, download
 buttons, or download buttons in a closed popover); ``FLOOR_SIDEBAR`` widgets sit outside it.
+``FLOOR_GRID=image`` draws the sheet as a plain image instead of the chart (nothing to click):
+what a first page costs without Streamlit's plotly bundle.
 ``tools/floor.py`` serves it and times clicks on it as the explorer benchmark times the app.
 """
 
@@ -25,11 +27,12 @@ SIDE = 10
 GENERATOR = np.random.default_rng(0)
 
 
+SHEET_IMAGE = Image.fromarray(GENERATOR.integers(0, 255, (32 * SIDE, 32 * SIDE, 3), dtype=np.uint8))
+
+
 def _sheet() -> str:
     buffer = io.BytesIO()
-    Image.fromarray(GENERATOR.integers(0, 255, (32 * SIDE, 32 * SIDE, 3), dtype=np.uint8)).save(
-        buffer, "PNG"
-    )
+    SHEET_IMAGE.save(buffer, "PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
@@ -60,9 +63,12 @@ def _clicked_part(extra: int) -> None:
     figure.update_layout(height=500, margin={"l": 0, "r": 0, "t": 0, "b": 0})
     left, right = st.columns(2)
     with left:
-        st.plotly_chart(
-            figure, key=keys.GRID_CHART, on_select="rerun", selection_mode=("points", "box")
-        )
+        if os.environ.get("FLOOR_GRID", "plotly") == "image":  # the sheet alone, no chart
+            st.image(SHEET_IMAGE, width=500)
+        else:
+            st.plotly_chart(
+                figure, key=keys.GRID_CHART, on_select="rerun", selection_mode=("points", "box")
+            )
     with right, st.container(key=keys.HEATMAPS_CONTAINER):
         if picked:
             strip = GENERATOR.integers(0, 255, (32, 32 * 5, 3), dtype=np.uint8)

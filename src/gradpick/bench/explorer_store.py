@@ -15,15 +15,21 @@ prints a markdown table, each row with the 1-minute load average beside it:
   from a settled page to the page settled: its first opening, then later switches;
 * one click per view (a thumbnail, a point of the scatter, a confusion-matrix cell, a point of
   the feature space) until the page settled;
-* every explorer tab (Strategies, Trust, Compare, Triage, Slices), as the views, last: a large
+* every explorer tab (Strategies, Trust, Compare, Triage, Slices), as the views, and each time
+  back to the Explore tab, which draws again the charts of the views opened before: a large
   store's first Triage tab computes its triage;
+* with ``compare_with`` (a second store of the same images, by another model), last: the second
+  store chosen in the sidebar (a page run), the Compare tab's first opening with it (the two
+  stores lined up and compared) and later switches, and a click on a flip cell until its images
+  are picked (the page's link names them: a store has no model to map them with);
 * the server's peak memory: the resident set (VmRSS) of the server and every process below it
   (the background job decoding the store's pixels included), summed and sampled every 0.25 s;
 * with ``restart``: once the background job has kept the pixels, a second server's first page.
 
 Targets (``targets_for``): up to 50,000 rows the first page settled in 3 s, every tab and view
 in 0.5 s, a click in 0.5 s; past that (set for 1,280,000 rows) the first page in 5 s, every tab
-and view in 1 s, a click in 0.5 s. Playwright is imported only when the benchmark runs.
+and view in 1 s, a click in 0.5 s; at any size, two stores compared (the Compare tab's first
+opening with the second store) in 30 s. Playwright is imported only when the benchmark runs.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import asyncio
 import functools
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -49,13 +56,17 @@ from gradpick.bench.pages import (
     DRAWN_JS,
     EMBEDDING,
     GRID,
+    IDLE_JS,
     SCATTER,
     TAB_SELECTED_JS,
     TABLE,
     THUMBNAILS_JS,
     WATCH_CHANGES_JS,
+    click_in_place,
     click_until_changed,
     click_until_settled,
+    from_settled,
+    hover,
     isolated_points,
     run_phase,
     settled,
@@ -71,6 +82,7 @@ from gradpick.errors import InputError
 from gradpick.outputs.pixels import PIXELS_SUFFIX
 from gradpick.outputs.sidecar import sibling
 from gradpick.outputs.stores import open_stored
+from gradpick.ui.keys import COMPARE_FLIPS, selector
 from gradpick.ui.keys import EXPLORER_TABS as TABS
 
 __all__ = [
@@ -99,6 +111,8 @@ class Targets:
     first_page_ms: float
     view_ms: float
     click_ms: float
+    compare_ms: float = 30_000.0
+    """Two stores compared: the Compare tab's first opening with the second store."""
 
 
 TARGETS_AT_MOST_50K = Targets(first_page_ms=3000.0, view_ms=500.0, click_ms=500.0)
@@ -124,6 +138,8 @@ class StoreBenchConfig:
     """Then, once the background job kept the pixels, time a second server's first page."""
     keep_timeout_s: float = 900.0
     """How long the second server waits for the kept pixels before its row is left empty."""
+    compare_with: Path | None = None
+    """A second store of the same images (another model's) to compare with, last."""
     app: Path = field(default_factory=default_app)
     python: str = sys.executable
     log: Path = Path("artifacts") / "bench-explorer-store-server.log"
@@ -192,7 +208,7 @@ class MemoryPeak:
         self._thread.join()
 
 
-def _rows(targets: Targets) -> dict[str, Row]:
+def _rows(targets: Targets, compare: bool = False) -> dict[str, Row]:
     def timed(name: str, limit_ms: float) -> Row:
         shown = f"{limit_ms / 1000:.0f} s" if limit_ms >= 1000 else f"{limit_ms:.0f} ms"
         return Row(name, target=f"≤ {shown}", limit_ms=limit_ms)
@@ -210,8 +226,23 @@ def _rows(targets: Targets) -> dict[str, Row]:
     for tab in TABS[1:]:
         rows[f"tab {tab}"] = timed(f"tab {tab}: first opening", targets.view_ms)
         rows[f"tab {tab} again"] = timed(f"tab {tab}: later switch", targets.view_ms)
+    rows[f"tab {TABS[0]} again"] = timed(
+        f"tab {TABS[0]}: later switch (back from the others, its opened views kept)",
+        targets.view_ms,
+    )
     for view in ("thumbnail", "scatter point", "confusion cell", "feature-space point"):
         rows[f"click {view}"] = timed(f"click a {view}", targets.click_ms)
+    if compare:
+        rows["compare chosen"] = Row("compare: the second store chosen in the sidebar → settled")
+        rows["compare"] = timed(
+            "compare of two stores: the Compare tab's first opening", targets.compare_ms
+        )
+        rows["compare again"] = timed(
+            "compare of two stores: the Compare tab's later switch", targets.view_ms
+        )
+        rows["compare click"] = timed(
+            "compare of two stores: click a flip cell → its images picked", targets.click_ms
+        )
     rows["memory"] = Row("server peak memory (RSS of its process tree)", unit="MB")
     rows["second_start"] = Row("second server started → healthy")
     rows["second_first"] = timed(
@@ -244,12 +275,14 @@ async def _views(page: Any, rows: dict[str, Row], switches: int) -> None:
 
 
 async def _tabs(page: Any, rows: dict[str, Row], switches: int) -> None:
-    """Every explorer tab: its first opening, then ``switches`` later ones. After the clicks:
-    a store's first Triage tab computes its triage, which at 1,280,000 rows takes minutes."""
+    """Every explorer tab: its first opening, then ``switches`` later ones, and each time back
+    to the Explore tab (the first page's), whose opened views' charts are drawn again with it.
+    After the clicks: a store's first Triage tab computes its triage, which at 1,280,000 rows
+    takes minutes without its neighbours kept beside the store."""
     for suffix in ("", *[" again"] * switches):
         for tab in TABS[1:]:
             rows[f"tab {tab}{suffix}"].add((await switch_tab(page, tab, tab, TAB_SELECTED_JS))[1])
-        await switch_tab(page, TABS[0], GRID)
+        rows[f"tab {TABS[0]} again"].add((await switch_tab(page, TABS[0], GRID))[1])
 
 
 async def _clicks(page: Any, rows: dict[str, Row]) -> None:
@@ -267,6 +300,48 @@ async def _clicks(page: Any, rows: dict[str, Row]) -> None:
     isolated = isolated_points(await settled_points(page, EMBEDDING))
     rows["click feature-space point"].add((await click_until_changed(page, isolated[0]))[1])
     await switch_tab(page, "Thumbnails", GRID)  # where the tabs come back to
+
+
+FLIP_CELLS_JS = """
+(selector) => Array.from(
+  document.querySelector(selector + ' .js-plotly-plot')._fullData[0].hovertext)
+"""
+"""What the flip matrix says of each cell on hover ("...: N image(s)"), in cell order."""
+ADDRESS_CHANGED_JS = "(before) => window.location.search !== before"
+"""True once the page's address (its link, which names the picks) is no longer ``before``."""
+SECOND_STORE_OPTION = "a stored-outputs folder…"
+"""The sidebar's Compare-with choice of a second model's store."""
+
+
+async def _compare(page: Any, rows: dict[str, Row], other: Path, switches: int) -> None:
+    """The second store chosen in the sidebar, then the Compare tab: its first opening (the
+    comparison made), ``switches`` later ones, and a click on its first flip cell."""
+    sidebar = page.get_by_test_id("stSidebar")
+    await sidebar.get_by_test_id("stSelectbox").filter(has_text="Compare with").click()
+    await page.get_by_role("option", name=SECOND_STORE_OPTION, exact=True).click()
+    box = sidebar.get_by_label("Second model's outputs")
+    await box.wait_for()
+    await box.fill(str(other))
+    rows["compare chosen"].add((await from_settled(page, lambda: box.press("Enter"), IDLE_JS))[1])
+    flips = selector(COMPARE_FLIPS)
+    rows["compare"].add((await switch_tab(page, "Compare", flips))[1])
+    for _ in range(switches):
+        await switch_tab(page, TABS[0], GRID)
+        rows["compare again"].add((await switch_tab(page, "Compare", flips))[1])
+    said = await page.evaluate(FLIP_CELLS_JS, flips)
+    counts = [int(re.sub(r"\D", "", line.rsplit(":", 1)[1])) for line in said]
+    points = (await settled_points(page, flips))["points"]
+    # The smallest cell of flips that holds any, as the confusion cell clicked above: what a
+    # user looks into (the cell of images both models call right holds most of the batch).
+    cell = min(
+        (point for point in points if counts[point["index"]] > 0),
+        key=lambda point: counts[point["index"]],
+    )
+    # A store has no model to map with, so the click's sign is the picks in the page's link.
+    before = await page.evaluate("() => window.location.search")
+    await hover(page, {"x": cell["x"], "y": cell["y"], "cell": [cell["index"]]})
+    clicked = await from_settled(page, lambda: click_in_place(page), ADDRESS_CHANGED_JS, before)
+    rows["compare click"].add(clicked[1])
 
 
 async def _drive(
@@ -295,6 +370,9 @@ async def _drive(
                 await phase("views", _views(page, rows, config.switches))
                 await phase("clicks", _clicks(page, rows))
                 await phase("tabs", _tabs(page, rows, config.switches))
+                if config.compare_with is not None:
+                    compare = _compare(page, rows, config.compare_with, config.switches)
+                    await phase("compare", compare)
                 await browser.close()
         rows["memory"].add(memory.peak_kilobytes / 1024)
         kept = config.restart and _wait_for_kept(config, server.process.pid)
@@ -332,9 +410,11 @@ def run_store_benchmark(config: StoreBenchConfig, chromium: str) -> StoreReport:
     if not config.app.is_file():
         raise InputError(f"{config.app}: no such app; run from the gradpick checkout.")
     opened = open_stored(str(config.store), ["position"])  # a DataError that says what a store is
+    if config.compare_with is not None:
+        open_stored(str(config.compare_with), ["position"])
     if config.cold:
         sibling(config.store, PIXELS_SUFFIX).unlink(missing_ok=True)
-    rows = _rows(targets_for(len(opened)))
+    rows = _rows(targets_for(len(opened)), compare=config.compare_with is not None)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="gradpick-bench-cache-") as cache:
         env: dict[str, str | None] = {"GRADPICK_CACHE_DIR": cache}
@@ -376,9 +456,11 @@ def report_text(report: StoreReport) -> str:
     for failure in report.context["failed"]:
         lines.append(f"- failed: {failure}")
     context, kept = report.context, "without" if report.config.cold else "with"
+    compared = report.config.compare_with
     lines.append(
-        f"- store {report.config.store} ({context['rows']:,} rows); first server {kept} the "
-        f"kept pixels; machine: {context['cpus']} CPUs, load average {context['load_before']} "
-        f"before and {context['load_after']} after"
+        f"- store {report.config.store} ({context['rows']:,} rows)"
+        + (f", compared with {compared}" if compared is not None else "")
+        + f"; first server {kept} the kept pixels; machine: {context['cpus']} CPUs, load average "
+        f"{context['load_before']} before and {context['load_after']} after"
     )
     return "\n".join(lines)

@@ -137,6 +137,7 @@ def _bench_explorer_store(args: argparse.Namespace, chromium: str) -> int:
         switches=args.clicks or (1 if args.quick else 3),
         cold=not args.keep_pixels,
         restart=not args.quick,
+        compare_with=Path(args.compare_with).expanduser().resolve() if args.compare_with else None,
     )
     report = explorer_store.run_store_benchmark(config, chromium)
     text = explorer_store.report_text(report)
@@ -297,6 +298,13 @@ def _bench_parser(commands: Commands) -> None:
         "--out): the first page of a first server, every view's and tab's first opening and "
         "later switches (--clicks of them), a click per view, the server's peak memory, and a "
         "second server's first page (not with --quick)",
+    )
+    parser.add_argument(
+        "--compare-with",
+        metavar="STORE",
+        help="with --store: last, compare it with this second store of the same images (another "
+        "model's): the store chosen in the sidebar, the Compare tab's first opening and later "
+        "switches, a click on a flip cell",
     )
     parser.add_argument(
         "--keep-pixels",
