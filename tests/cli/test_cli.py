@@ -276,6 +276,12 @@ def test_bench_prints_a_table_and_writes_json(capsys, tmp_path):
     assert {row["strategy"] for row in written["rows"]} >= {"floor", "recompute", "vmap"}
 
 
+def test_bench_compare_with_needs_a_store(capsys):
+    status, _, err = run(capsys, "bench", "--explorer", "--compare-with", "outputs-b")
+    assert status == 2
+    assert "--compare-with compares a second store with --store's: give --store." in err
+
+
 def test_train_then_eval_on_a_folder(
     cifar_like_factory: Callable[[int], Path],
     tmp_path: Path,

@@ -315,7 +315,8 @@ SECOND_STORE_OPTION = "a stored-outputs folder…"
 
 async def _compare(page: Any, rows: dict[str, Row], other: Path, switches: int) -> None:
     """The second store chosen in the sidebar, then the Compare tab: its first opening (the
-    comparison made), ``switches`` later ones, and a click on its first flip cell."""
+    comparison made), ``switches`` later ones, and a click on its smallest flip cell that holds
+    images."""
     sidebar = page.get_by_test_id("stSidebar")
     await sidebar.get_by_test_id("stSelectbox").filter(has_text="Compare with").click()
     await page.get_by_role("option", name=SECOND_STORE_OPTION, exact=True).click()

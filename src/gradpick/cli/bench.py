@@ -106,6 +106,8 @@ def _bench_explorer(args: argparse.Namespace) -> int:
 
     from gradpick.bench import explorer as explorer_bench
 
+    if args.compare_with and not args.store:
+        raise InputError("--compare-with compares a second store with --store's: give --store.")
     chromium = shutil.which("chromium")
     if chromium is None:
         raise InputError(
