@@ -82,7 +82,10 @@ def test_a_click_in_explore_draws_only_the_explore_tab(generated: Path) -> None:
     assert any("Pick some images in the Explore tab first" in i.value for i in app.info)
 
 
-def test_the_trust_and_strategies_tabs_keep_their_options_and_results(generated: Path) -> None:
+def test_the_trust_and_strategies_tabs_keep_their_options_and_results(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warned = default_value_warnings(monkeypatch)
     app = select(open_app("Trust", **TUTORIAL), keys.SCATTER_CHART, [4, 1])
     app.multiselect(key=keys.TRUST_METHODS).set_value(["smoothgrad"])
     app.radio(key=keys.TRUST_MODE).set_value("independent")
@@ -128,18 +131,26 @@ def test_the_trust_and_strategies_tabs_keep_their_options_and_results(generated:
     app = open_tab(app, "Strategies")
     assert app.session_state[keys.COMPARISON] is comparison
     assert any("strategy" in frame.value.columns for frame in app.dataframe)
+    assert warned == []
 
 
-def test_the_explore_tab_keeps_its_tools_and_view_while_another_tab_is_open(
-    generated: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """...and no widget is given a default beside the value kept for it (Streamlit logs a
-    warning for that, once per process: the record is reset here)."""
+def default_value_warnings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Streamlit's warnings from here on, its record of having shown the one for a widget given
+    a default beside a value set through the session state reset (it logs that once per
+    process): a closed tab's widgets keep their values there, so none may have a default."""
     from streamlit.elements.lib import policies
 
     warned: list[str] = []
     monkeypatch.setattr(policies, "_shown_default_value_warning", False)
     monkeypatch.setattr(policies._LOGGER, "warning", lambda text, *a, **k: warned.append(text))
+    return warned
+
+
+def test_the_explore_tab_keeps_its_tools_and_view_while_another_tab_is_open(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """...and no widget is given a default beside the value kept for it."""
+    warned = default_value_warnings(monkeypatch)
     app = select(open_app(**TUTORIAL), keys.SCATTER_CHART, [5, 2])
     app.radio(key=keys.MERGE_MODE).set_value("add")
     app.session_state[keys.DETAIL_OPEN] = True  # the detailed view is drawn once opened
@@ -170,7 +181,10 @@ def test_the_explore_tab_keeps_its_tools_and_view_while_another_tab_is_open(
     assert warned == []
 
 
-def test_the_triage_tab_keeps_its_note_class_and_verdicts(generated: Path) -> None:
+def test_the_triage_tab_keeps_its_note_class_and_verdicts(
+    generated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    warned = default_value_warnings(monkeypatch)
     app = open_app("Triage", **TUTORIAL)
     no_errors(app)
     note = next(box for box in app.text_input if box.label == "Note (optional)")
@@ -188,6 +202,7 @@ def test_the_triage_tab_keeps_its_note_class_and_verdicts(generated: Path) -> No
     no_errors(app)
     assert {key: app.session_state[key] for key in chosen} == chosen
     assert app.text_input(key=note.key).value == "a blurry cat"
+    assert warned == []
 
 
 def test_a_link_naming_a_tab_opens_and_draws_it(generated: Path) -> None:

@@ -201,13 +201,11 @@ def _verdict_buttons(
     position, name = int(loaded.batch.positions[index]), loaded.batch.names[index]
     st.text_input("Note (optional)", key=keys.per_source(keys.TRIAGE_NOTE, position))
     others = [c for c in range(len(names)) if c != int(found.given[index])]
-    right = st.selectbox(
-        "Right class",
-        others,
-        index=others.index(int(found.suggested[index])),
-        format_func=lambda c: names[c],
-        key=keys.per_source(keys.TRIAGE_CLASS, position),
-    )
+    # The suggestion as the first value through the session state (``state.start_at``): a closed
+    # tab's values are kept there, and a widget given an index too logs a warning.
+    chosen = keys.per_source(keys.TRIAGE_CLASS, position)
+    state.start_at(st.session_state, chosen, int(found.suggested[index]))
+    right = st.selectbox("Right class", others, format_func=lambda c: names[c], key=chosen)
     columns = st.columns(len(VERDICTS))
     for column, (verdict, said) in zip(columns, VERDICTS.items(), strict=True):
         column.button(

@@ -50,13 +50,20 @@ def _options(loaded: Loaded, settings: Settings) -> CheckOptions:
     method's layer the Explore tab's layer box."""
     request = settings.request
     chosen = request.method if request.method in CHECKABLE else METHODS[0]
+    # First values through the session state (``state.start_at``): a closed tab's values are
+    # kept there, and a widget given a default too logs a warning.
+    session = st.session_state
+    for key, first in (
+        (keys.TRUST_METHODS, [chosen]),
+        (keys.TRUST_LAYERS, 0),
+        (keys.TRUST_BASELINES, ["black"]),
+        (keys.TRUST_TOLERANCE, 0.05),
+        (keys.TRUST_MAX_STEPS, 512),
+    ):
+        state.start_at(session, key, first)
     columns = st.columns(3)
     methods = columns[0].multiselect(
-        "Methods",
-        CHECKABLE,
-        default=[chosen],
-        format_func=_method_label,
-        key=keys.TRUST_METHODS,
+        "Methods", CHECKABLE, format_func=_method_label, key=keys.TRUST_METHODS
     )
     mode = columns[0].radio(
         "Randomise layers",
@@ -68,22 +75,19 @@ def _options(loaded: Loaded, settings: Settings) -> CheckOptions:
         key=keys.TRUST_MODE,
     )
     layers = columns[1].number_input(
-        "Layers to randomise (0: all)", min_value=0, value=0, step=1, key=keys.TRUST_LAYERS
+        "Layers to randomise (0: all)", min_value=0, step=1, key=keys.TRUST_LAYERS
     )
-    baselines = columns[1].multiselect(
-        "IG baselines", BASELINES, default=["black"], key=keys.TRUST_BASELINES
-    )
+    baselines = columns[1].multiselect("IG baselines", BASELINES, key=keys.TRUST_BASELINES)
     tolerance = columns[2].number_input(
         "IG tolerance (relative error)",
         min_value=0.001,
         max_value=0.5,
-        value=0.05,
         step=0.01,
         format="%.3f",
         key=keys.TRUST_TOLERANCE,
     )
     max_steps = columns[2].number_input(
-        "IG step cap", min_value=2, max_value=4096, value=512, step=16, key=keys.TRUST_MAX_STEPS
+        "IG step cap", min_value=2, max_value=4096, step=16, key=keys.TRUST_MAX_STEPS
     )
     return CheckOptions(
         methods=tuple(methods),
