@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -225,3 +229,74 @@ def test_one_job_per_store_a_second_one_leaves_it_to_the_first(
     job.write_text(json.dumps({"store": str(store), "key": key, "positions": [0, 1, 2]}))
     pixels.main(str(job))  # kept already: nothing to decode
     assert len(decodes) == 3
+
+
+YIELDING_JOB = """
+import os, sys, time
+from pathlib import Path
+from gradpick.outputs import pixels_job
+pixels_job.yield_the_cpu(int(sys.argv[2]))
+said = Path(sys.argv[1])
+group = pixels_job.AUTOGROUP.read_text() if pixels_job.AUTOGROUP.exists() else ""
+said.write_text(f"{os.getsid(0)} {os.getpid()} {os.nice(0)} {group}")
+time.sleep(120)
+"""
+"""A stand-in for the job: it yields as the job does, says how, and would sleep two minutes."""
+
+
+def test_the_job_yields_to_other_sessions_and_ends_with_the_server_that_started_it(
+    tmp_path: Path,
+) -> None:
+    """Started in a session of its own (as ``_start_job`` starts it) by a process that then
+    exits, as a server does on Ctrl-C: the job's session and its scheduling group run at the
+    lowest priority, and the job interrupts itself within seconds instead of running on."""
+    said = tmp_path / "said.txt"
+    server = (
+        "import os, subprocess, sys\n"
+        "command = [sys.executable, '-c', sys.argv[1], sys.argv[2], str(os.getpid())]\n"
+        "job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, "
+        "start_new_session=True)\n"
+        "import pathlib, time\n"
+        "while not pathlib.Path(sys.argv[2]).exists() and job.poll() is None:\n"
+        "    time.sleep(0.05)\n"  # the job has yielded and said how: the server goes
+        "print(job.pid)\n"
+    )
+    started = subprocess.run(
+        [sys.executable, "-c", server, YIELDING_JOB, str(said)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    job = int(started.stdout.strip())
+    deadline = time.monotonic() + 120  # a stuck job fails the test rather than hanging it
+    while Path(f"/proc/{job}").exists() and "zombie" not in _state(job):
+        assert time.monotonic() < deadline, "the job outlived its server"
+        time.sleep(0.1)
+    session, pid, nice, *group = said.read_text().split()
+    assert session == pid == str(job) and nice == "19"
+    if group:  # Linux with autogroups: the session's group yields too
+        assert group[-2:] == ["nice", "19"]
+
+
+def _state(pid: int) -> str:
+    """The process's state as /proc says it (empty once it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""
+    return next((line for line in status.splitlines() if line.startswith("State:")), "").lower()
+
+
+def test_the_job_is_started_in_a_session_of_its_own_told_its_server(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[tuple[list[str], dict[str, Any]]] = []
+    monkeypatch.setattr(
+        pixels.subprocess, "Popen", lambda command, **options: started.append((command, options))
+    )
+    pixels._start_job(store, "the-key", np.arange(3))
+    [(command, options)] = started
+    assert command[1:4] == ["-m", "gradpick.outputs.pixels_job", str(os.getpid())]
+    assert options["start_new_session"] is True
+    Path(command[4]).unlink()  # the job file, which the job would have read and removed

@@ -1,11 +1,12 @@
 """A store's decoded images: kept in one file beside the store, and decoded lazily until then.
 
 The first server to open a large store shows its first page from the few images that page
-draws (``data.batches.LazyBatch``), while a background process (``python -m
-gradpick.outputs.pixels JOB.json``, at the lowest CPU priority, one per store at a time: a lock
-file beside it) decodes every image and writes them beside the store (``STORE.pixels.pt``); the
-server takes that file over when it is complete, and a second server, or this one restarted,
-loads it in a fraction of a second instead of decoding 50,000 JPEGs again (12 s on two cores).
+draws (``data.batches.LazyBatch``), while a background process (``gradpick.outputs.pixels_job``,
+at the lowest CPU priority, in a session of its own whose scheduling group yields to the
+browser too, one per store at a time: a lock file beside it) decodes every image and writes
+them beside the store (``STORE.pixels.pt``); the server takes that file over when it is
+complete, and a second server, or this one restarted, loads it in a fraction of a second
+instead of decoding 50,000 JPEGs again (12 s on two cores).
 The file is written whole or not at all: a temporary file renamed once complete, so a job
 stopped halfway leaves no file that reads as complete. Its names are one string (joined by
 NUL, which no file name holds) and its positions one tensor: as 50,000 Python strings and ints
@@ -172,7 +173,7 @@ def _keep_in_background(
 def _start_job(
     store_path: str | Path, key: str, positions: np.ndarray
 ) -> subprocess.Popen[bytes] | None:
-    """The process that decodes and keeps the pixels (this module run as a script), or None
+    """The process that decodes and keeps the pixels (``main``, run by ``pixels_job``), or None
     when it cannot be started."""
     job = {"store": str(Path(store_path).resolve()), "key": key, "positions": positions.tolist()}
     try:
@@ -182,10 +183,11 @@ def _start_job(
         with os.fdopen(handle, "w") as written:
             json.dump(job, written)
         return subprocess.Popen(
-            [sys.executable, "-m", __name__, name],
+            [sys.executable, "-m", "gradpick.outputs.pixels_job", str(os.getpid()), name],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a scheduling group of its own (``pixels_job``)
         )
     except OSError:
         return None
@@ -207,9 +209,3 @@ def main(job_file: str) -> None:
         source = stored_source(open_stored(job["store"], SOURCE_COLUMNS))
         batch = read_positions(source, job["positions"], workers=0)
         keep(batch, job["store"], job["key"])
-
-
-if __name__ == "__main__":
-    with contextlib.suppress(OSError):
-        os.nice(19)  # a page being served comes first
-    main(sys.argv[1])
